@@ -1,0 +1,1 @@
+"""The subcommands of ``outbox``, one module each, and what they share."""

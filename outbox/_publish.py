@@ -1,0 +1,207 @@
+"""publish / apublish / publish_many: thin shells over one pure core.
+
+The core (:func:`_plan`) is a generator that yields the statements to run and
+receives their rows; it never touches a connection. The sync shell drives it
+with a blocking executor, the async shell with an awaiting one, so the two
+cannot drift apart. Executors adapt each kind of connection a caller may hold
+(psycopg 3, SQLAlchemy 2, any DB-API 2 connection such as psycopg2 or
+Django's) without importing the optional drivers.
+
+Nothing here commits or rolls back: the event lives or dies with the caller's
+transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from outbox._event import MAX_PAYLOAD_BYTES, Batch, Event, build_batch
+from outbox.errors import OutboxError
+from outbox.sql import queries
+
+Step = tuple[str, dict[str, Any]]
+Rows = Sequence[Sequence[Any]]
+Plan = Generator[Step, Rows, list[uuid.UUID]]
+SyncExecute = Callable[[str, dict[str, Any]], Rows]
+AsyncExecute = Callable[[str, dict[str, Any]], Awaitable[Rows]]
+
+
+def _values(row: Any) -> Sequence[Any]:
+    """Row values whatever the caller's row factory (tuples, dicts, Row objects)."""
+    if isinstance(row, Mapping):
+        return list(row.values())
+    return row  # type: ignore[no-any-return]
+
+
+def _plan(batch: Batch) -> Plan:
+    """The statements of one publish, as a generator: yields (sql, params), gets rows."""
+    if not batch.ids:
+        return []
+    rows = yield queries["publish"], batch.params()
+    inserted = {_values(row)[0] for row in rows}
+    skipped = [
+        key for event_id, key in zip(batch.ids, batch.idempotency_keys, strict=True)
+        if event_id not in inserted
+    ]
+    existing: dict[str, str] = {}
+    if skipped:
+        # Those rows met an idempotency key already stored (or earlier in this
+        # batch): answer with the id of the event that holds it.
+        rows = yield queries["event_ids_by_idempotency_key"], {"idempotency_keys": skipped}
+        existing = {str(_values(r)[0]): str(_values(r)[1]) for r in rows}
+    ids: list[uuid.UUID] = []
+    for event_id, key in zip(batch.ids, batch.idempotency_keys, strict=True):
+        if event_id in inserted:
+            ids.append(uuid.UUID(event_id))
+        elif key is not None and key in existing:
+            ids.append(uuid.UUID(existing[key]))
+        else:  # pragma: no cover - the conflicting row vanished between two statements
+            raise OutboxError(f"event with idempotency key {key!r} disappeared while publishing")
+    return ids
+
+
+def _run(plan: Plan, execute: SyncExecute) -> list[uuid.UUID]:
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(execute(*step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def _arun(plan: Plan, execute: AsyncExecute) -> list[uuid.UUID]:
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(await execute(*step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _is_sqlalchemy(obj: object, kind: str) -> bool:
+    cls = type(obj)
+    return cls.__module__.startswith("sqlalchemy.") and any(
+        base.__name__ == kind for base in cls.__mro__)
+
+
+def _sync_executor(conn: Any) -> SyncExecute:
+    """An executor for whatever synchronous connection-like object the caller holds."""
+    if isinstance(conn, psycopg.Cursor):
+        conn = conn.connection
+    if isinstance(conn, psycopg.Connection):
+        pg: psycopg.Connection[Any] = conn
+
+        def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
+            with pg.cursor(row_factory=tuple_row) as cur:
+                cur.execute(sql, params)
+                return cur.fetchall()
+        return execute_psycopg
+    if _is_sqlalchemy(conn, "Session"):
+        conn = conn.connection()
+    if _is_sqlalchemy(conn, "Connection"):
+        sa_conn = conn
+
+        def execute_sqlalchemy(sql: str, params: dict[str, Any]) -> Rows:
+            # exec_driver_sql begins SQLAlchemy's own transaction if none is
+            # open, so the caller's commit() really commits our rows.
+            return list(sa_conn.exec_driver_sql(sql, params).fetchall())
+        return execute_sqlalchemy
+    if not callable(getattr(conn, "cursor", None)) and callable(getattr(conn, "execute", None)):
+        conn = conn.connection  # a DB-API cursor: use its connection, keep its results
+    if callable(getattr(conn, "cursor", None)):
+        dbapi = conn
+
+        def execute_dbapi(sql: str, params: dict[str, Any]) -> Rows:
+            cur = dbapi.cursor()
+            try:
+                cur.execute(sql, params)
+                return list(cur.fetchall())
+            finally:
+                cur.close()
+        return execute_dbapi
+    raise TypeError(
+        f"cannot publish through a {type(conn).__name__}: pass a psycopg connection or "
+        "cursor, a SQLAlchemy Connection or Session, or a DB-API 2 connection")
+
+
+def _async_executor(conn: Any) -> Callable[[], Awaitable[AsyncExecute]]:
+    """An executor factory for an async connection (resolved lazily: sessions are awaited)."""
+
+    async def resolve() -> AsyncExecute:
+        target = conn
+        if isinstance(target, psycopg.AsyncCursor):
+            target = target.connection
+        if isinstance(target, psycopg.AsyncConnection):
+            pg: psycopg.AsyncConnection[Any] = target
+
+            async def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
+                async with pg.cursor(row_factory=tuple_row) as cur:
+                    await cur.execute(sql, params)
+                    return await cur.fetchall()
+            return execute_psycopg
+        if _is_sqlalchemy(target, "AsyncSession"):
+            target = await target.connection()
+        if _is_sqlalchemy(target, "AsyncConnection"):
+            sa_conn = target
+
+            async def execute_sqlalchemy(sql: str, params: dict[str, Any]) -> Rows:
+                result = await sa_conn.exec_driver_sql(sql, params)
+                return list(result.fetchall())
+            return execute_sqlalchemy
+        raise TypeError(
+            f"cannot apublish through a {type(target).__name__}: pass a psycopg "
+            "AsyncConnection or AsyncCursor, or a SQLAlchemy AsyncConnection or AsyncSession")
+
+    return resolve
+
+
+def _one(event_type: str, payload: Any, key: str | None, *,
+         headers: Mapping[str, str] | None, idempotency_key: str | None,
+         delay: timedelta | None) -> Batch:
+    return build_batch([Event(event_type, payload, key=key, headers=headers,
+                              idempotency_key=idempotency_key, delay=delay)])
+
+
+def publish(conn: Any, type: str, payload: Any, *,
+            key: str | None = None, headers: Mapping[str, str] | None = None,
+            idempotency_key: str | None = None, delay: timedelta | None = None,
+            ) -> uuid.UUID:
+    """Publish one event inside the caller's open transaction; returns its id.
+
+    The event exists exactly when that transaction commits. Bad input raises
+    :class:`outbox.InvalidEvent` or :class:`outbox.PayloadTooLarge` before any
+    SQL is sent.
+    """
+    batch = _one(type, payload, key, headers=headers, idempotency_key=idempotency_key,
+                 delay=delay)
+    return _run(_plan(batch), _sync_executor(conn))[0]
+
+
+async def apublish(conn: Any, type: str, payload: Any, *,
+                   key: str | None = None, headers: Mapping[str, str] | None = None,
+                   idempotency_key: str | None = None, delay: timedelta | None = None,
+                   ) -> uuid.UUID:
+    """The async twin of :func:`publish`, for psycopg and SQLAlchemy async connections."""
+    batch = _one(type, payload, key, headers=headers, idempotency_key=idempotency_key,
+                 delay=delay)
+    execute = await _async_executor(conn)()
+    return (await _arun(_plan(batch), execute))[0]
+
+
+def publish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
+    """Publish several events in one round trip; returns their ids in input order."""
+    batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES)
+    return _run(_plan(batch), _sync_executor(conn))
+
+
+async def apublish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
+    """The async twin of :func:`publish_many`."""
+    batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES)
+    execute = await _async_executor(conn)()
+    return await _arun(_plan(batch), execute)

@@ -1,0 +1,65 @@
+"""The ``outbox`` administration command.
+
+Each subcommand lives in its own module under ``outbox._cli`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` to a
+function taking the parsed arguments and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import psycopg
+
+from outbox import __version__
+from outbox._cli import common
+from outbox._cli.common import EXIT_FAILURE, EXIT_USAGE, CommandFailed, UsageError
+from outbox.errors import OutboxError
+
+_COMMANDS = ("migrate", "endpoints", "status", "dead", "replay", "purge", "demo")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors reported as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="outbox", description="Administer the outbox: endpoints, "
+                     "dead letters, replays, schema.")
+    parser.add_argument("--version", action="version", version=f"outbox {__version__}")
+    common.add_dsn_option(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    import importlib
+    for name in _COMMANDS:
+        module = importlib.import_module(f"outbox._cli.{name}_cmd")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"outbox: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (CommandFailed, OutboxError) as exc:
+        print(f"outbox: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except psycopg.Error as exc:
+        print(f"outbox: database error: {common.fail_message(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

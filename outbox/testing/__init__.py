@@ -1,0 +1,23 @@
+"""Helpers for tests: of this project, and of applications that publish events.
+
+- :class:`TemporaryPostgres` starts a throwaway PostgreSQL cluster from the
+  server binaries on the machine (the test suite and ``outbox demo`` use it).
+- :func:`published_events` / :func:`assert_published` read the events the
+  caller's *uncommitted* transaction has published, so an application's test
+  can check what it published without committing.
+"""
+
+from outbox.testing._assertions import assert_published, published_events
+from outbox.testing._postgres import PostgresNotFound, TemporaryPostgres, find_bindir
+from outbox.testing._receiver import Receiver, Request, Response
+
+__all__ = [
+    "PostgresNotFound",
+    "Receiver",
+    "Request",
+    "Response",
+    "TemporaryPostgres",
+    "assert_published",
+    "find_bindir",
+    "published_events",
+]
