@@ -1,0 +1,74 @@
+"""The dispatcher's plain data: what a claim hands out and what an attempt returns.
+
+Frozen dataclasses with no behaviour, shared by the pure policy modules
+(``signing``, ``backoff``, ``outcome``) and the I/O shells (``claim``,
+``http``, the loop), so that each can be tested without the others.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+Format = Literal["standard-webhooks", "cloudevents"]
+FailureReason = Literal["timeout", "connect", "http_4xx", "http_5xx", "other"]
+ErrorKind = Literal["timeout", "connect", "blocked", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An endpoint as the dispatcher uses it, secrets already resolved to key bytes."""
+
+    id: int
+    name: str
+    url: str
+    # Signing keys, newest first: the current secret, then those still inside
+    # their rotation overlap. Empty: requests are not signed.
+    keys: tuple[bytes, ...] = ()
+    max_attempts: int = 10
+    timeout: float = 10.0
+    min_backoff: float = 1.0
+    max_backoff: float = 600.0
+    max_in_flight: int = 16
+    rate_limit: float | None = None
+    max_batch: int = 1
+    format: Format = "standard-webhooks"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EventData:
+    """One event as it goes on the wire."""
+
+    id: uuid.UUID
+    type: str
+    key: str | None
+    payload: str  # the producer's JSON text, byte for byte
+    headers: Mapping[str, str]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One claimed delivery: an event for an endpoint, leased to this dispatcher."""
+
+    id: int
+    endpoint_id: int
+    event: EventData
+    attempts: int  # including the attempt about to be made
+    lease_token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """What one HTTP attempt produced: a status, or an error before any status."""
+
+    status: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)  # lower-case names
+    body_excerpt: str = ""  # first bytes of the response body, decoded leniently
+    error_kind: ErrorKind | None = None
+    error: str = ""  # short, redacted description of the error
+    duration: float = 0.0  # seconds spent on the attempt
