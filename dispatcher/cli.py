@@ -1,0 +1,152 @@
+"""``outbox-dispatcher``: options and environment -> one DispatcherConfig -> run.
+
+Every option also reads from ``OUTBOX_<OPTION>`` (``--batch-size`` from
+``OUTBOX_BATCH_SIZE``); a flag on the command line wins over the environment.
+This is the only module of the dispatcher that reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from dispatcher.config import ConfigError, DispatcherConfig
+from dispatcher.logs import setup_logging
+from outbox import __version__
+from outbox._cli.common import resolve_dsn
+from outbox.durations import parse_duration
+
+EXIT_USAGE = 2
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _seconds(text: str) -> float:
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _duration(text: str) -> Any:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="outbox-dispatcher",
+                description="Deliver committed outbox events over HTTP. Every option also "
+                            "reads from OUTBOX_<OPTION>, e.g. OUTBOX_CONCURRENCY.")
+    p.add_argument("--version", action="version", version=f"outbox-dispatcher {__version__}")
+    p.add_argument("--dsn",
+                   help="database URL (default: $OUTBOX_DSN, $DATABASE_URL, PG* variables)")
+    p.add_argument("--metrics-host", help="metrics/health address (default 0.0.0.0)")
+    p.add_argument("--metrics-port", type=_int, help="metrics/health port (default 9464)")
+    p.add_argument("--concurrency", type=_int, help="HTTP requests in flight (default 64)")
+    p.add_argument("--batch-size", type=_int, help="deliveries per claim (default 200)")
+    p.add_argument("--poll-interval", type=_seconds, metavar="SECONDS",
+                   help="fallback poll period (default 2)")
+    p.add_argument("--lease", type=_seconds, metavar="SECONDS", help="claim lease (default 60)")
+    p.add_argument("--shutdown-grace", type=_seconds, metavar="SECONDS",
+                   help="time to finish in-flight requests on SIGTERM (default 20)")
+    p.add_argument("--once", action="store_const", const=True,
+                   help="deliver what is due now, then exit (1 if anything was dead-lettered)")
+    p.add_argument("--block-private-networks", action="store_const", const=True,
+                   help="refuse loopback, private, link-local and metadata addresses")
+    p.add_argument("--allow-network", action="append", metavar="CIDR|HOST",
+                   help="exempt from --block-private-networks (repeatable)")
+    p.add_argument("--retention", type=_duration, metavar="DURATION",
+                   help="purge finished rows older than this (default 7d; 0 = never)")
+    p.add_argument("--log-format", choices=("text", "json"), help="default text")
+    p.add_argument("--log-level", type=str.upper,
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), help="default INFO")
+    return p
+
+
+def _env_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be true or false, not {value!r}")
+
+
+def _from_env(environ: Mapping[str, str], name: str, convert: Callable[[str], Any]) -> Any:
+    raw = environ.get(name)
+    if raw is None:
+        return None
+    try:
+        return convert(raw)
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> DispatcherConfig:
+    """Flags, else OUTBOX_* variables, else the defaults; raises ConfigError or exits 2."""
+    args = build_parser().parse_args(argv)
+    spec: dict[str, tuple[str, Callable[[str], Any]]] = {
+        "metrics_host": ("OUTBOX_METRICS_HOST", str),
+        "metrics_port": ("OUTBOX_METRICS_PORT", _int),
+        "concurrency": ("OUTBOX_CONCURRENCY", _int),
+        "batch_size": ("OUTBOX_BATCH_SIZE", _int),
+        "poll_interval": ("OUTBOX_POLL_INTERVAL", _seconds),
+        "lease": ("OUTBOX_LEASE", _seconds),
+        "shutdown_grace": ("OUTBOX_SHUTDOWN_GRACE", _seconds),
+        "once": ("OUTBOX_ONCE", lambda v: _env_bool("OUTBOX_ONCE", v)),
+        "block_private_networks": ("OUTBOX_BLOCK_PRIVATE_NETWORKS",
+                                   lambda v: _env_bool("OUTBOX_BLOCK_PRIVATE_NETWORKS", v)),
+        "retention": ("OUTBOX_RETENTION", _duration),
+        "log_format": ("OUTBOX_LOG_FORMAT", str.lower),
+        "log_level": ("OUTBOX_LOG_LEVEL", str.upper),
+    }
+    values: dict[str, Any] = {}
+    for attr, (env_name, convert) in spec.items():
+        flag = getattr(args, attr)
+        value = flag if flag is not None else _from_env(environ, env_name, convert)
+        if value is not None:
+            values[attr] = value
+    allow = args.allow_network
+    if allow is None and environ.get("OUTBOX_ALLOW_NETWORK"):
+        allow = environ["OUTBOX_ALLOW_NETWORK"].replace(",", " ").split()
+    values["allow_networks"] = tuple(allow or ())
+    values["dsn"] = resolve_dsn(args.dsn, environ)
+    return DispatcherConfig(environ=dict(environ), **values)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = build_config(argv, os.environ)
+    except ConfigError as exc:
+        print(f"outbox-dispatcher: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(config.log_format, config.log_level)
+    from dispatcher.app import run
+
+    try:
+        return asyncio.run(run(config))
+    except KeyboardInterrupt:  # a second Ctrl-C while shutting down
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

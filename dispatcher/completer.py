@@ -1,0 +1,90 @@
+"""Record attempt outcomes in batches: one guarded UPDATE for many deliveries.
+
+A request finishing does not write to the database itself: it hands a
+:class:`Record` to the completer, which writes whatever has accumulated in one
+statement (the ``complete`` query) while the previous write runs. Under load
+this turns hundreds of commits per second into a few; when idle a record is
+written at once. While the database is down records wait here and are
+retried; their leases keep being extended meanwhile, since the dispatcher
+still holds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dispatcher.db import Database, retry_until
+
+log = logging.getLogger("dispatcher.completer")
+_MAX_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    delivery_id: int
+    lease_token: uuid.UUID
+    state: str  # "delivered" | "pending" (retry) | "dead"
+    delay: float = 0.0  # seconds until the retry, for "pending"
+    error: str | None = None
+    status: int | None = None
+
+
+class Completer:
+    def __init__(self, db: Database, on_written: Callable[[list[Record], set[int]], None],
+                 give_up: asyncio.Event) -> None:
+        self._db = db
+        self._on_written = on_written
+        self._give_up = give_up
+        self._queue: list[Record] = []
+        self._ready = asyncio.Event()
+        self._closing = False
+        self._writing = 0
+
+    def add(self, record: Record) -> None:
+        self._queue.append(record)
+        self._ready.set()
+
+    def pending(self) -> int:
+        """Records not yet written, including the batch being written now."""
+        return len(self._queue) + self._writing
+
+    def close(self) -> None:
+        """Write what is queued, then stop."""
+        self._closing = True
+        self._ready.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._queue:
+                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+                self._writing = len(batch)
+                try:
+                    written = await retry_until(functools.partial(self._write, batch),
+                                                self._give_up)
+                finally:
+                    self._writing = 0
+                if written is None:
+                    log.warning("could not record %d results before giving up; their leases "
+                                "will expire and they will be delivered again", len(batch))
+                    return
+                self._on_written(batch, written)
+            if self._closing:
+                return
+
+    async def _write(self, batch: list[Record]) -> set[int]:
+        rows = await self._db.fetch("complete", {
+            "ids": [r.delivery_id for r in batch],
+            "tokens": [r.lease_token for r in batch],
+            "states": [r.state for r in batch],
+            "delays": [r.delay for r in batch],
+            "errors": [r.error for r in batch],
+            "statuses": [r.status for r in batch],
+        })
+        return {int(row[0]) for row in rows}

@@ -1,0 +1,93 @@
+"""DispatcherConfig: every setting of the dispatcher, in one frozen object.
+
+The command line and the ``OUTBOX_*`` environment build it (dispatcher.cli);
+nothing else in the dispatcher reads the environment. ``environ`` is the
+snapshot of the environment taken at start, kept only to resolve endpoint
+secrets given as ``env:NAME``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigError(ValueError):
+    """A setting is out of range; the message names the option."""
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherConfig:
+    dsn: str = ""
+    """libpq URL or key=value string. Defaults to "" (libpq's PG* variables)."""
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - a sidecar is scraped from outside the pod
+    """Address of the metrics and health server. Defaults to 0.0.0.0 (all interfaces)."""
+    metrics_port: int = 9464
+    """Port of the metrics and health server (0: pick a free one). Defaults to 9464."""
+    concurrency: int = 64
+    """HTTP requests in flight at once, over all endpoints. Defaults to 64."""
+    batch_size: int = 200
+    """Most deliveries claimed by one claim statement. Defaults to 200."""
+    poll_interval: float = 2.0
+    """Seconds between polls when no notification arrives. Defaults to 2."""
+    lease: float = 60.0
+    """Seconds a claim is leased for; extended while a request runs. Defaults to 60,
+    and never less than the longest endpoint timeout plus 15 seconds."""
+    shutdown_grace: float = 20.0
+    """Seconds to let in-flight requests finish after SIGTERM. Defaults to 20."""
+    once: bool = False
+    """Deliver what is due now, then exit. Defaults to False."""
+    block_private_networks: bool = False
+    """Refuse loopback, private, link-local and metadata addresses. Defaults to False."""
+    allow_networks: tuple[str, ...] = ()
+    """CIDRs or host names exempt from the block. Defaults to none."""
+    retention: timedelta = timedelta(days=7)
+    """Delivered deliveries and finished events older than this are purged. Defaults to 7d;
+    0 turns purging off."""
+    log_format: Literal["text", "json"] = "text"
+    """Log line format. Defaults to text."""
+    log_level: str = "INFO"
+    """Lowest level logged. Defaults to INFO."""
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The environment at start, for endpoint secrets given as env:NAME. Defaults to empty."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(
+                f"--metrics-port must be between 0 and 65535, not {self.metrics_port}")
+        if not 1 <= self.concurrency <= 10_000:
+            raise ConfigError(f"--concurrency must be between 1 and 10000, not {self.concurrency}")
+        if not 1 <= self.batch_size <= 10_000:
+            raise ConfigError(f"--batch-size must be between 1 and 10000, not {self.batch_size}")
+        if not 0.01 <= self.poll_interval <= 3600:
+            raise ConfigError("--poll-interval must be between 0.01 and 3600 seconds")
+        if not 1 <= self.lease <= 86_400:
+            raise ConfigError("--lease must be between 1 and 86400 seconds")
+        if not 0 <= self.shutdown_grace <= 3600:
+            raise ConfigError("--shutdown-grace must be between 0 and 3600 seconds")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"--log-format must be text or json, not {self.log_format!r}")
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}")
+        if self.retention < timedelta(0):
+            raise ConfigError("--retention must not be negative")
+        for item in self.allow_networks:
+            _check_allow(item)
+
+
+def _check_allow(item: str) -> None:
+    """An --allow-network value: a CIDR or address, or a host name."""
+    if any(ch.isspace() for ch in item) or not item:
+        raise ConfigError(f"--allow-network {item!r} is neither a CIDR nor a host name")
+    try:
+        ipaddress.ip_network(item, strict=False)
+        return
+    except ValueError:
+        pass
+    if "/" in item or not all(part and len(part) < 64 for part in item.rstrip(".").split(".")):
+        raise ConfigError(f"--allow-network {item!r} is neither a CIDR nor a host name")

@@ -1,0 +1,121 @@
+"""Database access for the dispatcher: autocommit connections that heal themselves.
+
+Each job of the dispatcher (claiming, recording results, maintenance) owns one
+:class:`Database`: a single autocommit connection, so every statement is its
+own short transaction and no connection ever sits idle in a transaction while
+HTTP requests run. When the server goes away a call raises
+:class:`DatabaseDown`; the caller decides whether to skip a beat or retry
+(:func:`retry_until`), and the next call reconnects. :class:`Health` remembers
+whether the database answered last, for ``/readyz``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+
+from outbox.sql import queries
+
+log = logging.getLogger("dispatcher.db")
+T = TypeVar("T")
+
+# Dead peers are noticed within ~25 s even when no statement is running.
+_CONNECT_OPTIONS: dict[str, Any] = {
+    "autocommit": True,
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "application_name": "outbox-dispatcher",
+    "options": "-c statement_timeout=60000",
+}
+
+
+class DatabaseDown(Exception):
+    """The database could not be reached or dropped the connection."""
+
+
+class Health:
+    """Whether the database answered the last statement anyone sent."""
+
+    def __init__(self) -> None:
+        self.db_ok = False
+
+    def up(self) -> None:
+        if not self.db_ok:
+            log.info("database is reachable")
+        self.db_ok = True
+
+    def down(self, why: str) -> None:
+        if self.db_ok:
+            log.warning("database is unreachable: %s", why)
+        self.db_ok = False
+
+
+async def connect(dsn: str) -> psycopg.AsyncConnection[Any]:
+    return await psycopg.AsyncConnection.connect(dsn, **_CONNECT_OPTIONS)
+
+
+class Database:
+    """One autocommit connection, reopened on demand after a failure."""
+
+    def __init__(self, dsn: str, health: Health) -> None:
+        self._dsn = dsn
+        self._health = health
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def fetch(self, name: str, params: dict[str, Any] | None = None,
+                    ) -> Sequence[tuple[Any, ...]]:
+        """Run the named query; its rows (empty for statements without RETURNING)."""
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = await connect(self._dsn)
+            async with self._conn.cursor() as cur:
+                await cur.execute(queries[name], params)
+                rows = await cur.fetchall() if cur.description else []
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            await self.close()
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self._health.down(why)
+            raise DatabaseDown(why) from exc
+        self._health.up()
+        return rows
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):  # closing a broken connection
+                await conn.close()
+
+
+async def retry_until(operation: Callable[[], Awaitable[T]], give_up: asyncio.Event,
+                      max_wait: float = 5.0) -> T | None:
+    """Retry ``operation`` while the database is down, with capped, jittered backoff.
+
+    Returns None when ``give_up`` is set before it succeeded.
+    """
+    retrying = AsyncRetrying(retry=retry_if_exception_type(DatabaseDown),
+                             wait=wait_exponential_jitter(initial=0.1, max=max_wait),
+                             sleep=lambda s: _sleep_unless(give_up, s), reraise=True)
+    try:
+        async for attempt in retrying:
+            with attempt:
+                if give_up.is_set():
+                    return None
+                return await operation()
+    except DatabaseDown:
+        return None
+    return None  # pragma: no cover - AsyncRetrying always yields
+
+
+async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)

@@ -1,0 +1,265 @@
+"""The dispatch loop: claim, deliver, record, with limits, leases and a clean stop.
+
+One claimer task sizes each claim to the free request slots (``--concurrency``
+overall, ``--max-in-flight`` and ``--rate-limit`` per endpoint) and starts one
+task per request. Requests never run inside a transaction: the claim has
+committed before the first byte is sent, and the outcome goes to the
+:class:`~dispatcher.completer.Completer`, which records it guarded by the
+lease token. Leases of everything still held are extended in the background
+(``dispatcher.maintenance``), so a slow endpoint never loses its lease while
+its request is running.
+
+Stop (SIGTERM/SIGINT): the claimer stops, running requests get
+``--shutdown-grace`` to finish, claims not yet sent are handed back without
+charging an attempt, requests still running after the grace are cancelled and
+recorded as failed attempts to retry at once, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import random
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from dispatcher.backoff import next_attempt_delay
+from dispatcher.completer import Completer, Record
+from dispatcher.config import DispatcherConfig
+from dispatcher.db import Database, DatabaseDown, Health
+from dispatcher.http import HttpSender
+from dispatcher.listener import Listener
+from dispatcher.metrics import Metrics
+from dispatcher.model import Delivery, Endpoint, EventData
+from dispatcher.outcome import classify
+from dispatcher.ratelimit import TokenBucket
+from dispatcher.registry import Registry
+from dispatcher.signing import encode
+from outbox import __version__
+
+log = logging.getLogger("dispatcher")
+_LEASE_MARGIN = 15.0
+
+
+def _delivery(row: Sequence[Any]) -> Delivery:
+    (delivery_id, endpoint_id, attempts, token, event_id, type_, key, payload,
+     headers, created_at) = row
+    return Delivery(id=delivery_id, endpoint_id=endpoint_id, attempts=attempts,
+                    lease_token=token,
+                    event=EventData(id=event_id, type=type_, key=key, payload=payload,
+                                    headers=json.loads(headers or "{}"),
+                                    created_at=created_at))
+
+
+class Engine:
+    def __init__(self, config: DispatcherConfig, metrics: Metrics, health: Health) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.health = health
+        self.registry = Registry(config.environ)
+        self.claim_db = Database(config.dsn, health)
+        self.complete_db = Database(config.dsn, health)
+        self.stopping = asyncio.Event()  # stop claiming
+        self.give_up = asyncio.Event()   # stop retrying the database (exit now)
+        self.wake = asyncio.Event()
+        self.completer = Completer(self.complete_db, self._written, self.give_up)
+        self.sender = HttpSender(max_connections=config.concurrency,
+                                 block_private_networks=config.block_private_networks,
+                                 allow_networks=config.allow_networks,
+                                 user_agent=f"outbox-dispatcher/{__version__}")
+        self.listener = Listener(config.dsn, self.wake.set)
+        self.held: dict[int, uuid.UUID] = {}  # claimed, not yet recorded
+        self.slots: dict[int, int] = {}       # requests in flight per endpoint
+        self.requests: dict[asyncio.Task[None], list[Delivery]] = {}
+        self.started: set[asyncio.Task[None]] = set()  # requests past the rate limiter
+        self.buckets: dict[int, TokenBucket] = {}
+        self.dead_lettered = 0
+        self.recorded = 0
+        self.last_tick = 0.0
+        self._rotate = 0
+
+    # -- claiming -------------------------------------------------------------
+
+    def _quotas(self) -> tuple[list[int], list[int], dict[int, int]]:
+        """Rows each enabled endpoint may claim now, fairly rotated; total <= batch size."""
+        free = self.config.concurrency - len(self.requests)
+        rows_left = self.config.batch_size
+        active = self.registry.active()
+        if active:
+            self._rotate = (self._rotate + 1) % len(active)
+            active = active[self._rotate:] + active[:self._rotate]
+        ids: list[int] = []
+        limits: list[int] = []
+        wanted: dict[int, int] = {}
+        for ep in active:
+            if free <= 0 or rows_left <= 0:
+                break
+            slots = min(ep.max_in_flight - self.slots.get(ep.id, 0), free)
+            if ep.rate_limit is not None:
+                bucket = self.buckets.setdefault(ep.id, TokenBucket(ep.rate_limit))
+                slots = min(slots, bucket.available())
+            if slots <= 0:
+                continue
+            rows = min(slots * ep.max_batch, rows_left)
+            free -= -(-rows // ep.max_batch)
+            rows_left -= rows
+            ids.append(ep.id)
+            limits.append(rows)
+            wanted[ep.id] = rows
+        return ids, limits, wanted
+
+    def _lease_seconds(self) -> float:
+        longest = max((ep.timeout for ep in self.registry.by_id.values()), default=0.0)
+        return max(self.config.lease, longest + _LEASE_MARGIN)
+
+    async def claim_once(self) -> bool:
+        """One claim; True when some endpoint filled its quota (more may be due)."""
+        ids, limits, wanted = self._quotas()
+        if not ids:
+            return False
+        rows = await self.claim_db.fetch("claim", {
+            "endpoint_ids": ids, "limits": limits, "lease_seconds": self._lease_seconds()})
+        by_endpoint: dict[int, list[Delivery]] = {}
+        for row in rows:
+            delivery = _delivery(row)
+            self.held[delivery.id] = delivery.lease_token
+            by_endpoint.setdefault(delivery.endpoint_id, []).append(delivery)
+        full = False
+        for endpoint_id, deliveries in by_endpoint.items():
+            endpoint = self.registry.by_id[endpoint_id]
+            full = full or len(deliveries) >= wanted.get(endpoint_id, 0)
+            for start in range(0, len(deliveries), endpoint.max_batch):
+                self._start_request(endpoint, deliveries[start:start + endpoint.max_batch])
+        return full
+
+    async def claim_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.stopping.is_set():
+            self.last_tick = loop.time()
+            self.wake.clear()
+            recorded = self.recorded
+            try:
+                more = await self.claim_once()
+            except DatabaseDown:
+                more = False
+            # --once ends when a claim found nothing and nothing it could unblock
+            # (a result recorded since that claim began) is outstanding.
+            if (self.config.once and not more and not self.requests
+                    and not self.completer.pending() and recorded == self.recorded):
+                return
+            if more and len(self.requests) < self.config.concurrency:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.config.poll_interval)
+
+    # -- requests --------------------------------------------------------------
+
+    def _start_request(self, endpoint: Endpoint, deliveries: list[Delivery]) -> None:
+        self.slots[endpoint.id] = self.slots.get(endpoint.id, 0) + 1
+        task = asyncio.create_task(self._request(endpoint, deliveries))
+        self.requests[task] = deliveries
+        task.add_done_callback(functools.partial(self._request_done, endpoint_id=endpoint.id))
+
+    def _request_done(self, task: asyncio.Task[None], endpoint_id: int) -> None:
+        self.requests.pop(task, None)
+        self.started.discard(task)
+        self.slots[endpoint_id] -= 1
+        self.wake.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("delivery task failed", exc_info=task.exception())
+
+    async def _request(self, endpoint: Endpoint, deliveries: list[Delivery]) -> None:
+        bucket = self.buckets.get(endpoint.id) if endpoint.rate_limit else None
+        if bucket is not None:
+            await bucket.acquire()
+        task = asyncio.current_task()
+        assert task is not None
+        self.started.add(task)
+        now = datetime.now(UTC)
+        headers, body = encode(endpoint, [d.event for d in deliveries], now)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("POST %s to %s: %s", [str(d.event.id) for d in deliveries],
+                      endpoint.name, body[:2000].decode("utf-8", "replace"))
+        result = await self.sender.send(endpoint.url, headers, body, endpoint.timeout)
+        self.metrics.attempt(endpoint.name, result.duration)
+        done = datetime.now(UTC)
+        disable = False
+        for delivery in deliveries:
+            outcome = classify(result, delivery.attempts, endpoint.max_attempts, done)
+            if outcome.action == "delivered":
+                self.metrics.delivered(endpoint.name,
+                                       (done - delivery.event.created_at).total_seconds())
+                record = Record(delivery.id, delivery.lease_token, "delivered",
+                                status=outcome.last_status)
+            else:
+                self.metrics.failed(endpoint.name, outcome.reason or "other")
+                if outcome.action == "dead":
+                    self.metrics.dead(endpoint.name)
+                    self.dead_lettered += 1
+                    record = Record(delivery.id, delivery.lease_token, "dead",
+                                    error=outcome.last_error, status=outcome.last_status)
+                    log.warning("delivery of event %s to %s dead-lettered after %d attempts: %s",
+                                delivery.event.id, endpoint.name, delivery.attempts,
+                                outcome.last_error)
+                else:
+                    delay = next_attempt_delay(delivery.attempts, endpoint, outcome.retry_after,
+                                               random.random)
+                    record = Record(delivery.id, delivery.lease_token, "pending", delay=delay,
+                                    error=outcome.last_error, status=outcome.last_status)
+                    asyncio.get_running_loop().call_later(delay, self.wake.set)
+            disable = disable or outcome.disable_endpoint
+            self.completer.add(record)
+        if disable:
+            await self._disable(endpoint, "410 Gone")
+
+    async def _disable(self, endpoint: Endpoint, why: str) -> None:
+        reason = f"{why} at {datetime.now(UTC).isoformat(timespec='seconds')}"
+        log.warning("endpoint %s disabled: %s", endpoint.name, reason)
+        try:
+            await self.complete_db.fetch("disable_endpoint", {"id": endpoint.id, "reason": reason})
+        except DatabaseDown:
+            log.warning("could not disable endpoint %s now; it will answer 410 again",
+                        endpoint.name)
+
+    def _written(self, batch: list[Record], written: set[int]) -> None:
+        self.recorded += len(batch)
+        for record in batch:
+            self.held.pop(record.delivery_id, None)
+        if len(written) < len(batch):
+            log.info("%d results discarded: their leases had been taken over",
+                     len(batch) - len(written))
+        self.wake.set()
+
+    # -- stopping --------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """After the claimer stopped: finish, hand back, record; never raises."""
+        unstarted = [t for t in self.requests if t not in self.started]
+        handback = [d for t in unstarted for d in self.requests[t]]
+        for task in unstarted:
+            task.cancel()
+        running = [t for t in self.requests if t in self.started]
+        if running:
+            log.info("waiting up to %.0fs for %d requests in flight",
+                     self.config.shutdown_grace, len(running))
+            _, late = await asyncio.wait(running, timeout=self.config.shutdown_grace)
+            for task in late:
+                for d in self.requests[task]:
+                    self.completer.add(Record(d.id, d.lease_token, "pending", delay=0.0,
+                                              error="dispatcher stopped during the attempt"))
+                task.cancel()
+        await asyncio.gather(*unstarted, return_exceptions=True)
+        if handback:
+            try:
+                await self.claim_db.fetch("release", {
+                    "ids": [d.id for d in handback], "tokens": [d.lease_token for d in handback]})
+            except DatabaseDown:
+                log.warning("could not hand back %d claims; their leases will expire",
+                            len(handback))
+            for d in handback:
+                self.held.pop(d.id, None)

@@ -1,0 +1,89 @@
+"""Background upkeep of a running dispatcher, each on its own period.
+
+- endpoints: reload every few seconds (enable/disable/add take effect soon);
+- leases: extend those of every delivery still held (in flight, or finished
+  and waiting to be recorded), well before they expire;
+- rescue: expired leases of dead or frozen dispatchers back to pending;
+- retention: purge old finished rows in small batches.
+
+Each step tolerates a database outage: it is skipped and tried next period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import psycopg
+
+from dispatcher.db import Database, DatabaseDown
+from dispatcher.engine import Engine
+
+log = logging.getLogger("dispatcher.maintenance")
+ENDPOINT_REFRESH = 5.0
+RETENTION_PERIOD = 60.0
+
+
+class Maintenance:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.db = Database(engine.config.dsn, engine.health)
+        lease = engine.config.lease
+        self.periods: list[tuple[float, Callable[[], Awaitable[None]]]] = [
+            (ENDPOINT_REFRESH, self.refresh_endpoints),
+            (max(0.5, lease / 3), self.extend_leases),
+            (max(0.5, min(lease / 2, 10.0)), self.rescue),
+        ]
+        if engine.config.retention.total_seconds() > 0:
+            self.periods.append((RETENTION_PERIOD, self.purge))
+
+    async def refresh_endpoints(self) -> None:
+        rows = await self.db.fetch("load_endpoints")
+        self.engine.registry.load(rows)
+        self.engine.metrics.known_endpoints(self.engine.registry.names())
+
+    async def extend_leases(self) -> None:
+        held = dict(self.engine.held)
+        if held:
+            await self.db.fetch("extend_leases", {
+                "ids": list(held), "tokens": list(held.values()),
+                "lease_seconds": self.engine._lease_seconds()})
+
+    async def rescue(self) -> None:
+        rows = await self.db.fetch("rescue_expired")
+        if rows:
+            log.warning("%d deliveries had expired leases and are pending again", len(rows))
+            self.engine.wake.set()
+
+    async def purge(self) -> None:
+        from outbox.admin import purge  # the same code as `outbox purge`
+
+        def work() -> None:
+            with psycopg.connect(self.engine.config.dsn, autocommit=True,
+                                 connect_timeout=5) as conn:
+                result = purge(conn, self.engine.config.retention)
+            if result.deliveries or result.events:
+                log.info("retention purged %d deliveries and %d events",
+                         result.deliveries, result.events)
+        try:
+            await asyncio.to_thread(work)
+        except psycopg.OperationalError as exc:
+            raise DatabaseDown(str(exc)) from exc
+
+    async def run(self) -> None:
+        """Run each step on its period until cancelled."""
+        due = [time.monotonic() + period for period, _ in self.periods]
+        while True:
+            now = time.monotonic()
+            for i, (period, step) in enumerate(self.periods):
+                if now >= due[i]:
+                    due[i] = now + period
+                    try:
+                        await step()
+                    except DatabaseDown:
+                        pass
+                    except psycopg.Error:
+                        log.exception("maintenance step %s failed", step.__name__)
+            await asyncio.sleep(max(0.05, min(due) - time.monotonic()))

@@ -1,0 +1,168 @@
+"""The outcome policy: one test per rule of the contract, attempts, Retry-After, last_error."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import pytest
+
+from dispatcher.backoff import next_attempt_delay
+from dispatcher.model import AttemptResult, Endpoint, ErrorKind
+from dispatcher.outcome import MAX_ERROR_LENGTH, Outcome, classify
+
+NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+ENDPOINT = Endpoint(id=1, name="e", url="http://127.0.0.1:9/", min_backoff=1.0, max_backoff=60.0)
+
+
+def status(code: int, body: str = "", **headers: str) -> AttemptResult:
+    """A response with a status."""
+    return AttemptResult(status=code, headers=headers, body_excerpt=body)
+
+
+def failure(kind: ErrorKind, error: str = "") -> AttemptResult:
+    """An attempt that got no status."""
+    return AttemptResult(error_kind=kind, error=error)
+
+
+def middle() -> float:
+    """Randomness without jitter."""
+    return 0.5
+
+
+@pytest.mark.parametrize(
+    ("result", "action", "reason"),
+    [
+        pytest.param(status(200), "delivered", None, id="200 delivered"),
+        pytest.param(status(204), "delivered", None, id="204 delivered"),
+        pytest.param(failure("timeout", "no answer after 10s"), "retry", "timeout", id="timeout"),
+        pytest.param(failure("connect", "connection refused"), "retry", "connect", id="connect"),
+        pytest.param(status(408), "retry", "http_4xx", id="408 retried"),
+        pytest.param(status(425), "retry", "http_4xx", id="425 retried"),
+        pytest.param(status(429), "retry", "http_4xx", id="429 retried"),
+        pytest.param(status(500), "retry", "http_5xx", id="500 retried"),
+        pytest.param(status(503), "retry", "http_5xx", id="503 retried"),
+        pytest.param(status(301), "dead", "other", id="301 not followed"),
+        pytest.param(status(307), "dead", "other", id="307 not followed"),
+        pytest.param(status(400), "dead", "http_4xx", id="400 permanent"),
+        pytest.param(status(404), "dead", "http_4xx", id="404 permanent"),
+        pytest.param(status(410), "dead", "http_4xx", id="410 gone"),
+        pytest.param(failure("blocked", "10.0.0.5 is private"), "dead", "connect", id="blocked"),
+        pytest.param(status(101), "retry", "other", id="1xx odd"),
+        pytest.param(status(600), "retry", "other", id="600 odd"),
+        pytest.param(failure("other", "malformed response"), "retry", "other", id="other error"),
+        pytest.param(AttemptResult(), "retry", "other", id="nothing at all"),
+    ],
+)
+def test_contract_rule(result: AttemptResult, action: str, reason: str | None) -> None:
+    """Each rule of the contract's delivery list gives its action and metric reason."""
+    outcome = classify(result, 1, 10, NOW)
+    assert (outcome.action, outcome.reason) == (action, reason)
+    assert outcome.last_status == result.status
+    assert outcome.disable_endpoint == (result.status == 410)
+    assert (outcome.last_error is None) == (action == "delivered")
+
+
+def test_success_has_no_error() -> None:
+    """A 2xx is delivered with its status and nothing else."""
+    assert classify(status(200), 3, 3, NOW) == Outcome("delivered", last_status=200)
+
+
+@pytest.mark.parametrize("result", [status(503, "busy"), failure("timeout", "after 10s")])
+def test_retryable_failure_on_the_last_attempt_is_dead(result: AttemptResult) -> None:
+    """When the attempts run out a retryable failure is dead-lettered, keeping its error."""
+    last = classify(result, 10, 10, NOW)
+    earlier = classify(result, 9, 10, NOW)
+    assert (earlier.action, last.action) == ("retry", "dead")
+    assert last.reason == earlier.reason
+    assert last.last_error == earlier.last_error
+    assert last.last_status == result.status
+
+
+def test_last_error_describes_the_answer() -> None:
+    """last_error names the status and shows the start of the body."""
+    assert classify(status(503, "down for maintenance"), 1, 5, NOW).last_error == (
+        "HTTP 503: down for maintenance")
+    assert classify(status(404), 1, 5, NOW).last_error == "HTTP 404"
+
+
+def test_last_error_of_a_redirect_says_it_was_not_followed() -> None:
+    """A 3xx says redirects are not followed and where it pointed."""
+    outcome = classify(status(302, location="https://elsewhere.example/"), 1, 5, NOW)
+    assert outcome.last_error == (
+        "HTTP 302: redirects are not followed (location: https://elsewhere.example/)")
+
+
+def test_last_error_of_errors_before_a_status() -> None:
+    """Timeouts and blocked addresses say so plainly."""
+    assert classify(failure("timeout", "no answer after 10s"), 1, 5, NOW).last_error == (
+        "timeout: no answer after 10s")
+    blocked = classify(failure("blocked", "10.0.0.5 is in a private network"), 1, 5, NOW)
+    assert blocked.last_error is not None
+    assert "--block-private-networks" in blocked.last_error
+    assert "10.0.0.5" in blocked.last_error
+
+
+def test_last_error_drops_control_characters() -> None:
+    """Newlines, escapes and bidi overrides from the body do not reach last_error."""
+    body = "line one\r\n\x1b[31mred\x1b[0m\ttab\u202eevil\x00"
+    error = classify(status(500, body), 1, 5, NOW).last_error
+    assert error == "HTTP 500: line one [31mred [0m tab evil"
+
+
+def test_last_error_is_capped() -> None:
+    """A long error page is cut to a bounded last_error."""
+    error = classify(status(500, "x" * 5000), 1, 5, NOW).last_error
+    assert error is not None
+    assert len(error) == MAX_ERROR_LENGTH
+    assert error.endswith("…")
+
+
+def test_last_error_masks_secrets_echoed_by_the_receiver() -> None:
+    """A body echoing the signature, a secret or a bearer token has them masked."""
+    signature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+    body = (f"bad signature {signature} for whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw "
+            "with Authorization: Bearer abcdef123456.xyz")
+    error = classify(status(401, body), 1, 5, NOW).last_error
+    assert error is not None
+    for secret in ("g0hM9SsE", "MfKQ9r8G", "abcdef123456"):
+        assert secret not in error
+    assert error.startswith("HTTP 401: bad signature [redacted]")
+
+
+def test_retry_after_in_seconds() -> None:
+    """A 429 with Retry-After in seconds carries that delay."""
+    outcome = classify(status(429, **{"retry-after": "30"}), 1, 5, NOW)
+    assert outcome.retry_after == 30.0
+    assert next_attempt_delay(1, ENDPOINT, outcome.retry_after, middle) == 30.0
+
+
+def test_retry_after_as_http_date() -> None:
+    """A 503 with an HTTP-date Retry-After waits until that date."""
+    when = format_datetime(NOW + timedelta(seconds=90), usegmt=True)
+    assert classify(status(503, **{"retry-after": when}), 1, 5, NOW).retry_after == 90.0
+
+
+def test_invalid_retry_after_falls_back_to_the_schedule() -> None:
+    """An unreadable Retry-After is ignored and the exponential schedule applies."""
+    outcome = classify(status(503, **{"retry-after": "later please"}), 2, 5, NOW)
+    assert outcome.retry_after is None
+    assert next_attempt_delay(2, ENDPOINT, outcome.retry_after, middle) == 2.0
+
+
+def test_retry_after_over_an_hour_is_clamped() -> None:
+    """A Retry-After of two hours waits one hour."""
+    outcome = classify(status(503, **{"retry-after": "7200"}), 1, 5, NOW)
+    assert next_attempt_delay(1, ENDPOINT, outcome.retry_after, middle) == 3600.0
+
+
+def test_retry_after_past_max_backoff_is_honoured() -> None:
+    """A Retry-After beyond the endpoint's max_backoff is obeyed."""
+    outcome = classify(status(429, **{"retry-after": "600"}), 1, 5, NOW)
+    assert next_attempt_delay(1, ENDPOINT, outcome.retry_after, middle) == 600.0
+
+
+def test_retry_after_is_ignored_when_the_delivery_is_dead() -> None:
+    """A permanent failure or the last attempt has no retry delay."""
+    assert classify(status(400, **{"retry-after": "5"}), 1, 5, NOW).retry_after is None
+    assert classify(status(503, **{"retry-after": "5"}), 5, 5, NOW).retry_after is None
