@@ -1,0 +1,209 @@
+"""The dispatcher's Prometheus metrics, named, typed and labelled as the contract says.
+
+Users' dashboards and alert rules depend on these names, so they are spelled
+out once here and nowhere else. Two kinds of numbers:
+
+- Events the delivery loop reports as they happen (attempts, deliveries,
+  failures, dead letters): counters and histograms, updated in memory.
+- The backlog (``outbox_pending``, ``outbox_oldest_pending_seconds``): a
+  property of the database, not of this process. A custom collector reports
+  it from a snapshot that :meth:`Metrics.refresh_backlog` takes with one cheap
+  query just before each scrape, so the dispatch loop never pays for it. A
+  snapshot older than ``stale_after`` is no longer reported: a frozen number
+  would tell a dashboard the backlog stands still when nobody measured it.
+
+Each :class:`Metrics` owns its :class:`~prometheus_client.CollectorRegistry`
+(never the process-global one), so tests and embedders can make many.
+Labels are endpoint names and failure reasons only: bounded by configuration,
+never an event id. The ``*_created`` series prometheus_client adds to
+counters and histograms by default are left out, to keep exactly the
+contract's names.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
+from psycopg.rows import tuple_row
+
+from outbox.sql import queries
+
+REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")
+"""The values of the ``reason`` label; anything else is counted as ``other``."""
+
+# One HTTP attempt: a local webhook answers in milliseconds, a slow one runs
+# into its timeout (10 s by default); +Inf catches longer timeouts.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Commit to delivered: milliseconds when all is well, hours when an endpoint
+# was down and retries with backoff caught up later.
+LAG_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogRow:
+    """One endpoint's backlog as the database measured it."""
+
+    endpoint: str
+    pending: int
+    oldest_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    rows: tuple[BacklogRow, ...]
+    taken_at: float  # on the injected monotonic clock
+
+
+class _Instruments:
+    """Collects the counters and histograms, minus their ``*_created`` samples."""
+
+    def __init__(self, instruments: Iterable[MetricWrapperBase]) -> None:
+        self._instruments = tuple(instruments)
+
+    def describe(self) -> Iterable[Metric]:
+        for instrument in self._instruments:
+            yield from instrument.describe()
+
+    def collect(self) -> Iterable[Metric]:
+        for instrument in self._instruments:
+            for family in instrument.collect():
+                # collect() builds fresh Metric objects, so filtering in place is safe.
+                family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+                yield family
+
+
+class _Backlog:
+    """Reports the backlog gauges from the latest snapshot, at scrape time."""
+
+    def __init__(self, owner: Metrics) -> None:
+        self._owner = owner
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(())
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families(self._owner.backlog())
+
+    @staticmethod
+    def _families(rows: Iterable[BacklogRow]) -> list[Metric]:
+        pending = GaugeMetricFamily(
+            "outbox_pending", "Deliveries waiting to be sent (state pending), per endpoint.",
+            labels=["endpoint"])
+        oldest = GaugeMetricFamily(
+            "outbox_oldest_pending_seconds",
+            "Age of the oldest waiting delivery per endpoint, on the database clock; 0 if none.",
+            labels=["endpoint"])
+        for row in rows:
+            pending.add_metric([row.endpoint], float(row.pending))
+            oldest.add_metric([row.endpoint], row.oldest_seconds)
+        return [pending, oldest]
+
+
+class Metrics:
+    """The dispatcher's metrics in a registry of their own; the loop calls the verbs."""
+
+    def __init__(self, *, stale_after: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = CollectorRegistry()
+        self._stale_after = stale_after
+        self._clock = clock
+        self._snapshot: _Snapshot | None = None
+        self._delivered = Counter(
+            "outbox_delivered_total", "Deliveries that succeeded (2xx), per endpoint.",
+            ["endpoint"], registry=None)
+        self._failures = Counter(
+            "outbox_delivery_failures_total",
+            "Failed delivery attempts, retried or not, per endpoint and reason.",
+            ["endpoint", "reason"], registry=None)
+        self._dead = Counter(
+            "outbox_dead_letters_total", "Deliveries dead-lettered, per endpoint.",
+            ["endpoint"], registry=None)
+        self._duration = Histogram(
+            "outbox_delivery_duration_seconds", "Duration of one HTTP delivery attempt.",
+            ["endpoint"], buckets=DURATION_BUCKETS, registry=None)
+        self._lag = Histogram(
+            "outbox_delivery_lag_seconds",
+            "Time from the event's commit to its successful delivery.",
+            ["endpoint"], buckets=LAG_BUCKETS, registry=None)
+        self.registry.register(_Instruments(
+            (self._delivered, self._failures, self._dead, self._duration, self._lag)))
+        self.registry.register(_Backlog(self))
+
+    # -- what the delivery loop reports -------------------------------------
+
+    def attempt(self, endpoint: str, duration: float) -> None:
+        """One HTTP attempt took ``duration`` seconds, whatever its outcome."""
+        self._duration.labels(endpoint).observe(max(duration, 0.0))
+
+    def delivered(self, endpoint: str, lag: float) -> None:
+        """One event reached the endpoint, ``lag`` seconds after its commit."""
+        self._delivered.labels(endpoint).inc()
+        self._lag.labels(endpoint).observe(max(lag, 0.0))
+
+    def failed(self, endpoint: str, reason: str) -> None:
+        """One attempt failed; an unknown reason counts as ``other`` (labels stay bounded)."""
+        self._failures.labels(endpoint, reason if reason in REASONS else "other").inc()
+
+    def dead(self, endpoint: str) -> None:
+        """One delivery was dead-lettered."""
+        self._dead.labels(endpoint).inc()
+
+    def known_endpoints(self, names: Iterable[str]) -> None:
+        """Create every series of these endpoints at 0, so that rate() works from the start.
+
+        Series of endpoints that disappear are kept until the process ends, as
+        Prometheus client libraries do; endpoints change rarely.
+        """
+        for name in names:
+            self._delivered.labels(name)
+            self._dead.labels(name)
+            self._duration.labels(name)
+            self._lag.labels(name)
+            for reason in REASONS:
+                self._failures.labels(name, reason)
+
+    # -- the backlog, measured at scrape time --------------------------------
+
+    async def refresh_backlog(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Measure the backlog with one query (``backlog`` in metrics.sql) and keep it.
+
+        Runs in a transaction of its own, so that a connection that is not in
+        autocommit mode is not left idle in a transaction holding a snapshot.
+        """
+        async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(queries["backlog"])
+            rows = await cur.fetchall()
+        self.record_backlog(BacklogRow(str(name), int(pending), float(oldest))
+                            for name, pending, oldest in rows)
+
+    def record_backlog(self, rows: Iterable[BacklogRow]) -> None:
+        """Keep a backlog measurement for the next scrapes (until it grows stale)."""
+        self._snapshot = _Snapshot(tuple(rows), self._clock())
+
+    def backlog_age(self) -> float | None:
+        """Seconds since the backlog was last measured; None if never."""
+        if self._snapshot is None:
+            return None
+        return self._clock() - self._snapshot.taken_at
+
+    def backlog(self) -> tuple[BacklogRow, ...]:
+        """The backlog to report now: the latest snapshot, or nothing once it is stale."""
+        age = self.backlog_age()
+        if self._snapshot is None or age is None or age > self._stale_after:
+            return ()
+        return self._snapshot.rows
+
+    def render(self) -> bytes:
+        """Everything in the Prometheus text format."""
+        return generate_latest(self.registry)

@@ -1,0 +1,305 @@
+"""The metrics and health server against a real PostgreSQL and real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import httpx
+import psycopg
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
+
+import outbox
+from dispatcher.metrics import BacklogRow, Metrics
+from dispatcher.server import Connector, HealthServer, dsn_connector
+from outbox.sql import queries
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def closed_port_dsn() -> str:
+    """A DSN pointing at a port nobody listens on: the database is down."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"postgresql://outbox@127.0.0.1:{port}/outbox?connect_timeout=2"
+
+
+def add_endpoint(conn: psycopg.Connection[Any], name: str, like: str = "%") -> int:
+    row = conn.execute(
+        "INSERT INTO outbox.endpoints (name, url, events, events_like)"
+        " VALUES (%s, 'http://127.0.0.1:9/', ARRAY[%s], ARRAY[%s]) RETURNING id",
+        (name, like.replace("%", "*"), like)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def gauge(text: str, name: str, endpoint: str) -> float | None:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == {"endpoint": endpoint}:
+                return float(sample.value)
+    return None
+
+
+@asynccontextmanager
+async def serving(metrics: Metrics | None = None, *, alive: Callable[[], bool] = lambda: True,
+                  ready: Callable[[], bool] = lambda: True, connect: Connector | None = None,
+                  scrape_timeout: float = 2.0) -> AsyncIterator[httpx.AsyncClient]:
+    """A started HealthServer on 127.0.0.1 (port 0) and an httpx client aimed at it."""
+    server = HealthServer(metrics or Metrics(), is_alive=alive, is_ready=ready,
+                          connect=connect, host="127.0.0.1", port=0,
+                          scrape_timeout=scrape_timeout)
+    async with server, httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}",
+                                         trust_env=False, timeout=10) as client:
+        yield client
+
+
+def test_backlog_query_counts_pending_per_live_endpoint(dsn: str,
+                                                        conn: psycopg.Connection[Any]) -> None:
+    """refresh_backlog reports each live endpoint's pending count and oldest age; 0 when idle."""
+    busy = add_endpoint(conn, "busy", "mail.%")
+    add_endpoint(conn, "idle", "order.%")
+    gone = add_endpoint(conn, "gone")
+    for i in range(3):
+        outbox.publish(conn, "mail.received", {"n": i})
+    conn.execute("UPDATE outbox.endpoints SET removed_at = now() WHERE id = %s", (gone,))
+    # One of busy's deliveries is done (not pending), another has waited an hour.
+    conn.execute("UPDATE outbox.deliveries SET state = 'delivered', finished_at = now()"
+                 " WHERE id = (SELECT min(id) FROM outbox.deliveries WHERE endpoint_id = %s)",
+                 (busy,))
+    conn.execute("UPDATE outbox.deliveries SET created_at = clock_timestamp() - interval '1 hour'"
+                 " WHERE id = (SELECT max(id) FROM outbox.deliveries WHERE endpoint_id = %s)",
+                 (busy,))
+    conn.commit()
+
+    async def measure() -> tuple[BacklogRow, ...]:
+        metrics = Metrics()
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            await metrics.refresh_backlog(aconn)
+            assert aconn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        return metrics.backlog()
+
+    rows = {row.endpoint: row for row in run(measure())}
+    assert set(rows) == {"busy", "idle"}
+    assert rows["busy"].pending == 2
+    assert 3600 <= rows["busy"].oldest_seconds < 3600 + 300
+    assert rows["idle"] == BacklogRow("idle", 0, 0.0)
+
+
+def test_backlog_query_can_use_the_pending_index(conn: psycopg.Connection[Any]) -> None:
+    """The backlog query's filter matches the partial index deliveries_pending."""
+    add_endpoint(conn, "a")
+    conn.execute("SET enable_seqscan = off")
+    plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + queries["backlog"]))
+    assert "deliveries_pending" in plan
+
+
+def test_scrape_shows_every_metric_and_the_live_backlog(dsn: str,
+                                                        conn: psycopg.Connection[Any]) -> None:
+    """GET /metrics refreshes the backlog from the database and serves every contract metric."""
+    add_endpoint(conn, "workflow")
+    outbox.publish(conn, "mail.received", {"n": 1})
+    outbox.publish(conn, "mail.received", {"n": 2})
+    conn.commit()
+    metrics = Metrics()
+    metrics.known_endpoints(["workflow"])
+    metrics.attempt("workflow", 0.02)
+    metrics.delivered("workflow", 0.5)
+
+    async def scrape() -> httpx.Response:
+        async with serving(metrics, connect=dsn_connector(dsn)) as client:
+            return await client.get("/metrics")
+
+    response = run(scrape())
+    assert response.status_code == 200
+    assert response.headers["content-type"] == CONTENT_TYPE_LATEST
+    text = response.text
+    assert gauge(text, "outbox_pending", "workflow") == 2
+    oldest = gauge(text, "outbox_oldest_pending_seconds", "workflow")
+    assert oldest is not None
+    assert oldest >= 0
+    assert gauge(text, "outbox_delivered_total", "workflow") == 1
+    for name, kind in [("outbox_delivered_total", "counter"),
+                       ("outbox_delivery_failures_total", "counter"),
+                       ("outbox_dead_letters_total", "counter"),
+                       ("outbox_pending", "gauge"),
+                       ("outbox_oldest_pending_seconds", "gauge"),
+                       ("outbox_delivery_duration_seconds", "histogram"),
+                       ("outbox_delivery_lag_seconds", "histogram")]:
+        assert f"# TYPE {name} {kind}\n" in text, name
+    assert 'outbox_delivery_failures_total{endpoint="workflow",reason="http_4xx"} 0.0' in text
+
+
+def test_scrape_answers_while_the_database_is_down() -> None:
+    """With the database unreachable /metrics still answers 200 with the counters."""
+    metrics = Metrics()
+    metrics.dead("workflow")
+
+    async def scrape() -> list[httpx.Response]:
+        async with serving(metrics, connect=dsn_connector(closed_port_dsn())) as client:
+            return [await client.get("/metrics"), await client.get("/metrics")]
+
+    for response in run(scrape()):
+        assert response.status_code == 200
+        assert gauge(response.text, "outbox_dead_letters_total", "workflow") == 1
+        assert "# TYPE outbox_pending gauge" in response.text
+        assert "outbox_pending{" not in response.text
+
+
+def test_scrape_answers_when_the_database_hangs() -> None:
+    """A refresh that does not finish in scrape_timeout is abandoned; the last snapshot stays."""
+    clock = [100.0]
+    metrics = Metrics(clock=lambda: clock[0])
+    metrics.record_backlog([BacklogRow("workflow", 7, 3.0)])
+    clock[0] += 10.0  # old enough to be measured again, not yet stale
+    entered = []
+
+    @asynccontextmanager
+    async def hanging() -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        entered.append(True)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+        yield  # pragma: no cover
+
+    async def scrape() -> httpx.Response:
+        async with serving(metrics, connect=hanging, scrape_timeout=0.2) as client:
+            return await client.get("/metrics")
+
+    response = run(scrape())
+    assert entered == [True]
+    assert response.status_code == 200
+    assert gauge(response.text, "outbox_pending", "workflow") == 7
+
+
+def test_scrape_answers_when_the_server_never_speaks() -> None:
+    """A database port that accepts but never answers cannot hold a scrape past its timeout."""
+    metrics = Metrics()
+    metrics.delivered("workflow", 0.1)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+
+        async def scrape() -> httpx.Response:
+            connect = dsn_connector(f"postgresql://outbox@127.0.0.1:{port}/outbox")
+            async with serving(metrics, connect=connect, scrape_timeout=0.3) as client:
+                return await client.get("/metrics")
+
+        response = run(scrape())
+    assert response.status_code == 200
+    assert gauge(response.text, "outbox_delivered_total", "workflow") == 1
+
+
+def test_health_endpoints_follow_the_callables() -> None:
+    """/healthz follows is_alive and /readyz follows is_ready: 200 when true, 503 when false."""
+    state = {"alive": True, "ready": False}
+
+    async def probe() -> list[tuple[str, int, str]]:
+        seen = []
+        async with serving(alive=lambda: state["alive"], ready=lambda: state["ready"]) as client:
+            for alive, ready in [(True, False), (True, True), (False, True)]:
+                state.update(alive=alive, ready=ready)
+                for path in ("/healthz", "/readyz"):
+                    response = await client.get(path)
+                    seen.append((path, response.status_code, response.text))
+        return seen
+
+    seen = run(probe())
+    assert [(p, s) for p, s, _ in seen] == [
+        ("/healthz", 200), ("/readyz", 503),
+        ("/healthz", 200), ("/readyz", 200),
+        ("/healthz", 503), ("/readyz", 200),
+    ]
+    assert seen[0][2] == "ok\n"
+    assert "database" in seen[1][2]
+
+
+def test_probe_that_raises_reports_not_healthy() -> None:
+    """A liveness or readiness callable that raises answers 503, never a crash or a 500."""
+    def broken() -> bool:
+        raise RuntimeError("boom")
+
+    async def probe() -> list[int]:
+        async with serving(alive=broken, ready=broken) as client:
+            return [(await client.get(p)).status_code for p in ("/healthz", "/readyz", "/healthz")]
+
+    assert run(probe()) == [503, 503, 503]
+
+
+def test_other_paths_methods_and_head() -> None:
+    """Unknown paths get 404, other methods 405, HEAD the headers without a body."""
+    async def probe() -> list[httpx.Response]:
+        async with serving() as client:
+            return [await client.get("/nope"), await client.post("/metrics", content=b"x"),
+                    await client.head("/healthz"), await client.head("/metrics"),
+                    await client.get("/healthz?verbose=1")]
+
+    missing, post, head, head_metrics, query = run(probe())
+    assert missing.status_code == 404
+    assert post.status_code == 405
+    assert post.headers["allow"] == "GET, HEAD"
+    assert head.status_code == 200
+    assert head.content == b""
+    assert head.headers["content-length"] == "3"
+    assert head_metrics.status_code == 200
+    assert head_metrics.content == b""
+    assert query.status_code == 200
+
+
+def test_malformed_request_and_idle_client_do_not_stall_the_server() -> None:
+    """A garbage request line gets 400, and stop() returns while a client sits idle."""
+    async def probe() -> bytes:
+        server = HealthServer(Metrics(), is_alive=lambda: True, is_ready=lambda: True,
+                              host="127.0.0.1", port=0)
+        await server.start()
+        idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", server.port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"NONSENSE\r\n\r\n")
+        answer = await reader.read()
+        writer.close()
+        await server.stop()
+        assert await idle_reader.read() == b""  # closed by stop(), never answered
+        idle_writer.close()
+        return answer
+
+    assert run(probe()).startswith(b"HTTP/1.1 400 ")
+
+
+def test_port_in_use_is_a_clear_error() -> None:
+    """Starting on a port that is taken raises OSError naming the address."""
+    async def clash() -> str:
+        first = HealthServer(Metrics(), is_alive=lambda: True, is_ready=lambda: True,
+                             host="127.0.0.1", port=0)
+        async with first:
+            second = HealthServer(Metrics(), is_alive=lambda: True, is_ready=lambda: True,
+                                  host="127.0.0.1", port=first.port)
+            try:
+                await second.start()
+            except OSError as exc:
+                return str(exc)
+        raise AssertionError("second server started on a busy port")
+
+    assert "cannot listen for metrics on 127.0.0.1:" in run(clash())
+
+
+
+def test_a_failing_render_answers_500_and_the_server_keeps_serving() -> None:
+    """An unexpected error while answering gives a 500 for that request only."""
+    class Broken(Metrics):
+        def render(self) -> bytes:
+            raise RuntimeError("bug")
+
+    async def probe() -> list[int]:
+        async with serving(Broken()) as client:
+            return [(await client.get(p)).status_code for p in ("/metrics", "/healthz")]
+
+    assert run(probe()) == [500, 200]

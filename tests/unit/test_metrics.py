@@ -1,0 +1,199 @@
+"""The dispatcher's metrics: the contract's names, types, labels and buckets, in memory."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from dispatcher.metrics import DURATION_BUCKETS, LAG_BUCKETS, REASONS, BacklogRow, Metrics
+
+# The table of the contract's "Metrics and health" section: name -> (type, labels).
+CONTRACT = {
+    "outbox_delivered_total": ("counter", {"endpoint"}),
+    "outbox_delivery_failures_total": ("counter", {"endpoint", "reason"}),
+    "outbox_dead_letters_total": ("counter", {"endpoint"}),
+    "outbox_pending": ("gauge", {"endpoint"}),
+    "outbox_oldest_pending_seconds": ("gauge", {"endpoint"}),
+    "outbox_delivery_duration_seconds": ("histogram", {"endpoint"}),
+    "outbox_delivery_lag_seconds": ("histogram", {"endpoint"}),
+}
+CONTRACT_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def type_lines(text: str) -> dict[str, str]:
+    """``# TYPE name type`` lines of an exposition, as {name: type}."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            found[name] = kind
+    return found
+
+
+def samples(metrics: Metrics) -> list[Sample]:
+    text = metrics.render().decode()
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def value(metrics: Metrics, name: str, **labels: str) -> float | None:
+    for sample in samples(metrics):
+        if sample.name == name and sample.labels == labels:
+            return float(sample.value)
+    return None
+
+
+def exercised() -> Metrics:
+    metrics = Metrics()
+    metrics.attempt("workflow", 0.012)
+    metrics.delivered("workflow", 0.3)
+    metrics.failed("workflow", "http_5xx")
+    metrics.dead("workflow")
+    metrics.record_backlog([BacklogRow("workflow", 3, 12.5)])
+    return metrics
+
+
+def test_every_contract_metric_has_its_type_line() -> None:
+    """/metrics text carries a TYPE line with the contract's type for each contract metric."""
+    types = type_lines(exercised().render().decode())
+    for name, (kind, _) in CONTRACT.items():
+        assert types.get(name) == kind, name
+
+
+def test_only_contract_names_are_exported() -> None:
+    """No other series names (such as *_created) appear beside the contract's."""
+    allowed = set()
+    for name, (kind, _) in CONTRACT.items():
+        allowed.add(name)
+        if kind == "histogram":
+            allowed |= {f"{name}_bucket", f"{name}_count", f"{name}_sum"}
+    names = {s.name for s in samples(exercised())}
+    assert names <= allowed
+    assert "outbox_delivered_created" not in exercised().render().decode()
+
+
+def test_labels_are_exactly_the_contract_labels() -> None:
+    """Each sample carries exactly the contract's labels (plus le on histogram buckets)."""
+    metrics = exercised()
+    seen = set()
+    for sample in samples(metrics):
+        base = sample.name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
+        name = base if base in CONTRACT else sample.name
+        expected = CONTRACT[name][1] | ({"le"} if sample.name.endswith("_bucket") else set())
+        assert set(sample.labels) == expected, sample
+        seen.add(name)
+    assert seen == set(CONTRACT)
+
+
+def test_verbs_count_what_they_say() -> None:
+    """attempt, delivered, failed and dead move their own series, per endpoint and reason."""
+    metrics = Metrics()
+    for _ in range(3):
+        metrics.delivered("a", 1.0)
+    metrics.failed("a", "timeout")
+    metrics.failed("a", "timeout")
+    metrics.failed("b", "connect")
+    metrics.dead("b")
+    metrics.attempt("a", 0.2)
+    assert value(metrics, "outbox_delivered_total", endpoint="a") == 3
+    assert value(metrics, "outbox_delivery_failures_total", endpoint="a", reason="timeout") == 2
+    assert value(metrics, "outbox_delivery_failures_total", endpoint="b", reason="connect") == 1
+    assert value(metrics, "outbox_dead_letters_total", endpoint="b") == 1
+    assert value(metrics, "outbox_delivery_duration_seconds_count", endpoint="a") == 1
+    assert value(metrics, "outbox_delivery_duration_seconds_sum", endpoint="a") == 0.2
+    assert value(metrics, "outbox_delivery_lag_seconds_count", endpoint="a") == 3
+
+
+def test_unknown_reason_counts_as_other() -> None:
+    """A reason outside the contract's five is counted as other, keeping labels bounded."""
+    metrics = Metrics()
+    metrics.failed("a", "tls-handshake-weirdness")
+    assert value(metrics, "outbox_delivery_failures_total", endpoint="a", reason="other") == 1
+    reasons = {s.labels.get("reason") for s in samples(metrics) if "reason" in s.labels}
+    assert reasons == {"other"}
+    assert set(REASONS) == set(CONTRACT_REASONS)
+
+
+def test_known_endpoints_start_every_series_at_zero() -> None:
+    """known_endpoints makes counters of every reason and histograms show 0 before any event."""
+    metrics = Metrics()
+    metrics.known_endpoints(["a", "b"])
+    for endpoint in ("a", "b"):
+        assert value(metrics, "outbox_delivered_total", endpoint=endpoint) == 0
+        assert value(metrics, "outbox_dead_letters_total", endpoint=endpoint) == 0
+        for reason in CONTRACT_REASONS:
+            assert value(metrics, "outbox_delivery_failures_total",
+                         endpoint=endpoint, reason=reason) == 0
+        assert value(metrics, "outbox_delivery_duration_seconds_count", endpoint=endpoint) == 0
+        assert value(metrics, "outbox_delivery_lag_seconds_count", endpoint=endpoint) == 0
+
+
+def test_duration_buckets_span_milliseconds_to_thirty_seconds() -> None:
+    """One attempt's histogram has buckets from 5 ms to 30 s, and observations land in them."""
+    assert DURATION_BUCKETS[0] == 0.005
+    assert DURATION_BUCKETS[-1] == 30.0
+    metrics = Metrics()
+    metrics.attempt("a", 0.004)
+    metrics.attempt("a", 0.7)
+    metrics.attempt("a", 45.0)
+    bucket = "outbox_delivery_duration_seconds_bucket"
+    assert value(metrics, bucket, endpoint="a", le="0.005") == 1
+    assert value(metrics, bucket, endpoint="a", le="1.0") == 2
+    assert value(metrics, bucket, endpoint="a", le="30.0") == 2
+    assert value(metrics, bucket, endpoint="a", le="+Inf") == 3
+
+
+def test_lag_buckets_span_milliseconds_to_hours() -> None:
+    """The commit-to-delivered histogram reaches from ~5 ms to at least several hours."""
+    assert LAG_BUCKETS[0] <= 0.005
+    assert LAG_BUCKETS[-1] >= 4 * 3600
+    assert list(LAG_BUCKETS) == sorted(LAG_BUCKETS)
+    metrics = Metrics()
+    metrics.delivered("a", 2 * 3600.0)
+    bucket = "outbox_delivery_lag_seconds_bucket"
+    assert value(metrics, bucket, endpoint="a", le="3600.0") == 0
+    assert value(metrics, bucket, endpoint="a", le="7200.0") == 1
+
+
+def test_backlog_gauges_report_the_snapshot() -> None:
+    """The backlog gauges show the latest snapshot, zeros included, and nothing before one."""
+    metrics = Metrics()
+    assert value(metrics, "outbox_pending", endpoint="a") is None
+    metrics.record_backlog([BacklogRow("a", 5, 61.5), BacklogRow("b", 0, 0.0)])
+    assert value(metrics, "outbox_pending", endpoint="a") == 5
+    assert value(metrics, "outbox_oldest_pending_seconds", endpoint="a") == 61.5
+    assert value(metrics, "outbox_pending", endpoint="b") == 0
+    assert value(metrics, "outbox_oldest_pending_seconds", endpoint="b") == 0
+    metrics.record_backlog([BacklogRow("b", 1, 2.0)])
+    assert value(metrics, "outbox_pending", endpoint="a") is None
+    assert value(metrics, "outbox_pending", endpoint="b") == 1
+
+
+def test_stale_backlog_is_no_longer_reported() -> None:
+    """A snapshot older than stale_after disappears instead of freezing the gauges."""
+    clock = FakeClock()
+    metrics = Metrics(stale_after=60.0, clock=clock)
+    metrics.record_backlog([BacklogRow("a", 5, 1.0)])
+    clock.now += 59.0
+    assert metrics.backlog_age() == 59.0
+    assert value(metrics, "outbox_pending", endpoint="a") == 5
+    clock.now += 2.0
+    assert value(metrics, "outbox_pending", endpoint="a") is None
+    assert "# TYPE outbox_pending gauge" in metrics.render().decode()
+
+
+def test_each_metrics_object_has_its_own_registry() -> None:
+    """Two Metrics objects count separately (no process-global registry)."""
+    first, second = Metrics(), Metrics()
+    first.dead("a")
+    assert value(first, "outbox_dead_letters_total", endpoint="a") == 1
+    assert value(second, "outbox_dead_letters_total", endpoint="a") is None
