@@ -5,7 +5,11 @@
     OutboxError                     anything raised on purpose by this package
     ├── InvalidEvent (ValueError)   bad type, payload, key, headers, delay...
     ├── PayloadTooLarge             serialized payload over the limit
-    └── SchemaMissing               the outbox schema is not in the database
+    ├── SchemaMissing               the outbox schema is not in the database
+    ├── InvalidEndpoint (ValueError)  bad endpoint name, URL, pattern, secret, option
+    │   └── EndpointExists          a live endpoint already has that name
+    ├── EndpointNotFound (LookupError)  no live endpoint has that name
+    └── EndpointBusy                removal refused: undelivered deliveries remain
 
 Input errors are raised before any SQL runs, so the caller's transaction is
 untouched and can still commit its other work. Driver errors raised while
@@ -35,3 +39,52 @@ class PayloadTooLarge(OutboxError):
 
 class SchemaMissing(OutboxError):
     """The ``outbox`` schema is missing: run ``outbox migrate`` first."""
+
+
+class InvalidEndpoint(OutboxError, ValueError):
+    """An endpoint definition cannot be used as given.
+
+    ``field`` names the offending option as spelled in a sync file
+    (``max_attempts``), or is None when the problem is not one option's;
+    ``problem`` is the message without that name, so that the command line
+    can say ``--max-attempts ...`` and a sync file ``endpoints.x.max_attempts ...``.
+    Messages never repeat a secret's value.
+    """
+
+    def __init__(self, problem: str, field: str | None = None) -> None:
+        super().__init__(f"{field} {problem}" if field else problem)
+        self.field = field
+        self.problem = problem
+
+
+class EndpointExists(InvalidEndpoint):
+    """``endpoints add`` was given a name that a live endpoint already has."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"an endpoint named {name!r} already exists; change it with "
+                         "`outbox endpoints sync` or remove it first")
+        self.name = name
+
+
+class EndpointNotFound(OutboxError, LookupError):
+    """No live (not removed) endpoint has this name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no endpoint named {name}")
+        self.name = name
+
+
+class EndpointBusy(OutboxError):
+    """Removal refused: the endpoints still have undelivered deliveries.
+
+    ``undelivered`` maps each endpoint name to its count of pending and
+    in-flight deliveries; ``--force`` turns them into dead letters instead.
+    """
+
+    def __init__(self, undelivered: dict[str, int]) -> None:
+        parts = ", ".join(f"endpoint {name!r} ({count} undelivered "
+                          f"{'delivery' if count == 1 else 'deliveries'})"
+                          for name, count in sorted(undelivered.items()))
+        super().__init__(f"refusing to remove {parts}: pending or in flight; use --force "
+                         "to make them dead letters and remove anyway")
+        self.undelivered = dict(undelivered)

@@ -1,18 +1,216 @@
-"""``outbox endpoints``: not written yet."""
+"""``outbox endpoints``: add, list, enable, disable, remove, rotate-secret, sync.
+
+Input is checked completely (an :class:`~outbox.endpoints.EndpointSpec`, a
+parsed sync file) before the database is touched, and every change commits
+once at the end, so a refused command has written nothing. Options are read
+as text and converted here rather than by argparse, so that a bad value gets
+one clear line and exit 2 instead of a usage dump.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from datetime import timedelta
 from typing import Any
 
+from outbox import _endpoint_store as store
 from outbox._cli import common
+from outbox._endpoint_checks import check_secret
+from outbox._endpoint_sync import load_sync_file
+from outbox.durations import parse_duration
+from outbox.endpoints import EndpointSpec, generate_secret, parse_header, signing_label
+from outbox.errors import InvalidEndpoint
+
+_MAX_OVERLAP = timedelta(days=365)
+# Options of `add` that map one to one onto EndpointSpec fields.
+_SCALAR_OPTIONS = ("url", "secret", "max_attempts", "timeout", "min_backoff", "max_backoff",
+                   "max_in_flight", "rate_limit", "max_batch", "format")
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("endpoints", help="(not yet available)")
+    parser = sub.add_parser("endpoints", help="define the endpoints events are delivered to")
     common.add_dsn_option(parser)
-    parser.set_defaults(func=run)
+    commands = parser.add_subparsers(dest="endpoints_command", metavar="SUBCOMMAND")
+    commands.required = True
+
+    add = _command(commands, "add", _add, "add an endpoint")
+    add.add_argument("name", metavar="NAME")
+    add.add_argument("--url", required=True, help="http:// or https:// address to POST to")
+    add.add_argument("--events", action="append", metavar="PATTERN",
+                     help="event type glob such as 'mail.*' (repeatable; default '*')")
+    add.add_argument("--secret", help="whsec_<base64>, or env:NAME read by the dispatcher")
+    add.add_argument("--max-attempts", metavar="N", help="default 10")
+    add.add_argument("--timeout", metavar="SECONDS", help="per attempt; default 10")
+    add.add_argument("--min-backoff", metavar="SECONDS", help="default 1")
+    add.add_argument("--max-backoff", metavar="SECONDS", help="default 600")
+    add.add_argument("--max-in-flight", metavar="N", help="concurrent requests; default 16")
+    add.add_argument("--rate-limit", metavar="PER_SECOND", help="default: no limit")
+    add.add_argument("--max-batch", metavar="N", help="events per request; default 1")
+    add.add_argument("--format", metavar="standard-webhooks|cloudevents",
+                     help="default standard-webhooks")
+    add.add_argument("--header", action="append", metavar="NAME:VALUE",
+                     help="extra request header (repeatable)")
+
+    listing = _command(commands, "list", _list, "show endpoints (never their secrets)")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    for name, func, text in (("enable", _enable, "resume deliveries to an endpoint"),
+                             ("disable", _disable, "hold deliveries to an endpoint")):
+        _command(commands, name, func, text).add_argument("name", metavar="NAME")
+    remove = _command(commands, "remove", _remove, "remove an endpoint")
+    remove.add_argument("name", metavar="NAME")
+    remove.add_argument("--force", action="store_true",
+                        help="dead-letter its undelivered deliveries")
+    rotate = _command(commands, "rotate-secret", _rotate, "install a new signing secret")
+    rotate.add_argument("name", metavar="NAME")
+    rotate.add_argument("--secret", help="the new secret (default: generate and print one)")
+    rotate.add_argument("--overlap", metavar="DURATION", default="24h",
+                        help="how long the old secret keeps signing (default 24h)")
+    sync = _command(commands, "sync", _sync, "make the endpoints exactly those of a TOML file")
+    sync.add_argument("file", metavar="FILE.toml")
+    sync.add_argument("--force", action="store_true",
+                      help="remove endpoints even with undelivered deliveries")
 
 
-def run(args: argparse.Namespace) -> int:
-    raise common.CommandFailed("outbox endpoints is not available yet")
+def _command(commands: Any, name: str, func: Any, text: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(name, help=text, description=text)
+    common.add_dsn_option(parser)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def _usage(exc: InvalidEndpoint) -> common.UsageError:
+    """The message, with the option named as on the command line (--max-attempts)."""
+    if exc.field is None or exc.field == "name":
+        return common.UsageError(str(exc))
+    option = "--events" if exc.field == "events" else "--" + exc.field.replace("_", "-")
+    if exc.field == "headers":
+        option = "--header"
+    return common.UsageError(f"{option} {exc.problem}")
+
+
+def _add(args: argparse.Namespace) -> int:
+    options: dict[str, object] = {
+        key: getattr(args, key) for key in _SCALAR_OPTIONS if getattr(args, key) is not None
+    }
+    try:
+        if args.events:
+            options["events"] = [p for arg in args.events for p in arg.split(",")]
+        headers: dict[str, str] = {}
+        for text in args.header or ():
+            name, value = parse_header(text)
+            if name.lower() in (known.lower() for known in headers):
+                raise InvalidEndpoint(f"{name!r} is given twice", "headers")
+            headers[name] = value
+        options["headers"] = headers
+        spec = EndpointSpec.from_options(args.name, options)
+        with common.connect(args) as conn:
+            store.add_endpoint(conn, spec)
+    except InvalidEndpoint as exc:
+        raise _usage(exc) from None
+    signing = signing_label(spec.secret) or "unsigned"
+    print(f"added endpoint {spec.name}: {spec.url} for {', '.join(spec.events)} ({signing})")
+    return common.EXIT_OK
+
+
+def _list(args: argparse.Namespace) -> int:
+    with common.connect(args) as conn:
+        endpoints = store.list_endpoints(conn)
+    if args.json:
+        common.print_json([_as_json(e) for e in endpoints])
+        return common.EXIT_OK
+    rows = []
+    for e in endpoints:
+        c = e.columns
+        state = "yes" if e.enabled else f"no ({e.disabled_reason})" if e.disabled_reason else "no"
+        rows.append((c["name"], state, c["url"], ",".join(c["events"]),
+                     signing_label(c["secret"]) or "-", c["format"]))
+    common.print_table(("name", "enabled", "url", "events", "signing", "format"), rows)
+    return common.EXIT_OK
+
+
+def _as_json(e: store.StoredEndpoint) -> dict[str, Any]:
+    """Every option of an endpoint; the secret reduced to its kind, header values hidden."""
+    c = e.columns
+    rotation_ends = max((str(p.get("expires_at")) for p in e.previous_secrets), default=None)
+    return {
+        "name": c["name"], "url": c["url"], "events": c["events"],
+        "signing": signing_label(c["secret"]), "signing_previous_until": rotation_ends,
+        "max_attempts": c["max_attempts"], "timeout": c["timeout_seconds"],
+        "min_backoff": c["min_backoff_seconds"], "max_backoff": c["max_backoff_seconds"],
+        "max_in_flight": c["max_in_flight"], "rate_limit": c["rate_limit"],
+        "max_batch": c["max_batch"], "format": c["format"],
+        # Header values are often credentials (Authorization): names only.
+        "headers": dict.fromkeys(c["headers"], "(hidden)"),
+        "enabled": e.enabled, "disabled_reason": e.disabled_reason,
+        "created_at": e.created_at.isoformat(), "updated_at": e.updated_at.isoformat(),
+    }
+
+
+def _enable(args: argparse.Namespace) -> int:
+    with common.connect(args) as conn:
+        store.set_enabled(conn, args.name, enabled=True)
+    print(f"enabled endpoint {args.name}")
+    return common.EXIT_OK
+
+
+def _disable(args: argparse.Namespace) -> int:
+    with common.connect(args) as conn:
+        store.set_enabled(conn, args.name, enabled=False,
+                          reason="disabled by an operator")
+    print(f"disabled endpoint {args.name}; its deliveries wait until it is enabled again")
+    return common.EXIT_OK
+
+
+def _remove(args: argparse.Namespace) -> int:
+    with common.connect(args) as conn:
+        dead = store.remove_endpoint(conn, args.name, force=args.force)
+    suffix = f"; {dead} undelivered deliveries became dead letters" if dead else ""
+    print(f"removed endpoint {args.name}{suffix}")
+    return common.EXIT_OK
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    try:
+        overlap = parse_duration(args.overlap)
+    except ValueError as exc:
+        raise common.UsageError(f"--overlap: {exc}") from None
+    if overlap > _MAX_OVERLAP:
+        raise common.UsageError("--overlap must not be longer than 365d")
+    generated = args.secret is None
+    secret = generate_secret() if generated else args.secret
+    try:
+        check_secret(secret)
+    except InvalidEndpoint as exc:
+        raise _usage(exc) from None
+    with common.connect(args) as conn:
+        ends = store.rotate_secret(conn, args.name, secret, overlap)
+    note = f"rotated the secret of endpoint {args.name}"
+    if ends is not None:
+        note += f"; the previous one keeps signing too until {ends.isoformat(timespec='seconds')}"
+    if generated:
+        # The secret alone on stdout, once, for the operator to hand to the receiver.
+        print(f"{note}; the new secret follows, give it to the receiver:", file=sys.stderr)
+        print(secret)
+    else:
+        print(note)
+    return common.EXIT_OK
+
+
+def _sync(args: argparse.Namespace) -> int:
+    try:
+        specs = load_sync_file(args.file)
+    except InvalidEndpoint as exc:
+        raise common.UsageError(str(exc)) from None
+    with common.connect(args) as conn:
+        report = store.sync_endpoints(conn, specs, force=args.force)
+    for name in report.added:
+        print(f"added {name}")
+    for name, options in report.changed.items():
+        print(f"changed {name}: {', '.join(options)}")
+    for name, dead in report.removed.items():
+        print(f"removed {name}" + (f" ({dead} undelivered deliveries dead-lettered)"
+                                   if dead else ""))
+    print(f"sync: {len(report.added)} added, {len(report.changed)} changed, "
+          f"{len(report.removed)} removed, {len(report.unchanged)} unchanged")
+    return common.EXIT_OK

@@ -1,0 +1,124 @@
+-- name: endpoints_admin_lock
+-- Endpoint changes are rare and made by people: one transaction-scoped
+-- advisory lock serialises them (two syncs at once would otherwise both read
+-- the old set and interleave their writes). Publish and the dispatcher only
+-- read endpoints, so they never wait on it. The key is arbitrary but fixed.
+SELECT pg_advisory_xact_lock(7469813520412);
+
+-- name: endpoints_live
+SELECT id, name, url, events, events_like, secret, previous_secrets, max_attempts, timeout_seconds,
+       min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
+       format, headers, enabled, disabled_reason, created_at, updated_at
+FROM outbox.endpoints
+WHERE removed_at IS NULL
+ORDER BY name;
+
+-- name: endpoint_id_by_name
+-- FOR UPDATE: the row must not change under a removal or rotation in progress
+-- (the dispatcher may be disabling it after a 410 at the same moment).
+SELECT id FROM outbox.endpoints
+WHERE name = %(name)s AND removed_at IS NULL
+FOR UPDATE;
+
+-- name: endpoint_insert
+INSERT INTO outbox.endpoints
+    (name, url, events, events_like, secret, max_attempts, timeout_seconds,
+     min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
+     format, headers)
+VALUES
+    (%(name)s, %(url)s, %(events)s::text[], %(events_like)s::text[], %(secret)s::text,
+     %(max_attempts)s, %(timeout_seconds)s, %(min_backoff_seconds)s,
+     %(max_backoff_seconds)s, %(max_in_flight)s, %(rate_limit)s::float8, %(max_batch)s,
+     %(format)s, %(headers)s::jsonb)
+RETURNING id;
+
+-- name: endpoint_replace
+-- Sync writes every option, so that an option left out of the file returns
+-- to its default. A secret that changes here is a plain replacement: the
+-- rotation overlap (previous_secrets) is dropped, since the file is the whole
+-- truth. SET expressions read the row's old values, hence "secret IS DISTINCT".
+-- enabled and disabled_reason are not options: an operator's disable (or a
+-- 410's) survives a sync.
+UPDATE outbox.endpoints SET
+    url = %(url)s,
+    events = %(events)s::text[],
+    events_like = %(events_like)s::text[],
+    previous_secrets = CASE WHEN secret IS DISTINCT FROM %(secret)s::text
+                            THEN '[]'::jsonb ELSE previous_secrets END,
+    secret = %(secret)s::text,
+    max_attempts = %(max_attempts)s,
+    timeout_seconds = %(timeout_seconds)s,
+    min_backoff_seconds = %(min_backoff_seconds)s,
+    max_backoff_seconds = %(max_backoff_seconds)s,
+    max_in_flight = %(max_in_flight)s,
+    rate_limit = %(rate_limit)s::float8,
+    max_batch = %(max_batch)s,
+    format = %(format)s,
+    headers = %(headers)s::jsonb,
+    updated_at = now()
+WHERE id = %(id)s;
+
+-- name: endpoint_set_enabled
+-- Enabling clears the reason it was disabled and wakes the dispatchers, so
+-- that the deliveries that waited resume at once rather than at the next poll.
+WITH changed AS (
+    UPDATE outbox.endpoints
+    SET enabled = %(enabled)s, disabled_reason = %(reason)s::text, updated_at = now()
+    WHERE name = %(name)s AND removed_at IS NULL
+    RETURNING id, enabled
+)
+SELECT id, (SELECT pg_notify('outbox_wakeup', '') WHERE changed.enabled) AS woke
+FROM changed;
+
+-- name: endpoint_undelivered
+-- Written as an OR of equalities rather than IN (...): the planner can then
+-- answer each arm from its partial index (deliveries_pending and
+-- deliveries_in_flight) and combine them with a BitmapOr.
+SELECT endpoint_id, count(*)
+FROM outbox.deliveries
+WHERE endpoint_id = ANY (%(ids)s::bigint[])
+  AND (state = 'pending' OR state = 'in_flight')
+GROUP BY endpoint_id;
+
+-- name: endpoint_dead_letter_all
+-- A forced removal: every undelivered delivery becomes a dead letter saying
+-- why. Clearing the lease makes a dispatcher still holding one unable to
+-- record a result over this (its writes are guarded by lease_token).
+UPDATE outbox.deliveries
+SET state = 'dead', last_error = %(reason)s, finished_at = clock_timestamp(),
+    lease_token = NULL, lease_expires_at = NULL
+WHERE endpoint_id = %(id)s
+  AND (state = 'pending' OR state = 'in_flight');
+
+-- name: endpoint_mark_removed
+-- Soft delete: the row stays so that every endpoint_id of old deliveries
+-- resolves; the name becomes free for a new endpoint (the unique index
+-- covers live rows only).
+UPDATE outbox.endpoints
+SET removed_at = now(), updated_at = now()
+WHERE id = %(id)s;
+
+-- name: endpoint_rotate_secret
+-- The retired secret goes first (newest first, the order the dispatcher signs
+-- in), then earlier ones still inside their overlap; expired entries, and any
+-- equal to the new secret, are pruned here. A zero overlap keeps nothing.
+UPDATE outbox.endpoints SET
+    previous_secrets =
+        CASE WHEN secret IS NOT NULL AND secret <> %(secret)s::text
+                  AND %(overlap)s::float8 > 0
+             THEN jsonb_build_array(jsonb_build_object(
+                      'secret', secret,
+                      'expires_at', now() + make_interval(secs => %(overlap)s::float8)))
+             ELSE '[]'::jsonb
+        END
+        || coalesce((SELECT jsonb_agg(e.entry ORDER BY e.ord)
+                     FROM jsonb_array_elements(previous_secrets) WITH ORDINALITY AS e(entry, ord)
+                     WHERE (e.entry ->> 'expires_at')::timestamptz > now()
+                       AND e.entry ->> 'secret' IS DISTINCT FROM %(secret)s::text),
+                    '[]'::jsonb),
+    secret = %(secret)s::text,
+    updated_at = now()
+WHERE name = %(name)s AND removed_at IS NULL
+-- RETURNING sees the new row: the last moment an old secret still signs.
+RETURNING id, (SELECT max((e.entry ->> 'expires_at')::timestamptz)
+               FROM jsonb_array_elements(previous_secrets) AS e(entry)) AS old_signs_until;

@@ -1,0 +1,270 @@
+"""`outbox endpoints ...` run as a real command against a real database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import outbox
+from outbox import _endpoint_store as store
+from outbox.endpoints import EndpointSpec
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+URL = "https://hooks.example.com/events"
+
+
+def outbox_cmd(dsn: str | None, *args: str, env: dict[str, str] | None = None,
+               ) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("OUTBOX_DSN", "DATABASE_URL") and not k.startswith("PG")}
+    if dsn is not None:
+        environ["OUTBOX_DSN"] = dsn
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "outbox.cli", "endpoints", *args],
+                          capture_output=True, text=True, env=environ, timeout=60, check=False)
+
+
+def snapshot(dsn: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT * FROM outbox.endpoints ORDER BY id").fetchall()
+
+
+def endpoint(dsn: str, name: str) -> dict[str, Any]:
+    with psycopg.connect(dsn, row_factory=psycopg.rows.dict_row) as conn:
+        row = conn.execute("SELECT * FROM outbox.endpoints WHERE name = %s "
+                           "AND removed_at IS NULL", (name,)).fetchone()
+    assert row is not None
+    return row
+
+
+def add(dsn: str, name: str, **options: Any) -> None:
+    """Set-up by the library, sparing a subprocess where the command is not under test."""
+    options.setdefault("url", URL)
+    with psycopg.connect(dsn) as conn:
+        store.add_endpoint(conn, EndpointSpec(name=name, **options))
+
+
+def publish(dsn: str, count: int) -> None:
+    with psycopg.connect(dsn) as conn:
+        for n in range(count):
+            outbox.publish(conn, "mail.received", {"n": n})
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_add_and_list(dsn: str) -> None:
+    """add stores the options; list shows them in a table and as JSON."""
+    ok(outbox_cmd(dsn, "add", "workflow", "--url", URL, "--events", "mail.*",
+                  "--events", "order.created", "--secret", "env:WF_SECRET",
+                  "--max-attempts", "12", "--timeout", "30s", "--rate-limit", "5",
+                  "--format", "cloudevents", "--header", "X-Tenant: acme"))
+    table = ok(outbox_cmd(dsn, "list"))
+    assert "workflow" in table
+    assert "mail.*,order.created" in table
+    assert "env:WF_SECRET" in table
+    [listed] = json.loads(ok(outbox_cmd(dsn, "list", "--json")))
+    assert listed["events"] == ["mail.*", "order.created"]
+    assert (listed["max_attempts"], listed["timeout"], listed["rate_limit"]) == (12, 30.0, 5.0)
+    assert (listed["format"], listed["signing"]) == ("cloudevents", "env:WF_SECRET")
+    assert (listed["enabled"], listed["disabled_reason"]) == (True, None)
+    assert (listed["max_batch"], listed["max_in_flight"]) == (1, 16)
+    assert list(listed["headers"]) == ["x-tenant"]
+
+
+@pytest.mark.parametrize("args", [
+    ["--url", "ftp://hooks.example.com/"],
+    ["--url", "hooks.example.com/events"],
+    ["--url", "https://user:pw@hooks.example.com/"],
+    ["--url", "https://hooks.example.com/#frag"],
+    ["--url", URL, "--events", "mail..x"],
+    ["--url", URL, "--secret", "hunter2"],
+    ["--url", URL, "--secret", "whsec_c2hvcnQ="],
+    ["--url", URL, "--max-attempts", "0"],
+    ["--url", URL, "--timeout", "301"],
+    ["--url", URL, "--min-backoff", "60", "--max-backoff", "5"],
+    ["--url", URL, "--max-in-flight", "0"],
+    ["--url", URL, "--rate-limit", "-1"],
+    ["--url", URL, "--max-batch", "1001"],
+    ["--url", URL, "--format", "json"],
+    ["--url", URL, "--header", "Content-Type: text/plain"],
+    ["--url", URL, "--header", "X-A: 1", "--header", "x-a: 2"],
+])
+def test_bad_add_is_refused_with_exit_2_and_nothing_written(dsn: str, args: list[str]) -> None:
+    """Each bad URL, pattern or option: exit 2, one line on stderr, the table unchanged."""
+    add(dsn, "existing")
+    before = snapshot(dsn)
+    result = outbox_cmd(dsn, "add", "hooks", *args)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert snapshot(dsn) == before
+
+
+def test_bad_name_and_existing_name_refused(dsn: str) -> None:
+    """A malformed name, or a name already in use, is exit 2 with a clear message."""
+    add(dsn, "hooks")
+    before = snapshot(dsn)
+    bad = outbox_cmd(dsn, "add", "bad name", "--url", URL)
+    assert bad.returncode == 2
+    assert "not a valid endpoint name" in bad.stderr
+    dup = outbox_cmd(dsn, "add", "hooks", "--url", "https://other.example.com/")
+    assert dup.returncode == 2
+    assert "already exists" in dup.stderr
+    assert snapshot(dsn) == before
+
+
+@pytest.mark.parametrize("args", [["enable", "nope"], ["disable", "nope"], ["remove", "nope"],
+                                  ["rotate-secret", "nope"]])
+def test_unknown_endpoint_is_exit_1(dsn: str, args: list[str]) -> None:
+    """enable, disable, remove and rotate-secret of an unknown name: exit 1, 'no endpoint named'."""
+    result = outbox_cmd(dsn, *args)
+    assert result.returncode == 1
+    assert "no endpoint named nope" in result.stderr
+
+
+def test_disable_then_enable_clears_the_reason(dsn: str) -> None:
+    """disable records a reason shown by list; enable clears it."""
+    add(dsn, "hooks")
+    ok(outbox_cmd(dsn, "disable", "hooks"))
+    [listed] = json.loads(ok(outbox_cmd(dsn, "list", "--json")))
+    assert listed["enabled"] is False
+    assert listed["disabled_reason"]
+    ok(outbox_cmd(dsn, "enable", "hooks"))
+    [listed] = json.loads(ok(outbox_cmd(dsn, "list", "--json")))
+    assert (listed["enabled"], listed["disabled_reason"]) == (True, None)
+
+
+def test_list_never_prints_a_secret(dsn: str) -> None:
+    """list and list --json show that signing is on, never the secret or a header value."""
+    ok(outbox_cmd(dsn, "add", "hooks", "--url", URL, "--secret", SECRET,
+                  "--header", "Authorization: Bearer sesame-token"))
+    ok(outbox_cmd(dsn, "rotate-secret", "hooks"))
+    for args in (["list"], ["list", "--json"]):
+        out = ok(outbox_cmd(dsn, *args))
+        assert SECRET[6:] not in out
+        assert "sesame-token" not in out
+        assert "whsec_" not in out
+    [listed] = json.loads(ok(outbox_cmd(dsn, "list", "--json")))
+    assert listed["signing"] == "whsec"
+
+
+def test_rotate_secret_generates_prints_once_and_keeps_the_old(dsn: str) -> None:
+    """A generated secret is printed once on stdout; the old one stays in previous_secrets."""
+    add(dsn, "hooks", secret=SECRET)
+    printed = ok(outbox_cmd(dsn, "rotate-secret", "hooks", "--overlap", "2h")).strip()
+    assert printed.startswith("whsec_")
+    assert printed != SECRET
+    row = endpoint(dsn, "hooks")
+    assert row["secret"] == printed
+    assert [p["secret"] for p in row["previous_secrets"]] == [SECRET]
+    out = ok(outbox_cmd(dsn, "rotate-secret", "hooks", "--secret", "env:HOOK_SECRET"))
+    assert "whsec_" not in out
+    row = endpoint(dsn, "hooks")
+    assert row["secret"] == "env:HOOK_SECRET"
+    assert [p["secret"] for p in row["previous_secrets"]] == [printed, SECRET]
+
+
+@pytest.mark.parametrize("args", [["--secret", "nope"], ["--overlap", "soon"]])
+def test_rotate_secret_bad_input(dsn: str, args: list[str]) -> None:
+    """A bad --secret or --overlap is exit 2 and changes nothing."""
+    add(dsn, "hooks", secret=SECRET)
+    before = snapshot(dsn)
+    result = outbox_cmd(dsn, "rotate-secret", "hooks", *args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert snapshot(dsn) == before
+
+
+def test_remove_refused_then_forced(dsn: str) -> None:
+    """remove with pending deliveries is exit 1 naming the count; --force dead-letters them."""
+    add(dsn, "hooks")
+    publish(dsn, 3)
+    before = snapshot(dsn)
+    refused = outbox_cmd(dsn, "remove", "hooks")
+    assert refused.returncode == 1
+    assert "3 undelivered" in refused.stderr
+    assert "--force" in refused.stderr
+    assert snapshot(dsn) == before
+    ok(outbox_cmd(dsn, "remove", "hooks", "--force"))
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT state, last_error, finished_at IS NOT NULL "
+                            "FROM outbox.deliveries").fetchall()
+        live = conn.execute("SELECT count(*) FROM outbox.endpoints "
+                            "WHERE removed_at IS NULL").fetchone()
+    assert len(rows) == 3
+    assert live == (0,)
+    assert all(s == "dead" and "removed" in e and done for s, e, done in rows)
+    ok(outbox_cmd(dsn, "add", "hooks", "--url", URL))  # the name is free again
+
+
+def test_sync_adds_changes_removes(dsn: str, tmp_path: Path) -> None:
+    """sync makes the endpoints exactly the file's and prints what it did."""
+    add(dsn, "billing", max_attempts=3)
+    add(dsn, "legacy")
+    add(dsn, "audit", url="http://audit.internal/")
+    path = tmp_path / "endpoints.toml"
+    path.write_text(f"""
+[endpoints.workflow]
+url = "https://workflow.internal/api/events"
+events = ["mail.*", "order.created"]
+secret = "env:WORKFLOW_WEBHOOK_SECRET"
+max_attempts = 12
+
+[endpoints.billing]
+url = "{URL}"
+timeout = 5
+
+[endpoints.audit]
+url = "http://audit.internal/"
+""")
+    out = ok(outbox_cmd(dsn, "sync", str(path)))
+    assert "added workflow" in out
+    assert "changed billing: max_attempts, timeout" in out
+    assert "removed legacy" in out
+    assert "audit" not in out.replace("unchanged", "")
+    assert {r["name"] for r in json.loads(ok(outbox_cmd(dsn, "list", "--json")))} == \
+        {"workflow", "billing", "audit"}
+    billing = endpoint(dsn, "billing")
+    assert (billing["max_attempts"], billing["timeout_seconds"]) == (10, 5)
+    assert endpoint(dsn, "workflow")["events_like"] == ["mail.%", "order.created"]
+    again = ok(outbox_cmd(dsn, "sync", str(path)))
+    assert "0 added, 0 changed, 0 removed, 3 unchanged" in again
+
+
+def test_sync_refuses_busy_removal_and_bad_files(dsn: str, tmp_path: Path) -> None:
+    """A busy removal is exit 1; bad keys, syntax and missing files are exit 2; nothing changes."""
+    add(dsn, "busy")
+    publish(dsn, 2)
+    before = snapshot(dsn)
+    files = {
+        "removal.toml": ('[endpoints.new]\nurl = "http://new.internal/"\n', 1, "--force"),
+        "key.toml": ('[endpoints.busy]\nurl = "http://x/"\nretries = 3\n', 2, "retries"),
+        "syntax.toml": ('[endpoints.busy\nurl = "http://x/"\n', 2, "not valid TOML"),
+    }
+    for name, (text, code, message) in files.items():
+        (tmp_path / name).write_text(text)
+        result = outbox_cmd(dsn, "sync", str(tmp_path / name))
+        assert (result.returncode, message in result.stderr) == (code, True), result.stderr
+        assert snapshot(dsn) == before
+    missing = outbox_cmd(dsn, "sync", str(tmp_path / "missing.toml"))
+    assert missing.returncode == 2
+    assert "missing.toml" in missing.stderr
+    forced = ok(outbox_cmd(dsn, "sync", str(tmp_path / "removal.toml"), "--force"))
+    assert "removed busy (2 undelivered deliveries dead-lettered)" in forced
+
+
+def test_dsn_option_on_the_subcommand(dsn: str) -> None:
+    """Every subcommand takes --dsn, with no environment variable set."""
+    ok(outbox_cmd(None, "add", "hooks", "--url", URL, "--dsn", dsn))
+    assert "hooks" in ok(outbox_cmd(None, "list", "--dsn", dsn))

@@ -1,0 +1,356 @@
+"""EndpointSpec validation, glob -> LIKE translation and secret decoding: pure, no database."""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from outbox.endpoints import (
+    EndpointSpec,
+    decode_secret,
+    generate_secret,
+    glob_to_like,
+    parse_header,
+    signing_label,
+)
+from outbox.errors import InvalidEndpoint, OutboxError
+
+URL = "https://hooks.example.com/events"
+# The Standard Webhooks test vector's secret: a 24-byte key.
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+SCHEMA = Path(__file__).resolve().parents[2] / "outbox" / "sql" / "schema.sql"
+
+
+def spec(**options: Any) -> EndpointSpec:
+    options.setdefault("name", "hooks")
+    options.setdefault("url", URL)
+    return EndpointSpec(**options)
+
+
+def b64(size: int) -> str:
+    return base64.b64encode(bytes(range(size))).decode()
+
+
+def test_defaults_match_the_schema_column_defaults() -> None:
+    """A spec with no options stores exactly what the table would default to."""
+    text = SCHEMA.read_text()
+
+    def default(column: str) -> float:
+        match = re.search(rf"\n\s+{column}\s+\w+(?: \w+)? NOT NULL DEFAULT (\d+)", text)
+        assert match, column
+        return float(match.group(1))
+
+    s = spec()
+    assert s.max_attempts == default("max_attempts")
+    assert s.timeout == default("timeout_seconds")
+    assert s.min_backoff == default("min_backoff_seconds")
+    assert s.max_backoff == default("max_backoff_seconds")
+    assert s.max_in_flight == default("max_in_flight")
+    assert s.max_batch == default("max_batch")
+    assert s.rate_limit is None
+    assert s.format == "standard-webhooks"
+    assert "DEFAULT 'standard-webhooks'" in text
+    assert s.events == ("*",)
+    assert s.events_like == ("%",)
+    assert s.secret is None
+    assert s.headers == {}
+
+
+def test_invalid_endpoint_is_an_outbox_error_and_a_value_error() -> None:
+    """InvalidEndpoint sits in the package's exception tree and is a ValueError."""
+    with pytest.raises(InvalidEndpoint) as info:
+        spec(name="")
+    assert isinstance(info.value, OutboxError)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("name", ["hooks", "a", "billing-v2", "x.y_z", "Workflow", "9" * 63])
+def test_valid_names(name: str) -> None:
+    """Names of letters, digits, '_', '.', '-' up to 63 characters are accepted."""
+    assert spec(name=name).name == name
+
+
+@pytest.mark.parametrize("name", ["", "-x", ".x", "has space", "a" * 64, "ünï", "a/b", "a:b"])
+def test_invalid_names(name: str) -> None:
+    """Empty, too long, or oddly spelt names are refused, naming the field."""
+    with pytest.raises(InvalidEndpoint, match="not a valid endpoint name") as info:
+        spec(name=name)
+    assert info.value.field == "name"
+
+
+@pytest.mark.parametrize("url", [
+    URL, "http://127.0.0.1:8080/", "http://[::1]:9000/x", "https://example.com/p?q=1&r=2",
+    "http://localhost", "HTTPS://Example.COM/Path", "https://bücher.example/",
+    "http://workflow.internal:8080/api/events",
+])
+def test_valid_urls(url: str) -> None:
+    """Absolute http and https URLs with a host are accepted unchanged."""
+    assert spec(url=url).url == url
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("", "is required"),
+    ("ftp://example.com/x", "http:// or https://"),
+    ("example.com/events", "http:// or https://"),
+    ("javascript:alert(1)", "http:// or https://"),
+    ("https://", "must name a host"),
+    ("http:///path", "must name a host"),
+    ("https://user:pw@example.com/", "Authorization"),
+    ("https://token@example.com/", "user name or password"),
+    ("https://example.com/#frag", "fragment"),
+    ("https://example.com/a b", "spaces"),
+    ("https://exa\nmple.com/", "control characters"),
+    ("https://example.com/\x00", "control characters"),
+    ("https://example.com\\@evil.com/", "backslashes"),
+    ("http://example.com:99999/", "not a valid URL"),
+    ("http://example.com:abc/", "not a valid URL"),
+    ("http://[::1/", "not a valid URL"),
+    ("http://[not-ip]/", "not a valid URL"),
+    ("http://exa<mple.com/", "invalid host"),
+    ("http://example..com/", "invalid host"),
+    ("http://example.com:0/", "port 0"),
+    ("https://example.com/" + "x" * 2048, "longer than"),
+])
+def test_invalid_urls(url: str, message: str) -> None:
+    """Each kind of bad URL is refused with a message saying what is wrong."""
+    with pytest.raises(InvalidEndpoint, match=message) as info:
+        spec(url=url)
+    assert info.value.field == "url"
+
+
+def test_url_credentials_are_not_echoed() -> None:
+    """A URL carrying a password is refused without repeating it."""
+    with pytest.raises(InvalidEndpoint) as info:
+        spec(url="https://user:hunter2@example.com/")
+    assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("patterns", [
+    ["*"], ["mail.*"], ["order.created"], ["a?c"], ["com.example:order/created"],
+    ["*.created", "mail.*"], ["snake_case.Event-1"], "mail.*",
+])
+def test_valid_patterns(patterns: Any) -> None:
+    """Globs over the event type charset, one or several, are accepted."""
+    expected = (patterns,) if isinstance(patterns, str) else tuple(patterns)
+    assert spec(events=patterns).events == expected
+
+
+@pytest.mark.parametrize("patterns", [
+    [], [""], ["mail..x"], [".mail"], ["mail."], ["mail received"], ["mail.%"],
+    ["a[b]"], ["a\\b"], [5], ["x" * 256], None,
+])
+def test_invalid_patterns(patterns: Any) -> None:
+    """Empty lists, empty segments, spaces and foreign characters are refused."""
+    with pytest.raises(InvalidEndpoint) as info:
+        spec(events=patterns)
+    assert info.value.field == "events"
+
+
+@pytest.mark.parametrize(("glob", "like"), [
+    ("*", "%"),
+    ("mail.*", "mail.%"),
+    ("order.created", "order.created"),
+    ("a?c", "a_c"),
+    ("a_b.*", "a\\_b.%"),
+    ("**", "%"),
+    ("*.x.*", "%.x.%"),
+    ("x%y", "x\\%y"),
+    ("a\\b", "a\\\\b"),
+])
+def test_glob_to_like(glob: str, like: str) -> None:
+    """'*' becomes '%', '?' becomes '_', and LIKE's own '%', '_', '\\' are escaped."""
+    assert glob_to_like(glob) == like
+
+
+def test_spec_carries_both_pattern_forms() -> None:
+    """A spec stores the globs as written and their LIKE forms, in order."""
+    columns = spec(events=["mail.*", "a_b"]).columns()
+    assert columns["events"] == ["mail.*", "a_b"]
+    assert columns["events_like"] == ["mail.%", "a\\_b"]
+
+
+@pytest.mark.parametrize("secret", [
+    SECRET, "whsec_" + b64(64), "whsec_" + b64(32).rstrip("="), "whsec_" + b64(25),
+    "env:WEBHOOK_SECRET", "env:_x1", None,
+])
+def test_valid_secrets(secret: str | None) -> None:
+    """whsec_ secrets with 24..64-byte keys (padding optional) and env:NAME are accepted."""
+    assert spec(secret=secret).secret == secret
+
+
+@pytest.mark.parametrize(("secret", "message"), [
+    ("hunter2", "whsec_"),
+    ("whsec_", "0-byte key"),
+    ("whsec_!!!!", "not base64"),
+    ("whsec_" + b64(16), "16-byte key"),
+    ("whsec_" + b64(65), "65-byte key"),
+    ("env:", "environment variable name"),
+    ("env:1BAD", "environment variable name"),
+    ("env:A-B", "environment variable name"),
+    ("ENV:X", "whsec_"),
+])
+def test_invalid_secrets(secret: str, message: str) -> None:
+    """Malformed secrets are refused, saying what a secret looks like, never echoing it."""
+    with pytest.raises(InvalidEndpoint, match=message) as info:
+        spec(secret=secret)
+    assert info.value.field == "secret"
+    if len(secret) > 8:
+        assert secret[6:] not in str(info.value)
+
+
+def test_decode_secret_whsec() -> None:
+    """A whsec_ secret decodes to its base64 key bytes."""
+    assert decode_secret(SECRET, {}) == base64.b64decode(SECRET[6:])
+
+
+@pytest.mark.parametrize("value", [SECRET, SECRET[6:], SECRET + "\n"])
+def test_decode_secret_env(value: str) -> None:
+    """env:NAME reads the given mapping: whsec_ or bare base64, surrounding whitespace ignored."""
+    key = decode_secret("env:HOOK_SECRET", {"HOOK_SECRET": value})
+    assert key == base64.b64decode(SECRET[6:])
+
+
+@pytest.mark.parametrize("environ", [{}, {"HOOK_SECRET": ""}, {"OTHER": SECRET}])
+def test_decode_secret_env_missing(environ: dict[str, str]) -> None:
+    """A missing or empty variable is a clear error naming it."""
+    with pytest.raises(InvalidEndpoint, match=r"HOOK_SECRET.*not set"):
+        decode_secret("env:HOOK_SECRET", environ)
+
+
+def test_decode_secret_env_invalid_value_not_echoed() -> None:
+    """A variable holding a bad key is refused without showing its value."""
+    with pytest.raises(InvalidEndpoint, match="HOOK_SECRET") as info:
+        decode_secret("env:HOOK_SECRET", {"HOOK_SECRET": "whsec_c2hvcnRrZXk="})
+    assert "c2hvcnRrZXk" not in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["plain", "whsec_abc", "env:bad-name"])
+def test_decode_secret_rejects_malformed(text: str) -> None:
+    """decode_secret refuses what the spec would refuse."""
+    with pytest.raises(InvalidEndpoint):
+        decode_secret(text, {})
+
+
+def test_generate_secret() -> None:
+    """Generated secrets are whsec_ with 32 random bytes, and valid."""
+    one, two = generate_secret(), generate_secret()
+    assert one != two
+    assert len(decode_secret(one, {})) == 32
+    assert spec(secret=one).secret == one
+
+
+def test_signing_label_never_shows_a_key() -> None:
+    """A secret is shown as its kind: 'whsec', the env reference, or None."""
+    assert signing_label(SECRET) == "whsec"
+    assert signing_label("env:HOOK") == "env:HOOK"
+    assert signing_label(None) is None
+
+
+def test_parse_header() -> None:
+    """NAME:VALUE splits on the first colon and trims the spaces around the value."""
+    assert parse_header("Authorization: Bearer a:b") == ("Authorization", "Bearer a:b")
+    assert parse_header("X-Empty:") == ("X-Empty", "")
+
+
+@pytest.mark.parametrize("text", ["NoColon", ": value", "  : x"])
+def test_parse_header_malformed(text: str) -> None:
+    """Text without NAME:VALUE shape is refused."""
+    with pytest.raises(InvalidEndpoint, match="NAME:VALUE"):
+        parse_header(text)
+
+
+def test_headers_are_lower_cased() -> None:
+    """Header names are stored lower-case, values trimmed."""
+    assert spec(headers={"X-Tenant": " acme "}).headers == {"x-tenant": "acme"}
+
+
+@pytest.mark.parametrize(("headers", "message"), [
+    ({"Bad Name": "x"}, "not a valid HTTP header name"),
+    ({"": "x"}, "not a valid HTTP header name"),
+    ({"Content-Type": "text/plain"}, "set by the dispatcher"),
+    ({"content-length": "1"}, "set by the dispatcher"),
+    ({"Host": "evil"}, "set by the dispatcher"),
+    ({"Connection": "close"}, "set by the dispatcher"),
+    ({"Transfer-Encoding": "chunked"}, "set by the dispatcher"),
+    ({"webhook-id": "x"}, "set by the dispatcher"),
+    ({"Webhook-Signature": "v1,x"}, "set by the dispatcher"),
+    ({"ce-type": "x"}, "set by the dispatcher"),
+    ({"X-A": "a\r\nInjected: yes"}, "line breaks"),
+    ({"X-A": "a\nb"}, "line breaks"),
+    ({"X-A": 5}, "string value"),
+    ({"X-A": "1", "x-a": "2"}, "given twice"),
+    ("X-A: 1", "must map header names"),
+])
+def test_invalid_headers(headers: Any, message: str) -> None:
+    """Bad names, reserved names, line breaks and duplicates are refused."""
+    with pytest.raises(InvalidEndpoint, match=message) as info:
+        spec(headers=headers)
+    assert info.value.field == "headers"
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("max_attempts", 0), ("max_attempts", 101), ("max_attempts", 1.5), ("max_attempts", True),
+    ("max_attempts", "3"),
+    ("timeout", 0), ("timeout", -1), ("timeout", 301), ("timeout", math.nan),
+    ("timeout", math.inf), ("timeout", False),
+    ("min_backoff", -1), ("min_backoff", 86401),
+    ("max_backoff", 0), ("max_backoff", 86401),
+    ("max_in_flight", 0), ("max_in_flight", 1001),
+    ("rate_limit", 0), ("rate_limit", -1), ("rate_limit", 1e9),
+    ("max_batch", 0), ("max_batch", 1001),
+    ("format", "json"), ("format", None),
+])
+def test_invalid_numbers_and_format(option: str, value: Any) -> None:
+    """Out-of-range, non-numeric and boolean values are refused, naming the option."""
+    with pytest.raises(InvalidEndpoint) as info:
+        spec(**{option: value})
+    assert info.value.field == option
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("max_attempts", 1), ("max_attempts", 100), ("timeout", 0.5), ("timeout", 300),
+    ("min_backoff", 0), ("max_backoff", 86400), ("max_in_flight", 1000),
+    ("rate_limit", 0.5), ("max_batch", 1000), ("format", "cloudevents"),
+])
+def test_boundary_values_accepted(option: str, value: Any) -> None:
+    """Values at the edges of each range are accepted."""
+    assert getattr(spec(**{option: value}), option) == value
+
+
+def test_min_backoff_must_not_exceed_max_backoff() -> None:
+    """min_backoff above max_backoff is refused, with both values in the message."""
+    with pytest.raises(InvalidEndpoint, match=r"min_backoff \(30 s\).*max_backoff \(5 s\)"):
+        spec(min_backoff=30, max_backoff=5)
+
+
+def test_from_options_coerces_text() -> None:
+    """Text options become numbers; seconds options also take durations such as 2m."""
+    s = EndpointSpec.from_options("hooks", {
+        "url": URL, "timeout": "30s", "min_backoff": "0.5", "max_backoff": "2m",
+        "max_attempts": "12", "rate_limit": "2.5", "max_batch": "10", "max_in_flight": "4",
+    })
+    assert (s.timeout, s.min_backoff, s.max_backoff) == (30.0, 0.5, 120.0)
+    assert (s.max_attempts, s.rate_limit, s.max_batch, s.max_in_flight) == (12, 2.5, 10, 4)
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("max_attempts", "twelve"), ("timeout", "soon"), ("rate_limit", "fast"),
+    ("max_batch", "1.5"),
+])
+def test_from_options_refuses_bad_text(option: str, value: str) -> None:
+    """Text that is not a number is refused, naming the option."""
+    with pytest.raises(InvalidEndpoint) as info:
+        EndpointSpec.from_options("hooks", {"url": URL, option: value})
+    assert info.value.field == option
+
+
+def test_from_options_refuses_unknown_keys() -> None:
+    """An unknown option is refused by its name."""
+    with pytest.raises(InvalidEndpoint, match="is not a known option") as info:
+        EndpointSpec.from_options("hooks", {"url": URL, "max_retries": 3})
+    assert info.value.field == "max_retries"
