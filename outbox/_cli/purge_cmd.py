@@ -1,18 +1,41 @@
-"""``outbox purge``: not written yet."""
+"""``outbox purge``: delete old delivered deliveries and the events nothing needs any more."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from typing import Any
 
+from outbox import retention
 from outbox._cli import common
+from outbox.durations import parse_duration
+
+
+def duration(text: str) -> timedelta:
+    """argparse type for a duration: a malformed one is a usage error (exit 2)."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("purge", help="(not yet available)")
+    parser = sub.add_parser(
+        "purge", help="delete delivered deliveries and events older than a duration",
+        description="Delete delivered deliveries finished more than DURATION ago, then events "
+        "created more than DURATION ago that have no delivery left (old unrouted events "
+        "included). Pending and in-flight deliveries and dead letters, and their events, are "
+        "kept. Works in small batches, each its own short transaction.")
+    parser.add_argument("--older-than", type=duration, required=True, metavar="DURATION",
+                        help="age to keep, such as 7d or 12h")
     common.add_dsn_option(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise common.CommandFailed("outbox purge is not available yet")
+    with common.connect(args) as conn:
+        result = retention.purge(conn, args.older_than)
+    deliveries = "delivery" if result.deliveries == 1 else "deliveries"
+    events = "event" if result.events == 1 else "events"
+    print(f"purged {result.deliveries} delivered {deliveries} and {result.events} {events}")
+    return common.EXIT_OK

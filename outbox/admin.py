@@ -1,0 +1,238 @@
+"""What an operator does to a running outbox: look at it, retry dead letters, replay events.
+
+These functions back ``outbox status``, ``outbox dead`` and ``outbox replay``
+and can be called from Python with a psycopg connection. Each one runs as a
+single atomic unit inside ``conn.transaction()``: committed at the end when
+the connection had no transaction open, a savepoint of the caller's
+transaction otherwise. Retries and replays send ``NOTIFY outbox_wakeup`` so
+that dispatchers wake as soon as the change commits. Purging lives in
+:mod:`outbox.retention` and is re-exported here (``purge``, ``apurge``,
+``PurgeResult``) so that every operator action has one address.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from outbox.errors import EndpointNotFound, OutboxError
+from outbox.retention import PurgeResult, apurge, purge, uuid7_floor
+from outbox.sql import queries
+
+DEFAULT_DEAD_LIMIT = 100
+"""How many dead letters ``dead list`` shows when no --limit is given."""
+
+# How far a producer's clock (which stamps the UUIDv7 ids) may lag the
+# database's (which stamps created_at) before `replay --since` misses events.
+_PRODUCER_CLOCK_SLACK = timedelta(hours=1)
+
+
+class EventsNotFound(OutboxError, LookupError):
+    """Replay was given event ids that the database does not hold (never, or purged)."""
+
+    def __init__(self, missing: Sequence[str]) -> None:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
+                                          else "")
+        noun = "event" if len(missing) == 1 else "events"
+        super().__init__(f"no {noun} with id {shown}; nothing was replayed")
+        self.missing = list(missing)
+
+
+@dataclass(frozen=True)
+class EndpointStatus:
+    """Deliveries of one live endpoint, by state."""
+
+    name: str
+    enabled: bool
+    pending: int
+    in_flight: int
+    delivered: int
+    dead: int
+    oldest_pending_seconds: float
+    """Age of the oldest pending delivery (by its created_at, database clock); 0 when none."""
+
+
+@dataclass(frozen=True)
+class Status:
+    endpoints: list[EndpointStatus]
+    unrouted: int
+    """Events no endpoint subscribed to when they were published (and not replayed since)."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    event_id: str
+    endpoint: str
+    endpoint_removed: bool
+    type: str
+    key: str | None
+    attempts: int
+    last_error: str | None
+    last_status: int | None
+    failed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    retried: int
+    disabled_endpoints: list[str]
+    """Disabled endpoints that got retried deliveries: those wait until it is enabled."""
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    replayed: int
+    """New pending deliveries created."""
+    skipped: int
+    """Chosen events left alone: they already had a pending or in-flight delivery there."""
+    rerouted: int
+    """Of the replayed events, how many were unrouted until now."""
+    endpoint_enabled: bool
+
+
+def status(conn: psycopg.Connection[Any]) -> Status:
+    """Per live endpoint: delivery counts by state and the oldest pending age; unrouted events."""
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        rows = cur.execute(queries["admin_status"]).fetchall()
+    endpoints = [
+        EndpointStatus(name=name, enabled=enabled, pending=pending, in_flight=in_flight,
+                       delivered=delivered, dead=dead,
+                       oldest_pending_seconds=round(float(oldest), 3))
+        for (_, name, enabled, pending, in_flight, delivered, dead, oldest) in rows
+        if name is not None
+    ]
+    return Status(endpoints=endpoints, unrouted=int(rows[0][0]) if rows else 0)
+
+
+def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,
+                 limit: int = DEFAULT_DEAD_LIMIT) -> list[DeadLetter]:
+    """Dead deliveries, newest first, at most ``limit``.
+
+    ``endpoint`` may name a removed endpoint too: a forced removal is exactly
+    what leaves dead letters behind. A name no endpoint ever had raises
+    :class:`~outbox.errors.EndpointNotFound`.
+    """
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        rows = cur.execute(queries["admin_dead_list"],
+                           {"endpoint": endpoint, "limit": limit}).fetchall()
+        if not rows and endpoint is not None:
+            known = cur.execute(queries["admin_endpoint_ever_existed"],
+                                {"name": endpoint}).fetchone()
+            if not known or not known[0]:
+                raise EndpointNotFound(endpoint)
+    return [DeadLetter(*row) for row in rows]
+
+
+def retry_dead(conn: psycopg.Connection[Any], *, event_ids: Sequence[uuid.UUID] | None = None,
+               endpoint: str | None = None, everything: bool = False) -> RetryResult:
+    """Dead deliveries back to pending with attempts reset; give exactly one selector.
+
+    ``event_ids``: the dead deliveries of these events, whatever their
+    endpoint; ``endpoint``: every dead delivery of that live endpoint (an
+    unknown or removed name raises :class:`~outbox.errors.EndpointNotFound`);
+    ``everything``: all of them. Dead letters of removed endpoints are never
+    retried, since no dispatcher serves a removed endpoint; replay their
+    events to a live endpoint instead.
+    """
+    chosen = sum((event_ids is not None, endpoint is not None, everything))
+    if chosen != 1:
+        raise ValueError("give exactly one of event_ids, endpoint or everything=True")
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        endpoint_id = None
+        if endpoint is not None:
+            endpoint_id, _ = _live_endpoint(cur, endpoint)
+        row = _row(cur.execute(queries["admin_retry_dead"], {
+            "endpoint_id": endpoint_id,
+            "event_ids": list(event_ids) if event_ids is not None else None,
+        }))
+    return RetryResult(retried=int(row[0]), disabled_endpoints=list(row[1]))
+
+
+def replay(conn: psycopg.Connection[Any], endpoint: str, *,
+           since: datetime | timedelta | None = None,
+           event_ids: Sequence[uuid.UUID] | None = None) -> ReplayResult:
+    """Deliver events again to one live endpoint, whatever their type and past.
+
+    Give ``since`` (a timestamp, naive meaning UTC; or a timedelta meaning that
+    long ago on the database clock: events created at or after it) or
+    ``event_ids`` (all must exist, else :class:`EventsNotFound` and nothing
+    changes). The endpoint's patterns are not consulted: replay is an explicit
+    request. A disabled endpoint is allowed; its new deliveries wait until it
+    is enabled (``endpoint_enabled`` says so).
+    """
+    if (since is None) == (event_ids is None):
+        raise ValueError("give exactly one of since or event_ids")
+    params: dict[str, Any] = {"since": None, "ago": None, "since_id": None, "event_ids": None}
+    if isinstance(since, timedelta):
+        params["ago"] = since
+    elif isinstance(since, datetime):
+        params["since"] = since if since.tzinfo else since.replace(tzinfo=UTC)
+    if event_ids is not None:
+        params["event_ids"] = list(event_ids)
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(queries["admin_replay_lock"])
+        params["endpoint_id"], _ = _live_endpoint(cur, endpoint)
+        if since is not None:
+            moment = _one(cur.execute(queries["admin_replay_since"], params))
+            params["since"] = moment
+            params["since_id"] = _since_id(moment)
+        else:
+            missing = cur.execute(queries["admin_missing_events"], params).fetchall()
+            if missing:
+                raise EventsNotFound([m[0] for m in missing])
+        chosen, inserted, rerouted, enabled, _ = _row(cur.execute(queries["admin_replay"], params))
+        if enabled is None:  # removed between the lookup and the insert
+            raise EndpointNotFound(endpoint)
+    return ReplayResult(replayed=int(inserted), skipped=int(chosen) - int(inserted),
+                        rerouted=int(rerouted), endpoint_enabled=bool(enabled))
+
+
+def _since_id(moment: datetime) -> uuid.UUID:
+    try:
+        return uuid7_floor(moment - _PRODUCER_CLOCK_SLACK)
+    except OverflowError:  # year 1: every id is later anyway
+        return uuid.UUID(int=0)
+
+
+def _row(cur: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """The one row of a query that always answers one (an aggregate)."""
+    row = cur.fetchone()
+    if row is None:  # pragma: no cover - aggregates always answer
+        raise RuntimeError("query returned no row")
+    return row
+
+
+def _one(cur: psycopg.Cursor[tuple[Any, ...]]) -> Any:
+    return _row(cur)[0]
+
+
+def _live_endpoint(cur: psycopg.Cursor[tuple[Any, ...]], name: str) -> tuple[int, bool]:
+    row = cur.execute(queries["admin_live_endpoint"], {"name": name}).fetchone()
+    if row is None:
+        raise EndpointNotFound(name)
+    return int(row[0]), bool(row[1])
+
+__all__ = [
+    "DEFAULT_DEAD_LIMIT",
+    "DeadLetter",
+    "EndpointStatus",
+    "EventsNotFound",
+    "PurgeResult",
+    "ReplayResult",
+    "RetryResult",
+    "Status",
+    "apurge",
+    "dead_letters",
+    "purge",
+    "replay",
+    "retry_dead",
+    "status",
+]

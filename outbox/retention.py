@@ -1,0 +1,141 @@
+"""Retention: delete old delivered deliveries and the events nothing needs any more.
+
+Used by ``outbox purge`` and by the dispatcher's ``--retention`` setting.
+
+What goes: delivered deliveries whose ``finished_at`` is older than the
+cutoff, then events created before the cutoff that have no delivery left
+(old unrouted events included). What stays: pending and in-flight
+deliveries, dead letters, and the events of all of those. Dead letters are
+kept until an operator retries them (``outbox dead retry``; once delivered
+they age out like any other delivery) or deletes them by hand.
+
+The work goes in small batches, each its own short transaction, so that a
+large purge never holds many row locks or an old snapshot (which would keep
+VACUUM from cleaning up behind the dispatchers). The cutoff is read once from
+the database clock.
+
+As with publish, one pure core (:func:`_plan`, a generator yielding the
+statements of each transaction and receiving the rows of the last one)
+drives a sync shell (:func:`purge`) and an async one (:func:`apurge`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from outbox.errors import OutboxError
+from outbox.sql import queries
+
+DEFAULT_BATCH_SIZE = 1000
+
+Statement = tuple[LiteralString, dict[str, Any]]
+Rows = Sequence[tuple[Any, ...]]
+Plan = Generator[list[Statement], Rows, "PurgeResult"]
+
+_NIL = str(uuid.UUID(int=0))
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    deliveries: int
+    """Delivered deliveries deleted."""
+    events: int
+    """Events deleted."""
+
+
+def uuid7_floor(moment: datetime) -> uuid.UUID:
+    """The smallest UUIDv7 of ``moment``'s millisecond: ids below it were made earlier."""
+    ms = max(0, int(moment.timestamp() * 1000))
+    return uuid.UUID(int=(ms & 0xFFFF_FFFF_FFFF) << 80)
+
+
+def _plan(older_than: timedelta, batch_size: int) -> Plan:
+    """The transactions of one purge, one list of statements per transaction."""
+    rows = yield [(queries["purge_start"], {"older_than": older_than})]
+    cutoff, endpoint_ids = rows[0]
+    base = {"cutoff": cutoff, "batch_size": batch_size}
+
+    deliveries = 0
+    for endpoint_id in endpoint_ids:
+        while True:
+            rows = yield [(queries["purge_delivered_batch"],
+                           {**base, "endpoint_id": endpoint_id})]
+            deleted = int(rows[0][0])
+            deliveries += deleted
+            if deleted < batch_size:
+                break
+
+    events = 0
+    cursor = {**base, "after": _NIL, "bound": str(uuid7_floor(cutoff))}
+    while True:
+        rows = yield [(queries["purge_events_lock"], {}),
+                      (queries["purge_events_batch"], cursor)]
+        scanned, last_id, deleted = rows[0]
+        events += int(deleted)
+        if scanned < batch_size:
+            return PurgeResult(deliveries=deliveries, events=events)
+        cursor["after"] = last_id
+
+
+def _check(older_than: timedelta, batch_size: int) -> None:
+    if older_than < timedelta(0):
+        raise ValueError("older_than must not be negative")
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+
+
+def _idle(status: psycopg.pq.TransactionStatus) -> None:
+    # Inside the caller's transaction every batch would become a savepoint of
+    # one long transaction: exactly the long snapshot batching is meant to avoid.
+    if status != psycopg.pq.TransactionStatus.IDLE:
+        raise OutboxError("purge commits batch by batch: call it outside a transaction")
+
+
+def purge(conn: psycopg.Connection[Any], older_than: timedelta,
+          batch_size: int = DEFAULT_BATCH_SIZE) -> PurgeResult:
+    """Delete delivered deliveries and unneeded events older than ``older_than``.
+
+    Commits after each batch; the connection must not be inside a transaction.
+    """
+    _check(older_than, batch_size)
+    _idle(conn.info.transaction_status)
+    plan = _plan(older_than, batch_size)
+    try:
+        unit = next(plan)
+        while True:
+            rows: Rows = []
+            with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                for sql, params in unit:
+                    rows = cur.execute(sql, params).fetchall()
+            unit = plan.send(rows)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def apurge(conn: psycopg.AsyncConnection[Any], older_than: timedelta,
+                 batch_size: int = DEFAULT_BATCH_SIZE) -> PurgeResult:
+    """:func:`purge` for an ``AsyncConnection``."""
+    _check(older_than, batch_size)
+    _idle(conn.info.transaction_status)
+    plan = _plan(older_than, batch_size)
+    try:
+        unit = next(plan)
+        while True:
+            rows: Rows = []
+            async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                for sql, params in unit:
+                    await cur.execute(sql, params)
+                    rows = await cur.fetchall()
+            unit = plan.send(rows)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+__all__ = ["DEFAULT_BATCH_SIZE", "PurgeResult", "apurge", "purge", "uuid7_floor"]

@@ -1,0 +1,217 @@
+-- Queries of the operator commands: status, dead letters, replay, purge.
+-- Used by outbox/admin.py and outbox/retention.py.
+
+-- name: admin_status
+-- One round trip. The unrouted count reads the events_unrouted partial index;
+-- each per-endpoint count reads the partial index of deliveries for that state
+-- (deliveries_pending, deliveries_in_flight, deliveries_finished), all keyed on
+-- endpoint_id, so the cost follows that endpoint's rows in that state and the
+-- table itself is never scanned. The oldest pending age needs created_at, a
+-- heap column, so only the pending rows' heap tuples are visited. The LEFT JOIN
+-- keeps one row (with a NULL name) when no live endpoint exists, so that the
+-- unrouted count always comes back.
+SELECT u.unrouted, ep.name, ep.enabled, ep.pending, ep.in_flight, ep.delivered, ep.dead,
+       ep.oldest_pending_seconds
+FROM (SELECT count(*) AS unrouted FROM outbox.events WHERE unrouted) AS u
+LEFT JOIN LATERAL (
+    SELECT e.name, e.enabled, p.pending, p.oldest_pending_seconds,
+           (SELECT count(*) FROM outbox.deliveries d
+            WHERE d.endpoint_id = e.id AND d.state = 'in_flight') AS in_flight,
+           (SELECT count(*) FROM outbox.deliveries d
+            WHERE d.state = 'delivered' AND d.endpoint_id = e.id) AS delivered,
+           (SELECT count(*) FROM outbox.deliveries d
+            WHERE d.state = 'dead' AND d.endpoint_id = e.id) AS dead
+    FROM outbox.endpoints e
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS pending,
+               greatest(0, coalesce(
+                   extract(epoch FROM clock_timestamp() - min(d.created_at)), 0
+               ))::float8 AS oldest_pending_seconds
+        FROM outbox.deliveries d
+        WHERE d.endpoint_id = e.id AND d.state = 'pending'
+    ) AS p
+    WHERE e.removed_at IS NULL
+) AS ep ON true
+ORDER BY ep.name;
+
+-- name: admin_live_endpoint
+SELECT id, enabled FROM outbox.endpoints
+WHERE name = %(name)s AND removed_at IS NULL;
+
+-- name: admin_endpoint_ever_existed
+-- Dead letters outlive their endpoint (a forced removal makes them), so the
+-- listing accepts the name of a removed endpoint too.
+SELECT EXISTS (SELECT 1 FROM outbox.endpoints WHERE name = %(name)s);
+
+-- name: admin_dead_list
+-- Dead rows are read through deliveries_finished (state leads it) and sorted
+-- newest first; the LEFT JOIN keeps a row whose endpoint row was deleted by hand.
+SELECT d.event_id::text, coalesce(e.name, '#' || d.endpoint_id::text),
+       e.removed_at IS NOT NULL AS removed, ev.type, d.key, d.attempts, d.last_error,
+       d.last_status, d.finished_at
+FROM outbox.deliveries d
+JOIN outbox.events ev ON ev.id = d.event_id
+LEFT JOIN outbox.endpoints e ON e.id = d.endpoint_id
+WHERE d.state = 'dead'
+  AND (%(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text)
+ORDER BY d.finished_at DESC NULLS LAST, d.id DESC
+LIMIT %(limit)s;
+
+-- name: admin_retry_dead
+-- Dead deliveries back to pending with fresh attempts. last_error and
+-- last_status stay until the next attempt overwrites them, so a retried row
+-- still says why it failed before.
+-- The live endpoints are locked FOR SHARE: a concurrent `endpoints remove`
+-- either waits for this statement's transaction (and then finds the retried
+-- rows pending, and dead-letters them again) or commits first (and its
+-- endpoint no longer matches here), so no pending row is ever left on a
+-- removed endpoint, where no dispatcher would claim it.
+-- Every selector starts from the dead rows through deliveries_finished (state,
+-- endpoint_id, ...): dead letters are few, so one statement serves all three.
+-- pg_notify is queued until commit: dispatchers wake only if the retry commits.
+WITH live AS (
+    SELECT id, name, enabled FROM outbox.endpoints
+    WHERE removed_at IS NULL
+      AND (%(endpoint_id)s::bigint IS NULL OR id = %(endpoint_id)s::bigint)
+    FOR SHARE
+),
+retried AS (
+    UPDATE outbox.deliveries d
+    SET state = 'pending', attempts = 0, next_attempt_at = clock_timestamp(),
+        lease_token = NULL, lease_expires_at = NULL, finished_at = NULL
+    FROM live
+    WHERE d.state = 'dead' AND d.endpoint_id = live.id
+      AND (%(event_ids)s::uuid[] IS NULL OR d.event_id = ANY (%(event_ids)s::uuid[]))
+    RETURNING d.endpoint_id
+)
+SELECT (SELECT count(*) FROM retried),
+       ARRAY(SELECT DISTINCT live.name FROM live
+             WHERE NOT live.enabled
+               AND EXISTS (SELECT 1 FROM retried r WHERE r.endpoint_id = live.id)
+             ORDER BY live.name),
+       (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM retried));
+
+-- name: admin_replay_lock
+-- Replays share this lock; each purge batch of events takes it exclusively
+-- (purge_events_lock). Without it a purge could decide "no delivery left" on a
+-- snapshot taken before a replay committed its new delivery, delete the event,
+-- and cascade the fresh delivery away. The key is fixed and differs from
+-- those of migrate_lock and endpoints_admin_lock.
+SELECT pg_advisory_xact_lock_shared(7469813520431);
+
+-- name: admin_replay_since
+-- "2h ago" is measured on the database clock, like every other time here.
+SELECT coalesce(%(since)s::timestamptz, now() - %(ago)s::interval);
+
+-- name: admin_missing_events
+SELECT given.id::text
+FROM unnest(%(event_ids)s::uuid[]) AS given(id)
+WHERE NOT EXISTS (SELECT 1 FROM outbox.events ev WHERE ev.id = given.id);
+
+-- name: admin_replay
+-- One new pending delivery per chosen event for one endpoint, copying seq and
+-- key so that per-key ordering treats it as the event it is (an older event
+-- replayed holds back later events of its key that are still waiting). An
+-- event that already has a pending or in-flight delivery for the endpoint is
+-- skipped: it is on its way. Replayed events stop being unrouted.
+-- --since filters on created_at (the database clock), but first narrows by the
+-- primary key: ids are UUIDv7 whose first 48 bits are the producer's Unix
+-- milliseconds, so since_id (the smallest id of since minus an hour, which
+-- tolerates producer clocks running behind the database's) starts an index
+-- range scan instead of a scan of the whole table. Both come in as constants
+-- (admin_replay_since) so that the planner can estimate the range.
+-- The endpoint row is locked FOR SHARE (see admin_retry_dead for why).
+WITH target AS (
+    SELECT id, enabled FROM outbox.endpoints
+    WHERE id = %(endpoint_id)s AND removed_at IS NULL
+    FOR SHARE
+),
+chosen AS (
+    SELECT ev.id, ev.seq, ev.key, ev.deliver_after
+    FROM outbox.events ev
+    WHERE ev.id = ANY (%(event_ids)s::uuid[])
+    UNION ALL
+    SELECT ev.id, ev.seq, ev.key, ev.deliver_after
+    FROM outbox.events ev
+    WHERE %(event_ids)s::uuid[] IS NULL
+      AND ev.id >= %(since_id)s::uuid AND ev.created_at >= %(since)s::timestamptz
+),
+inserted AS (
+    INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, key, next_attempt_at)
+    SELECT c.id, t.id, c.seq, c.key, greatest(c.deliver_after, clock_timestamp())
+    FROM chosen c, target t
+    WHERE NOT EXISTS (
+        SELECT 1 FROM outbox.deliveries d
+        WHERE d.event_id = c.id AND d.endpoint_id = t.id AND d.state IN ('pending', 'in_flight')
+    )
+    ORDER BY c.seq
+    RETURNING event_id
+),
+rerouted AS (
+    UPDATE outbox.events ev SET unrouted = false
+    FROM inserted i
+    WHERE ev.id = i.event_id AND ev.unrouted
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM chosen),
+       (SELECT count(*) FROM inserted),
+       (SELECT count(*) FROM rerouted),
+       (SELECT enabled FROM target),
+       (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM inserted));
+
+-- name: purge_start
+-- The cutoff on the database clock, fixed once so that every batch agrees, and
+-- the endpoints whose delivered rows to visit (removed ones too).
+SELECT now() - %(older_than)s::interval, ARRAY(SELECT id FROM outbox.endpoints ORDER BY id);
+
+-- name: purge_delivered_batch
+-- One endpoint at a time: deliveries_finished is (state, endpoint_id,
+-- finished_at), so "this endpoint's delivered rows older than the cutoff" is
+-- one tight index range. Without endpoint_id the scan would wade, batch after
+-- batch, through the recent rows of every endpoint before the current one.
+-- The CTE fixes the LIMIT (PostgreSQL bug #15715); SKIP LOCKED lets two
+-- dispatchers purge side by side without waiting on each other.
+WITH doomed AS (
+    SELECT id FROM outbox.deliveries
+    WHERE state = 'delivered' AND endpoint_id = %(endpoint_id)s
+      AND finished_at < %(cutoff)s
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM outbox.deliveries d USING doomed
+    WHERE d.id = doomed.id
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: purge_events_lock
+-- Taken in its own statement, before purge_events_batch takes its snapshot:
+-- once we hold it, every replay has either committed (and its deliveries are
+-- visible to the next statement) or not started. See admin_replay_lock.
+SELECT pg_advisory_xact_lock(7469813520431);
+
+-- name: purge_events_batch
+-- Walks the events primary key from the previous batch's last id (a keyset
+-- cursor, so events kept for their dead letters are stepped over once, not
+-- rescanned every batch) up to the smallest UUIDv7 of the cutoff's
+-- millisecond: ids carry the producer's clock, so id < bound means "published
+-- before the cutoff" without an index on created_at. created_at (the database
+-- clock) is checked too, so a producer clock running ahead never gets an event
+-- deleted early. Events that still have any delivery (pending, in flight,
+-- dead, or delivered but recent) are kept.
+WITH scanned AS (
+    SELECT id FROM outbox.events
+    WHERE id > %(after)s::uuid AND id < %(bound)s::uuid
+    ORDER BY id
+    LIMIT %(batch_size)s
+),
+gone AS (
+    DELETE FROM outbox.events ev USING scanned s
+    WHERE ev.id = s.id AND ev.created_at < %(cutoff)s
+      AND NOT EXISTS (SELECT 1 FROM outbox.deliveries d WHERE d.event_id = ev.id)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM scanned),
+       (SELECT s.id FROM scanned s ORDER BY s.id DESC LIMIT 1)::text,
+       (SELECT count(*) FROM gone);

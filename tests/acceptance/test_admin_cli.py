@@ -1,0 +1,242 @@
+"""`outbox status / dead / replay / purge` as an operator runs them: real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.admin_support import (
+    add_endpoint,
+    age_event,
+    count,
+    deliveries,
+    publish,
+    set_state,
+    unrouted,
+)
+
+Conn = psycopg.Connection[Any]
+_SCRIPT = Path(sys.executable).with_name("outbox")
+_COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [shutil.which("outbox") or "outbox"]
+_CONTRACT_STATUS_KEYS = {"name", "pending", "in_flight", "delivered", "dead",
+                         "oldest_pending_seconds"}
+_CONTRACT_DEAD_KEYS = {"event_id", "endpoint", "type", "key", "attempts", "last_error",
+                       "last_status", "failed_at"}
+
+
+def outbox(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `outbox ARGS` against the test database (found through OUTBOX_DSN)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["OUTBOX_DSN"] = dsn
+    return subprocess.run([*_COMMAND, *args], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def snapshot(conn: Conn) -> list[tuple[Any, ...]]:
+    """Everything the commands could change, to show that a refused one changed nothing."""
+    rows = conn.execute(
+        "SELECT 'e', id::text, unrouted::text, NULL FROM outbox.events "
+        "UNION ALL SELECT 'd', id::text, state, attempts::text FROM outbox.deliveries "
+        "ORDER BY 1, 2").fetchall()
+    conn.commit()
+    return rows
+
+
+@pytest.fixture
+def scene(conn: Conn) -> dict[str, uuid.UUID]:
+    """Two endpoints, and events delivered, dead, pending and unrouted."""
+    add_endpoint(conn, "mail", "mail.*")
+    add_endpoint(conn, "orders", "order.*")
+    ids = {
+        "delivered": publish(conn, "mail.received", key="t1"),
+        "dead": publish(conn, "mail.received", key="t2"),
+        "pending": publish(conn, "mail.received"),
+        "order_dead": publish(conn, "order.created"),
+        "unrouted": publish(conn, "nobody.listens"),
+    }
+    set_state(conn, ids["delivered"], "mail", "delivered")
+    set_state(conn, ids["dead"], "mail", "dead", error="HTTP 500 from receiver", status=500,
+              finished_ago="1 minute")
+    set_state(conn, ids["order_dead"], "orders", "dead", error="connection refused")
+    return ids
+
+
+def test_status_table_and_json(dsn: str, scene: dict[str, uuid.UUID]) -> None:
+    """status prints a table, and --json the contract's shape with the right counts."""
+    table = outbox(dsn, "status")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0].split()[:3] == ["ENDPOINT", "STATE", "PENDING"]
+    assert "unrouted events: 1" in table.stdout
+
+    result = outbox(dsn, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"endpoints", "unrouted"}
+    assert doc["unrouted"] == 1
+    by_name = {e["name"]: e for e in doc["endpoints"]}
+    assert all(set(e) >= _CONTRACT_STATUS_KEYS for e in doc["endpoints"])
+    mail = by_name["mail"]
+    assert (mail["pending"], mail["in_flight"], mail["delivered"], mail["dead"]) == (1, 0, 1, 1)
+    assert mail["oldest_pending_seconds"] >= 0
+    assert mail["enabled"] is True
+    assert by_name["orders"]["oldest_pending_seconds"] == 0
+
+
+def test_dead_list_json_and_table(dsn: str, scene: dict[str, uuid.UUID]) -> None:
+    """dead list --json gives the contract's objects newest first; the table shows the same."""
+    result = outbox(dsn, "dead", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    letters = json.loads(result.stdout)
+    assert [d["event_id"] for d in letters] == [str(scene["order_dead"]), str(scene["dead"])]
+    assert all(set(d) == _CONTRACT_DEAD_KEYS for d in letters)
+    mail = letters[1]
+    assert (mail["endpoint"], mail["type"], mail["key"], mail["attempts"], mail["last_status"],
+            mail["last_error"]) == ("mail", "mail.received", "t2", 3, 500,
+                                    "HTTP 500 from receiver")
+    assert datetime.fromisoformat(mail["failed_at"]).tzinfo is not None
+
+    only = json.loads(outbox(dsn, "dead", "list", "--endpoint", "orders", "--json").stdout)
+    assert [d["event_id"] for d in only] == [str(scene["order_dead"])]
+    assert len(json.loads(outbox(dsn, "dead", "list", "--limit", "1", "--json").stdout)) == 1
+
+    table = outbox(dsn, "dead", "list")
+    assert table.returncode == 0
+    assert str(scene["dead"]) in table.stdout
+    assert table.stdout.splitlines()[0].startswith("FAILED AT")
+    assert outbox(dsn, "dead", "list", "--endpoint", "never").returncode == 1
+
+
+def test_dead_retry_by_event_id(conn: Conn, dsn: str, scene: dict[str, uuid.UUID]) -> None:
+    """dead retry --event-id revives that event's dead delivery only."""
+    result = outbox(dsn, "dead", "retry", "--event-id", str(scene["dead"]))
+    assert (result.returncode, result.stdout.strip()) == (0, "1 dead delivery retried")
+    assert deliveries(conn, scene["dead"]) == [("mail", "pending", 0, "HTTP 500 from receiver")]
+    assert deliveries(conn, scene["order_dead"])[0][1] == "dead"
+
+
+def test_dead_retry_by_endpoint(conn: Conn, dsn: str, scene: dict[str, uuid.UUID]) -> None:
+    """dead retry --endpoint revives that endpoint's dead deliveries only."""
+    result = outbox(dsn, "dead", "retry", "--endpoint", "orders")
+    assert (result.returncode, result.stdout.strip()) == (0, "1 dead delivery retried")
+    assert deliveries(conn, scene["order_dead"])[0][1] == "pending"
+    assert deliveries(conn, scene["dead"])[0][1] == "dead"
+
+
+def test_dead_retry_all_then_nothing_left(conn: Conn, dsn: str,
+                                          scene: dict[str, uuid.UUID]) -> None:
+    """dead retry --all revives every dead delivery; run again it retries none, exit 0."""
+    result = outbox(dsn, "dead", "retry", "--all")
+    assert (result.returncode, result.stdout.strip()) == (0, "2 dead deliveries retried")
+    again = outbox(dsn, "dead", "retry", "--all")
+    assert (again.returncode, again.stdout.strip()) == (0, "0 dead deliveries retried")
+    assert json.loads(outbox(dsn, "dead", "list", "--json").stdout) == []
+
+
+@pytest.mark.parametrize("args", [
+    ("dead", "retry"),
+    ("dead", "retry", "--all", "--endpoint", "mail"),
+    ("dead", "retry", "--event-id", "not-a-uuid"),
+    ("dead", "list", "--limit", "0"),
+    ("replay", "--endpoint", "mail"),
+    ("replay", "--endpoint", "mail", "--since", "yesterday-ish"),
+    ("replay", "--endpoint", "mail", "--event-id", "42"),
+    ("replay", "--endpoint", "mail", "--since", "2h", "--event-id", str(uuid.UUID(int=1))),
+    ("purge", "--older-than", "seven days"),
+    ("purge", "--older-than", "-1d"),
+    ("purge",),
+])
+def test_bad_usage_exits_2_and_changes_nothing(conn: Conn, dsn: str,
+                                               scene: dict[str, uuid.UUID],
+                                               args: tuple[str, ...]) -> None:
+    """Malformed or missing selectors, UUIDs, timestamps and durations: exit 2, nothing changed."""
+    before = snapshot(conn)
+    result = outbox(dsn, *args)
+    assert result.returncode == 2, result.stderr
+    assert "error" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert snapshot(conn) == before
+
+
+@pytest.mark.parametrize("args", [
+    ("dead", "retry", "--endpoint", "never"),
+    ("replay", "--endpoint", "never", "--since", "1h"),
+    ("replay", "--endpoint", "mail", "--event-id", str(uuid.UUID(int=1))),
+])
+def test_unknown_names_exit_1_and_change_nothing(conn: Conn, dsn: str,
+                                                 scene: dict[str, uuid.UUID],
+                                                 args: tuple[str, ...]) -> None:
+    """An endpoint or event that does not exist is a run-time failure: exit 1, one line."""
+    before = snapshot(conn)
+    result = outbox(dsn, *args)
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert snapshot(conn) == before
+
+
+def test_replay_delivered_and_unrouted_events(conn: Conn, dsn: str,
+                                              scene: dict[str, uuid.UUID]) -> None:
+    """replay --event-id queues a delivered and an unrouted event again; skips a pending one."""
+    result = outbox(dsn, "replay", "--endpoint", "mail", "--event-id", str(scene["delivered"]),
+                    str(scene["unrouted"]), "--event-id", str(scene["pending"]))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "2 events replayed to endpoint 'mail' (1 skipped: already pending or in flight there)"]
+    assert [d[1] for d in deliveries(conn, scene["delivered"])] == ["delivered", "pending"]
+    assert deliveries(conn, scene["unrouted"]) == [("mail", "pending", 0, None)]
+    assert not unrouted(conn, scene["unrouted"])
+    assert len(deliveries(conn, scene["pending"])) == 1
+
+
+def test_replay_since_to_a_disabled_endpoint(conn: Conn, dsn: str,
+                                             scene: dict[str, uuid.UUID]) -> None:
+    """replay --since DURATION picks recent events only and warns that the endpoint is off."""
+    old = age_event(conn, scene["delivered"], days=3)
+    conn.execute("UPDATE outbox.endpoints SET enabled = false WHERE name = 'orders'")
+    conn.commit()
+    result = outbox(dsn, "replay", "--endpoint", "orders", "--since", "1d")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines == ["4 events replayed to endpoint 'orders'",
+                     "endpoint 'orders' is disabled: the deliveries wait until it is enabled"]
+    assert [d[0] for d in deliveries(conn, old)] == ["mail"]
+    stamp = outbox(dsn, "replay", "--endpoint", "orders", "--since", "2000-01-01T00:00:00")
+    assert stamp.returncode == 0, stamp.stderr
+    assert stamp.stdout.splitlines()[0] == (
+        "1 event replayed to endpoint 'orders' (4 skipped: already pending or in flight there)")
+    assert [d[0] for d in deliveries(conn, old)] == ["mail", "orders"]
+
+
+def test_purge_deletes_old_delivered_and_keeps_dead_and_pending(
+        conn: Conn, dsn: str, scene: dict[str, uuid.UUID]) -> None:
+    """purge removes old delivered deliveries and old unrouted events; dead and pending stay."""
+    set_state(conn, scene["delivered"], "mail", "delivered", finished_ago="8 days")
+    set_state(conn, scene["dead"], "mail", "dead", finished_ago="8 days")
+    aged = {name: age_event(conn, event, days=8) for name, event in scene.items()}
+    result = outbox(dsn, "purge", "--older-than", "7d")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "purged 1 delivered delivery and 2 events"
+    assert count(conn, "events") == 3
+    assert [d[1] for d in deliveries(conn, aged["dead"])] == ["dead"]
+    assert [d[1] for d in deliveries(conn, aged["pending"])] == ["pending"]
+    again = outbox(dsn, "purge", "--older-than", "7d")
+    assert again.stdout.strip() == "purged 0 delivered deliveries and 0 events"
+
+
+def test_unreachable_database_is_exit_1_in_one_line(tmp_path: Path) -> None:
+    """A database that cannot be reached: exit 1 and a single line, for every command."""
+    dead_dsn = f"postgresql:///outbox?host={tmp_path}&port=1&connect_timeout=2"
+    for args in (("status",), ("dead", "list"), ("dead", "retry", "--all"),
+                 ("replay", "--endpoint", "x", "--since", "1h"), ("purge", "--older-than", "1d")):
+        result = outbox(dead_dsn, *args)
+        assert result.returncode == 1, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
