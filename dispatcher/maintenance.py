@@ -40,6 +40,7 @@ class Maintenance:
             self.periods.append((RETENTION_PERIOD, self.purge))
 
     async def refresh_endpoints(self) -> None:
+        await self.db.fetch("bury_removed")
         rows = await self.db.fetch("load_endpoints")
         self.engine.registry.load(rows)
         self.engine.metrics.known_endpoints(self.engine.registry.names())

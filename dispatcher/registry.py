@@ -20,18 +20,27 @@ from outbox.endpoints import decode_secret
 log = logging.getLogger("dispatcher.endpoints")
 
 
-def _keys(secret: str | None, previous_json: str, environ: Mapping[str, str],
+def _keys(name: str, secret: str | None, previous_json: str, environ: Mapping[str, str],
           now: datetime) -> tuple[bytes, ...]:
-    """Signing keys, newest first: the current secret, then those still in their overlap."""
+    """Signing keys, newest first: the current secret, then those still in their overlap.
+
+    The current secret must resolve (else ValueError: better wait than send
+    unsigned); an old one that no longer resolves is only skipped, since the
+    receiver already has the new one.
+    """
     keys: list[bytes] = []
     if secret:
         keys.append(decode_secret(secret, environ))
     for old in json.loads(previous_json or "[]"):
-        expires = datetime.fromisoformat(str(old.get("expires_at")))
-        if expires.tzinfo is None:
-            expires = expires.replace(tzinfo=UTC)
-        if expires > now:
-            keys.append(decode_secret(str(old["secret"]), environ))
+        try:
+            expires = datetime.fromisoformat(str(old.get("expires_at")))
+            if expires.tzinfo is None:
+                expires = expires.replace(tzinfo=UTC)
+            if expires > now:
+                keys.append(decode_secret(str(old["secret"]), environ))
+        except (ValueError, KeyError) as exc:
+            log.warning("endpoint %s: skipping a previous secret that cannot be used: %s",
+                        name, exc)
     return tuple(keys)
 
 
@@ -53,7 +62,7 @@ class Registry:
         for (ep_id, name, url, secret, previous, max_attempts, timeout, min_backoff,
              max_backoff, max_in_flight, rate_limit, max_batch, fmt, headers, is_on) in rows:
             try:
-                keys = _keys(secret, previous, self._environ, now)
+                keys = _keys(name, secret, previous, self._environ, now)
             except (ValueError, KeyError) as exc:
                 broken[ep_id] = str(exc)
                 if self._broken.get(ep_id) != str(exc):

@@ -64,6 +64,7 @@ class Receiver:
                                         name="outbox-receiver")
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
 
     @property
     def url(self) -> str:
@@ -85,6 +86,11 @@ class Receiver:
                 self._server.close()
             for writer in list(self._writers):
                 writer.close()
+            # Cancel the connection handlers and let them finish, so that
+            # stopping the loop destroys no pending task.
+            for task in list(self._handlers):
+                task.cancel()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=5)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -112,6 +118,9 @@ class Receiver:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -146,4 +155,6 @@ class Receiver:
             pass
         finally:
             self._writers.discard(writer)
+            if task is not None:
+                self._handlers.discard(task)
             writer.close()

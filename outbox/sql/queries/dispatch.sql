@@ -109,6 +109,17 @@ SET state = 'pending', lease_token = NULL, lease_expires_at = NULL, next_attempt
 WHERE state = 'in_flight' AND lease_expires_at < now()
 RETURNING id;
 
+-- name: bury_removed
+-- A publish that was already under way when its endpoint was removed can still
+-- add pending deliveries for it. Nothing would ever claim them (the claim
+-- skips removed endpoints): dead-letter them, so that nothing waits forever.
+UPDATE outbox.deliveries d
+SET state = 'dead', last_error = 'endpoint removed while this delivery was pending',
+    finished_at = now(),
+    lease_token = NULL, lease_expires_at = NULL
+FROM outbox.endpoints e
+WHERE e.removed_at IS NOT NULL AND d.endpoint_id = e.id AND d.state = 'pending';
+
 -- name: disable_endpoint
 UPDATE outbox.endpoints
 SET enabled = false, disabled_reason = %(reason)s, updated_at = now()
