@@ -51,8 +51,15 @@ def _health_server(config: DispatcherConfig, engine: Engine) -> HealthServer:
 async def _dispatch(engine: Engine, maintenance: Maintenance) -> None:
     """Load endpoints, run the claimer until stopped, drain, record what is left."""
     config = engine.config
-    engine.last_tick = asyncio.get_running_loop().time()
-    await retry_until(maintenance.refresh_endpoints, engine.stopping, max_wait=10.0)
+    loop = asyncio.get_running_loop()
+
+    async def load_endpoints() -> None:
+        # Each try counts as a tick: waiting out a database that is down at
+        # start is the loop alive, and /healthz must stay 200 however long it lasts.
+        engine.last_tick = loop.time()
+        await maintenance.refresh_endpoints()
+
+    await retry_until(load_endpoints, engine.stopping, max_wait=10.0)
     completer = asyncio.create_task(engine.completer.run(), name="completer")
     helpers = [asyncio.create_task(maintenance.run(), name="maintenance")]
     if config.once:

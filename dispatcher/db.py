@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar

@@ -44,6 +44,10 @@ from outbox import __version__
 
 log = logging.getLogger("dispatcher")
 _LEASE_MARGIN = 15.0
+# A rate-limited endpoint's claims run this many seconds ahead of its tokens:
+# enough requests to keep it busy until the claimer looks again, each waiting
+# its turn, without one claim per request.
+_RATE_HORIZON = 0.25
 
 
 def _delivery(row: Sequence[Any]) -> Delivery:
@@ -78,6 +82,11 @@ class Engine:
         self.requests: dict[asyncio.Task[None], list[Delivery]] = {}
         self.started: set[asyncio.Task[None]] = set()  # requests past the rate limiter
         self.buckets: dict[int, TokenBucket] = {}
+        # Endpoints whose last claim took all it asked for: more may be due.
+        self.backlogged: set[int] = set()
+        # Seconds until a rate-limited endpoint with due work gets a token, when
+        # the last claim had to leave it out; the claimer wakes up for it.
+        self.throttled: float | None = None
         self.dead_lettered = 0
         self.recorded = 0
         self.last_tick = 0.0
@@ -96,13 +105,17 @@ class Engine:
         ids: list[int] = []
         limits: list[int] = []
         wanted: dict[int, int] = {}
+        self.throttled = None
         for ep in active:
             if free <= 0 or rows_left <= 0:
                 break
             slots = min(ep.max_in_flight - self.slots.get(ep.id, 0), free)
-            if ep.rate_limit is not None:
-                bucket = self.buckets.setdefault(ep.id, TokenBucket(ep.rate_limit))
-                slots = min(slots, bucket.available())
+            if ep.rate_limit is not None and slots > 0:
+                bucket = self._bucket(ep.id, ep.rate_limit)
+                slots = min(slots, bucket.available(_RATE_HORIZON))
+                if slots <= 0 and ep.id in self.backlogged:
+                    wait = bucket.wait(_RATE_HORIZON)
+                    self.throttled = wait if self.throttled is None else min(self.throttled, wait)
             if slots <= 0:
                 continue
             rows = min(slots * ep.max_batch, rows_left)
@@ -112,6 +125,12 @@ class Engine:
             limits.append(rows)
             wanted[ep.id] = rows
         return ids, limits, wanted
+
+    def _bucket(self, endpoint_id: int, rate: float) -> TokenBucket:
+        bucket = self.buckets.get(endpoint_id)
+        if bucket is None or bucket.rate != rate:  # new, or its rate was changed
+            bucket = self.buckets[endpoint_id] = TokenBucket(rate)
+        return bucket
 
     def _lease_seconds(self) -> float:
         longest = max((ep.timeout for ep in self.registry.by_id.values()), default=0.0)
@@ -130,11 +149,21 @@ class Engine:
             self.held[delivery.id] = delivery.lease_token
             by_endpoint.setdefault(delivery.endpoint_id, []).append(delivery)
         full = False
+        for endpoint_id, rows_wanted in wanted.items():
+            if len(by_endpoint.get(endpoint_id, ())) >= rows_wanted:
+                self.backlogged.add(endpoint_id)
+            else:
+                self.backlogged.discard(endpoint_id)
         for endpoint_id, deliveries in by_endpoint.items():
             endpoint = self.registry.by_id[endpoint_id]
             full = full or len(deliveries) >= wanted.get(endpoint_id, 0)
+            bucket = self.buckets.get(endpoint_id) if endpoint.rate_limit else None
             for start in range(0, len(deliveries), endpoint.max_batch):
-                self._start_request(endpoint, deliveries[start:start + endpoint.max_batch])
+                # The token is taken now, not when the task runs, so that the
+                # next claim already sees it gone.
+                delay = bucket.take() if bucket is not None else 0.0
+                self._start_request(endpoint, deliveries[start:start + endpoint.max_batch],
+                                    delay)
         return full
 
     async def claim_loop(self) -> None:
@@ -148,20 +177,26 @@ class Engine:
             except DatabaseDown:
                 more = False
             # --once ends when a claim found nothing and nothing it could unblock
-            # (a result recorded since that claim began) is outstanding.
+            # (a result recorded since that claim began, a rate limit's next
+            # token) is outstanding.
             if (self.config.once and not more and not self.requests
-                    and not self.completer.pending() and recorded == self.recorded):
+                    and not self.completer.pending() and recorded == self.recorded
+                    and self.throttled is None):
                 return
             if more and len(self.requests) < self.config.concurrency:
                 continue
+            wait = self.config.poll_interval
+            if self.throttled is not None:
+                wait = min(wait, max(self.throttled, 0.001))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.config.poll_interval)
+                await asyncio.wait_for(self.wake.wait(), wait)
 
     # -- requests --------------------------------------------------------------
 
-    def _start_request(self, endpoint: Endpoint, deliveries: list[Delivery]) -> None:
+    def _start_request(self, endpoint: Endpoint, deliveries: list[Delivery],
+                       delay: float = 0.0) -> None:
         self.slots[endpoint.id] = self.slots.get(endpoint.id, 0) + 1
-        task = asyncio.create_task(self._request(endpoint, deliveries))
+        task = asyncio.create_task(self._request(endpoint, deliveries, delay))
         self.requests[task] = deliveries
         task.add_done_callback(functools.partial(self._request_done, endpoint_id=endpoint.id))
 
@@ -173,10 +208,10 @@ class Engine:
         if not task.cancelled() and task.exception() is not None:
             log.error("delivery task failed", exc_info=task.exception())
 
-    async def _request(self, endpoint: Endpoint, deliveries: list[Delivery]) -> None:
-        bucket = self.buckets.get(endpoint.id) if endpoint.rate_limit else None
-        if bucket is not None:
-            await bucket.acquire()
+    async def _request(self, endpoint: Endpoint, deliveries: list[Delivery],
+                       delay: float) -> None:
+        if delay > 0:  # its turn under the endpoint's rate limit
+            await asyncio.sleep(delay)
         task = asyncio.current_task()
         assert task is not None
         self.started.add(task)
