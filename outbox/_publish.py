@@ -22,7 +22,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from outbox._event import MAX_PAYLOAD_BYTES, Batch, Event, build_batch
-from outbox.errors import OutboxError
+from outbox.errors import OutboxError, SchemaMissing
 from outbox.sql import queries
 
 Step = tuple[str, dict[str, Any]]
@@ -30,6 +30,9 @@ Rows = Sequence[Sequence[Any]]
 Plan = Generator[Step, Rows, list[uuid.UUID]]
 SyncExecute = Callable[[str, dict[str, Any]], Rows]
 AsyncExecute = Callable[[str, dict[str, Any]], Awaitable[Rows]]
+
+# undefined_table, invalid_schema_name: the outbox schema was never migrated.
+_MISSING_SCHEMA_STATES = frozenset({"42P01", "3F000"})
 
 
 def _values(row: Any) -> Sequence[Any]:
@@ -44,33 +47,53 @@ def _plan(batch: Batch) -> Plan:
     if not batch.ids:
         return []
     rows = yield queries["publish"], batch.params()
+    if len(rows) == len(batch.ids):  # one row per event inserted: no key met an older event
+        return batch.uuids
+    # Some rows met an idempotency key already stored (or earlier in this
+    # batch): answer with the id of the event that holds it.
     inserted = {_values(row)[0] for row in rows}
-    skipped = [
-        key for event_id, key in zip(batch.ids, batch.idempotency_keys, strict=True)
-        if event_id not in inserted
-    ]
-    existing: dict[str, str] = {}
-    if skipped:
-        # Those rows met an idempotency key already stored (or earlier in this
-        # batch): answer with the id of the event that holds it.
-        rows = yield queries["event_ids_by_idempotency_key"], {"idempotency_keys": skipped}
-        existing = {str(_values(r)[0]): str(_values(r)[1]) for r in rows}
+    skipped = [key for event_id, key in zip(batch.ids, batch.idempotency_keys, strict=True)
+               if event_id not in inserted]
+    rows = yield queries["event_ids_by_idempotency_key"], {"idempotency_keys": skipped}
+    existing = {str(_values(r)[0]): uuid.UUID(str(_values(r)[1])) for r in rows}
     ids: list[uuid.UUID] = []
-    for event_id, key in zip(batch.ids, batch.idempotency_keys, strict=True):
+    for event_id, own, key in zip(batch.ids, batch.uuids, batch.idempotency_keys, strict=True):
         if event_id in inserted:
-            ids.append(uuid.UUID(event_id))
+            ids.append(own)
         elif key is not None and key in existing:
-            ids.append(uuid.UUID(existing[key]))
+            ids.append(existing[key])
         else:  # pragma: no cover - the conflicting row vanished between two statements
             raise OutboxError(f"event with idempotency key {key!r} disappeared while publishing")
     return ids
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a psycopg, psycopg2 or SQLAlchemy-wrapped error, if any."""
+    for candidate in (exc, getattr(exc, "orig", None)):
+        state = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
+        if isinstance(state, str):
+            return state
+    return None
+
+
+def _missing_schema(exc: Exception) -> SchemaMissing | None:
+    if _sqlstate(exc) in _MISSING_SCHEMA_STATES:
+        return SchemaMissing("the outbox schema is missing in this database: "
+                             "run `outbox migrate` first")
+    return None
 
 
 def _run(plan: Plan, execute: SyncExecute) -> list[uuid.UUID]:
     try:
         step = next(plan)
         while True:
-            step = plan.send(execute(*step))
+            try:
+                rows = execute(*step)
+            except Exception as exc:
+                if missing := _missing_schema(exc):
+                    raise missing from exc
+                raise
+            step = plan.send(rows)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
@@ -79,32 +102,50 @@ async def _arun(plan: Plan, execute: AsyncExecute) -> list[uuid.UUID]:
     try:
         step = next(plan)
         while True:
-            step = plan.send(await execute(*step))
+            try:
+                rows = await execute(*step)
+            except Exception as exc:
+                if missing := _missing_schema(exc):
+                    raise missing from exc
+                raise
+            step = plan.send(rows)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
 
-def _is_sqlalchemy(obj: object, kind: str) -> bool:
-    cls = type(obj)
-    return cls.__module__.startswith("sqlalchemy.") and any(
-        base.__name__ == kind for base in cls.__mro__)
+def _is_sqlalchemy(obj: object, *kinds: str) -> bool:
+    """Whether obj is one of SQLAlchemy's classes of these names (or a subclass of one)."""
+    return any(base.__name__ in kinds and base.__module__.startswith("sqlalchemy.")
+               for base in type(obj).__mro__)
+
+
+def _check_paramstyle(sa_conn: Any) -> None:
+    style = getattr(getattr(sa_conn, "dialect", None), "paramstyle", "pyformat")
+    if style != "pyformat":
+        raise TypeError(
+            f"cannot publish through SQLAlchemy's {sa_conn.dialect.driver} driver: use "
+            "postgresql+psycopg:// (or postgresql+psycopg2:// for synchronous code)")
 
 
 def _sync_executor(conn: Any) -> SyncExecute:
     """An executor for whatever synchronous connection-like object the caller holds."""
-    if isinstance(conn, psycopg.Cursor):
+    given = conn
+    if isinstance(conn, psycopg.Cursor):  # any psycopg cursor: use its connection
         conn = conn.connection
     if isinstance(conn, psycopg.Connection):
         pg: psycopg.Connection[Any] = conn
 
         def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
-            with pg.cursor(row_factory=tuple_row) as cur:
+            # A plain Cursor whatever the connection's cursor_factory and
+            # row_factory: a RawCursor would not understand %(name)s.
+            with psycopg.Cursor(pg, row_factory=tuple_row) as cur:
                 cur.execute(sql, params)
                 return cur.fetchall()
         return execute_psycopg
-    if _is_sqlalchemy(conn, "Session"):
-        conn = conn.connection()
+    if _is_sqlalchemy(conn, "Session", "scoped_session"):
+        conn = conn.connection()  # begins the session's transaction if none is open
     if _is_sqlalchemy(conn, "Connection"):
+        _check_paramstyle(conn)
         sa_conn = conn
 
         def execute_sqlalchemy(sql: str, params: dict[str, Any]) -> Rows:
@@ -113,7 +154,7 @@ def _sync_executor(conn: Any) -> SyncExecute:
             return list(sa_conn.exec_driver_sql(sql, params).fetchall())
         return execute_sqlalchemy
     if not callable(getattr(conn, "cursor", None)) and callable(getattr(conn, "execute", None)):
-        conn = conn.connection  # a DB-API cursor: use its connection, keep its results
+        conn = getattr(conn, "connection", None)  # a DB-API cursor: use its connection
     if callable(getattr(conn, "cursor", None)):
         dbapi = conn
 
@@ -126,39 +167,36 @@ def _sync_executor(conn: Any) -> SyncExecute:
                 cur.close()
         return execute_dbapi
     raise TypeError(
-        f"cannot publish through a {type(conn).__name__}: pass a psycopg connection or "
+        f"cannot publish through a {type(given).__name__}: pass a psycopg connection or "
         "cursor, a SQLAlchemy Connection or Session, or a DB-API 2 connection")
 
 
-def _async_executor(conn: Any) -> Callable[[], Awaitable[AsyncExecute]]:
-    """An executor factory for an async connection (resolved lazily: sessions are awaited)."""
+async def _async_executor(conn: Any) -> AsyncExecute:
+    """An executor for an async connection (SQLAlchemy sessions must be awaited first)."""
+    given = conn
+    if isinstance(conn, psycopg.AsyncCursor):
+        conn = conn.connection
+    if isinstance(conn, psycopg.AsyncConnection):
+        pg: psycopg.AsyncConnection[Any] = conn
 
-    async def resolve() -> AsyncExecute:
-        target = conn
-        if isinstance(target, psycopg.AsyncCursor):
-            target = target.connection
-        if isinstance(target, psycopg.AsyncConnection):
-            pg: psycopg.AsyncConnection[Any] = target
+        async def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
+            async with psycopg.AsyncCursor(pg, row_factory=tuple_row) as cur:
+                await cur.execute(sql, params)
+                return await cur.fetchall()
+        return execute_psycopg
+    if _is_sqlalchemy(conn, "AsyncSession", "async_scoped_session"):
+        conn = await conn.connection()
+    if _is_sqlalchemy(conn, "AsyncConnection"):
+        _check_paramstyle(conn)
+        sa_conn = conn
 
-            async def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
-                async with pg.cursor(row_factory=tuple_row) as cur:
-                    await cur.execute(sql, params)
-                    return await cur.fetchall()
-            return execute_psycopg
-        if _is_sqlalchemy(target, "AsyncSession"):
-            target = await target.connection()
-        if _is_sqlalchemy(target, "AsyncConnection"):
-            sa_conn = target
-
-            async def execute_sqlalchemy(sql: str, params: dict[str, Any]) -> Rows:
-                result = await sa_conn.exec_driver_sql(sql, params)
-                return list(result.fetchall())
-            return execute_sqlalchemy
-        raise TypeError(
-            f"cannot apublish through a {type(target).__name__}: pass a psycopg "
-            "AsyncConnection or AsyncCursor, or a SQLAlchemy AsyncConnection or AsyncSession")
-
-    return resolve
+        async def execute_sqlalchemy(sql: str, params: dict[str, Any]) -> Rows:
+            result = await sa_conn.exec_driver_sql(sql, params)
+            return list(result.fetchall())
+        return execute_sqlalchemy
+    raise TypeError(
+        f"cannot apublish through a {type(given).__name__}: pass a psycopg "
+        "AsyncConnection or AsyncCursor, or a SQLAlchemy AsyncConnection or AsyncSession")
 
 
 def _one(event_type: str, payload: Any, key: str | None, *,
@@ -176,7 +214,8 @@ def publish(conn: Any, type: str, payload: Any, *,
 
     The event exists exactly when that transaction commits. Bad input raises
     :class:`outbox.InvalidEvent` or :class:`outbox.PayloadTooLarge` before any
-    SQL is sent.
+    SQL is sent; a database without the outbox schema raises
+    :class:`outbox.SchemaMissing`.
     """
     batch = _one(type, payload, key, headers=headers, idempotency_key=idempotency_key,
                  delay=delay)
@@ -190,8 +229,7 @@ async def apublish(conn: Any, type: str, payload: Any, *,
     """The async twin of :func:`publish`, for psycopg and SQLAlchemy async connections."""
     batch = _one(type, payload, key, headers=headers, idempotency_key=idempotency_key,
                  delay=delay)
-    execute = await _async_executor(conn)()
-    return (await _arun(_plan(batch), execute))[0]
+    return (await _arun(_plan(batch), await _async_executor(conn)))[0]
 
 
 def publish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
@@ -203,5 +241,4 @@ def publish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
 async def apublish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
     """The async twin of :func:`publish_many`."""
     batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES)
-    execute = await _async_executor(conn)()
-    return await _arun(_plan(batch), execute)
+    return await _arun(_plan(batch), await _async_executor(conn))

@@ -1,7 +1,13 @@
 -- name: publish
 -- One round trip writes a batch of events and fans each out to the enabled
--- endpoints whose patterns match its type. Arrays of equal length carry the
--- batch (unnest keeps it one prepared statement whatever the batch size).
+-- endpoints whose patterns match its type.
+-- The batch travels as parallel JSON arrays, one text parameter per column,
+-- zipped by ROWS FROM: it stays one prepared statement whatever its size,
+-- and no driver has to adapt thousands of values one by one.
+-- json_array_elements hands back each payload's text as written, so the
+-- payload is stored byte for byte as the producer serialised it.
+-- One clock reading serves the whole statement: created_at is the same for
+-- the batch and deliver_after - created_at is exactly each event's delay.
 -- An idempotency key already present makes ON CONFLICT skip that row; the
 -- caller looks those ids up afterwards (a new statement, hence a new snapshot
 -- that sees a concurrent transaction's row once it has committed).
@@ -9,10 +15,18 @@
 -- rolled-back publish wakes nobody and a big batch sends one notification.
 WITH input AS (
     SELECT *
-    FROM unnest(
-        %(ids)s::uuid[], %(types)s::text[], %(keys)s::text[], %(payloads)s::text[],
-        %(headers)s::text[], %(idempotency_keys)s::text[], %(delays)s::float8[]
+    FROM ROWS FROM (
+        json_array_elements_text(%(ids)s::json),
+        json_array_elements_text(%(types)s::json),
+        json_array_elements_text(%(keys)s::json),
+        json_array_elements(%(payloads)s::json),
+        json_array_elements(%(headers)s::json),
+        json_array_elements_text(%(idempotency_keys)s::json),
+        json_array_elements_text(%(delays)s::json)
     ) WITH ORDINALITY AS i(id, type, key, payload, headers, idempotency_key, delay, ord)
+),
+clock AS (
+    SELECT clock_timestamp() AS at
 ),
 targets AS (
     SELECT id, events_like FROM outbox.endpoints
@@ -21,11 +35,10 @@ targets AS (
 inserted AS (
     INSERT INTO outbox.events AS ev
         (id, type, key, payload, headers, idempotency_key, created_at, deliver_after, unrouted)
-    SELECT i.id, i.type, i.key, i.payload::json, i.headers::jsonb, i.idempotency_key,
-           clock_timestamp(),
-           clock_timestamp() + make_interval(secs => i.delay),
+    SELECT i.id::uuid, i.type, i.key, i.payload, i.headers::jsonb, i.idempotency_key,
+           c.at, c.at + make_interval(secs => i.delay::float8),
            NOT EXISTS (SELECT 1 FROM targets t WHERE i.type LIKE ANY (t.events_like))
-    FROM input i
+    FROM input i CROSS JOIN clock c
     ORDER BY i.ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING ev.id, ev.seq, ev.type, ev.key, ev.deliver_after

@@ -1,0 +1,66 @@
+"""`outbox migrate` as a user runs it: a subprocess, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+_SCRIPT = Path(sys.executable).with_name("outbox")
+
+
+def _outbox(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the installed `outbox` command (or the module when the script is not installed)."""
+    command = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "outbox.cli"]
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("PG") and k not in ("OUTBOX_DSN", "DATABASE_URL")}
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120,
+                          check=False, env={**clean, **(env or {})})
+
+
+@pytest.fixture
+def empty_dsn(cluster: Any) -> Iterator[str]:
+    """A database without the outbox schema."""
+    name = f"cli_{uuid.uuid4().hex[:12]}"
+    with cluster.admin() as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield cluster.dsn_for(name)
+    finally:
+        with cluster.admin() as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+
+def test_migrate_twice_exits_zero(empty_dsn: str) -> None:
+    """`outbox migrate` creates the schema, and running it again exits 0 too."""
+    first = _outbox("migrate", "--dsn", empty_dsn)
+    assert first.returncode == 0, first.stderr
+    second = _outbox("migrate", env={"OUTBOX_DSN": empty_dsn})  # the DSN from the environment
+    assert second.returncode == 0, second.stderr
+    assert "Traceback" not in first.stderr + second.stderr
+    with psycopg.connect(empty_dsn) as conn:
+        row = conn.execute("SELECT max(version) FROM outbox.schema_version").fetchone()
+    assert row == (1,)
+
+
+def test_migrate_unreachable_database_exits_one(tmp_path: Path) -> None:
+    """A database that cannot be reached is exit 1 with a one-line message and no traceback."""
+    with socket.socket() as sock:  # a port that was just free: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = _outbox("migrate", "--dsn", f"postgresql://nobody@127.0.0.1:{port}/nothing")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "connect" in lines[0]

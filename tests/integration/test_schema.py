@@ -1,0 +1,94 @@
+"""The schema: one file in two places, applied any number of times without harm."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import outbox
+from outbox.migrate import SCHEMA_VERSION, migrate
+from tests.integration._publishing import add_endpoint, committed
+
+ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
+
+
+@pytest.fixture
+def empty_dsn(cluster: Any) -> Iterator[str]:
+    """A database without the outbox schema (not cloned from the migrated template)."""
+    name = f"empty_{uuid.uuid4().hex[:12]}"
+    with cluster.admin() as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield cluster.dsn_for(name)
+    finally:
+        with cluster.admin() as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+
+def _tables(dsn: str) -> list[str]:
+    return [r[0] for r in committed(
+        dsn, "SELECT tablename FROM pg_tables WHERE schemaname = 'outbox' ORDER BY 1")]
+
+
+def test_root_schema_is_the_packaged_schema() -> None:
+    """schema.sql at the root and outbox/sql/schema.sql are identical byte for byte."""
+    packaged = resources.files("outbox.sql").joinpath("schema.sql").read_bytes()
+    assert ROOT_SCHEMA.read_bytes() == packaged
+
+
+def test_migrate_twice_on_a_new_database(empty_dsn: str) -> None:
+    """migrate creates the schema once, and a second run changes nothing."""
+    with psycopg.connect(empty_dsn) as conn:
+        assert migrate(conn) == (0, SCHEMA_VERSION)
+        assert migrate(conn) == (SCHEMA_VERSION, SCHEMA_VERSION)
+    assert _tables(empty_dsn) == ["deliveries", "endpoints", "events", "schema_version"]
+
+
+def test_migrate_again_keeps_the_data(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """migrate on a database with endpoints, events and deliveries leaves them as they are."""
+    add_endpoint(conn, "all")
+    event_id = outbox.publish(conn, "mail.received", {"n": 1}, idempotency_key="k")
+    conn.commit()
+    query = ("SELECT e.id, e.seq, e.payload::text, d.state, p.name FROM outbox.events e "
+             "JOIN outbox.deliveries d ON d.event_id = e.id "
+             "JOIN outbox.endpoints p ON p.id = d.endpoint_id")
+    before = committed(dsn, query)
+    assert migrate(conn) == (SCHEMA_VERSION, SCHEMA_VERSION)
+    assert committed(dsn, query) == before
+    again = outbox.publish(conn, "mail.received", {"n": 2}, idempotency_key="k")
+    conn.commit()
+    assert again == event_id  # the idempotency index survived too
+
+
+def test_schema_file_applied_twice_statement_by_statement(empty_dsn: str) -> None:
+    """schema.sql run twice as plain SQL in autocommit (as psql would) works."""
+    text = ROOT_SCHEMA.read_text("utf-8")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        for _ in range(2):
+            conn.execute(text.encode())  # no parameters: the simple query protocol
+    assert _tables(empty_dsn) == ["deliveries", "endpoints", "events", "schema_version"]
+    assert committed(empty_dsn, "SELECT version FROM outbox.schema_version") == [(1,)]
+
+
+def test_schema_file_applied_twice_with_psql(empty_dsn: str) -> None:
+    """`psql -f schema.sql` twice succeeds, and migrate then finds version 1 in place."""
+    psql = shutil.which("psql")
+    if psql is None:
+        pytest.skip("psql is not installed")
+    for _ in range(2):
+        result = subprocess.run(
+            [psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", empty_dsn, "-f", str(ROOT_SCHEMA)],
+            capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == 0, result.stderr
+    with psycopg.connect(empty_dsn) as conn:
+        assert migrate(conn) == (1, SCHEMA_VERSION)

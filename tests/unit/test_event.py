@@ -1,0 +1,165 @@
+"""Validation and serialisation of events (outbox._event): pure, no database."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import outbox
+from outbox._event import MAX_PAYLOAD_BYTES, Event, build_batch, check_type, uuid7
+
+LIMIT = MAX_PAYLOAD_BYTES
+
+
+def _one(**changes: Any) -> dict[str, Any]:
+    """The query parameters of one event: a good event with ``changes`` applied."""
+    fields: dict[str, Any] = {"type": "mail.received", "payload": {"ok": True}, **changes}
+    return build_batch([Event(**fields)]).params()
+
+
+@pytest.mark.parametrize("name", ["mail.received", "com.example.order:created", "a",
+                                  "billing/v2.invoice_paid", "x-y.Z9", "t" * 255])
+def test_good_types_pass(name: str) -> None:
+    """Dotted words of letters, digits, '_', '-', ':' and '/' are event types."""
+    assert check_type(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "mail..received", ".mail", "mail.", "mail.*", "mail.?",
+                                  "mail received", "mail.[a]", "mail\n", "mail%", "t" * 256,
+                                  "é.x"])
+def test_bad_types_fail(name: str) -> None:
+    """Empty, malformed, globbing or overlong types are InvalidEvent."""
+    with pytest.raises(outbox.InvalidEvent):
+        check_type(name)
+
+
+@pytest.mark.parametrize("value", [None, 42, b"mail.received", ["mail"]])
+def test_type_must_be_a_string(value: object) -> None:
+    """A type that is not a str is InvalidEvent, not a TypeError."""
+    with pytest.raises(outbox.InvalidEvent, match="event type"):
+        check_type(value)
+
+
+def test_payload_is_compact_json_keeping_unicode() -> None:
+    """Payloads are serialised compactly, non-ASCII kept as is, one JSON array per batch."""
+    batch = build_batch([Event("a", {"text": "grüße", "n": [1, 2.5]}), Event("b", None)])
+    params = batch.params()
+    assert params["payloads"] == '[{"text":"grüße","n":[1,2.5]},null]'
+    assert json.loads(params["headers"]) == [{}, {}]
+
+
+@pytest.mark.parametrize("payload", [{1, 2}, float("nan"), {"x": float("inf")}, object(),
+                                     b"bytes", {("tuple",): 1}, "\ud800"])
+def test_unserialisable_payload(payload: object) -> None:
+    """Sets, NaN, infinities, arbitrary objects, bytes and lone surrogates are InvalidEvent."""
+    with pytest.raises(outbox.InvalidEvent, match="payload"):
+        _one(payload=payload)
+
+
+def test_circular_payload() -> None:
+    """A payload that contains itself is InvalidEvent."""
+    payload: dict[str, Any] = {}
+    payload["self"] = payload
+    with pytest.raises(outbox.InvalidEvent):
+        _one(payload=payload)
+
+
+def test_payload_size_limit_counts_utf8_bytes() -> None:
+    """The 1 MiB limit applies to the serialised UTF-8 bytes, inclusive."""
+    _one(payload="x" * (LIMIT - 2))  # two quotes make it exactly the limit
+    with pytest.raises(outbox.PayloadTooLarge) as raised:
+        _one(payload="x" * (LIMIT - 1))
+    assert raised.value.size == LIMIT + 1
+    assert raised.value.limit == LIMIT
+    with pytest.raises(outbox.PayloadTooLarge):
+        _one(payload="é" * (LIMIT // 2))  # half as many characters, two bytes each
+
+
+@pytest.mark.parametrize("key", ["", 7, "k" * 256, "a\nb", b"k", "lone \udc80"])
+def test_bad_key(key: object) -> None:
+    """Keys are non-empty strings of at most 255 characters without control characters."""
+    with pytest.raises(outbox.InvalidEvent, match="key"):
+        _one(key=key)
+
+
+@pytest.mark.parametrize("key", ["", 42, "k" * 256, "a\x00b"])
+def test_bad_idempotency_key(key: object) -> None:
+    """Idempotency keys follow the same rules as keys."""
+    with pytest.raises(outbox.InvalidEvent, match="idempotency_key"):
+        _one(idempotency_key=key)
+
+
+@pytest.mark.parametrize("headers", [
+    [("x-a", "1")], "x-a: 1", {"bad name": "v"}, {"": "v"}, {"x-ä": "v"}, {1: "v"},
+    {"x-a": 1}, {"x-a": None}, {"x-a": "a\r\nb"}, {"x-a": "a\nb"}, {"x-a": "a\x00"},
+    {"content-type": "text/plain"}, {"Content-Length": "1"}, {"Host": "evil"},
+    {"Webhook-Id": "x"}, {"webhook-signature": "v1,x"}, {"ce-type": "x"},
+    {"Transfer-Encoding": "chunked"}, {"X-A": "1", "x-a": "2"}, {"x-a": "v" * 8193},
+    {"x-a": "lone \ud800"},
+])
+def test_bad_headers(headers: object) -> None:
+    """Headers must be a mapping of valid, unreserved names to single-line strings."""
+    with pytest.raises(outbox.InvalidEvent, match="header"):
+        _one(headers=headers)
+
+
+def test_good_headers_are_lowercased() -> None:
+    """Header names are stored lowercased; tabs and Unicode are fine in values."""
+    params = _one(headers={"X-Tenant": "acme", "x-note": "a\tb ✓"})
+    assert json.loads(params["headers"]) == [{"x-tenant": "acme", "x-note": "a\tb ✓"}]
+    assert json.loads(_one(headers={})["headers"]) == [{}]
+
+
+@pytest.mark.parametrize("delay", [timedelta(seconds=-1), -1, "30s", float("nan"),
+                                   timedelta(days=100_000)])
+def test_bad_delay(delay: object) -> None:
+    """Delays are non-negative timedeltas of a sane size."""
+    with pytest.raises(outbox.InvalidEvent, match="delay"):
+        _one(delay=delay)
+
+
+def test_delay_in_seconds() -> None:
+    """A timedelta delay travels as seconds; none is zero."""
+    assert json.loads(_one(delay=timedelta(minutes=1, milliseconds=500))["delays"]) == [60.5]
+    assert json.loads(_one()["delays"]) == [0.0]
+
+
+def test_publish_many_wants_events() -> None:
+    """Anything but outbox.Event in a batch is InvalidEvent."""
+    with pytest.raises(outbox.InvalidEvent, match=r"outbox\.Event"):
+        build_batch([("mail.received", {})])  # type: ignore[list-item]
+
+
+def test_validation_comes_before_the_connection() -> None:
+    """Bad input is reported even when the connection argument is unusable: nothing ran."""
+    with pytest.raises(outbox.InvalidEvent):
+        outbox.publish(object(), "", {})
+    with pytest.raises(outbox.PayloadTooLarge):
+        outbox.publish_many(object(), [Event("a", "x" * LIMIT)])
+
+
+def test_uuid7_layout() -> None:
+    """Event ids are RFC 9562 version 7 UUIDs carrying the current Unix milliseconds."""
+    before = time.time_ns() // 1_000_000
+    ids = build_batch([Event("a", n) for n in range(1000)]).uuids
+    after = time.time_ns() // 1_000_000
+    assert len(set(ids)) == 1000
+    for value in ids:
+        assert value.version == 7
+        assert value.variant == uuid.RFC_4122
+        assert before <= value.int >> 80 <= after
+    single = uuid7()
+    assert single.version == 7
+    assert single.int >> 80 >= after
+
+
+def test_batch_ids_match_uuids() -> None:
+    """The ids sent to the database are the canonical text of the ids returned."""
+    batch = build_batch([Event("a", 1), Event("b", 2)])
+    assert batch.ids == [str(u) for u in batch.uuids]
+    assert json.loads(batch.params()["ids"]) == batch.ids

@@ -1,0 +1,84 @@
+"""The public surface of `import outbox`: exactly what we mean to export, nothing by accident."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import outbox
+import outbox.testing
+
+INTENDED = {
+    "MAX_PAYLOAD_BYTES",
+    "Event",
+    "InvalidEvent",
+    "OutboxError",
+    "PayloadTooLarge",
+    "SchemaMissing",
+    "__version__",
+    "apublish",
+    "apublish_many",
+    "publish",
+    "publish_many",
+}
+
+
+def _isort_key(name: str) -> tuple[int, str]:
+    """Constants, then classes, then the rest (the order ruff's RUF022 keeps)."""
+    if name.isupper():
+        return 0, name
+    if name[:1].isupper():
+        return 1, name
+    return 2, name
+
+
+def test_all_is_the_intended_set_and_sorted() -> None:
+    """outbox.__all__ is exactly the intended names, without duplicates, in sorted order."""
+    assert set(outbox.__all__) == INTENDED
+    assert len(outbox.__all__) == len(INTENDED)
+    assert outbox.__all__ == sorted(outbox.__all__, key=_isort_key)
+
+
+def test_every_public_name_is_importable() -> None:
+    """Every name in __all__ (of outbox and outbox.testing) exists and star-imports."""
+    for module in (outbox, outbox.testing):
+        namespace: dict[str, object] = {}
+        exec(f"from {module.__name__} import *", namespace)
+        for name in module.__all__:
+            assert getattr(module, name) is namespace[name]
+
+
+def test_public_names_live_in_public_or_private_modules_of_outbox() -> None:
+    """Public callables and classes come from outbox itself, not re-exported third parties."""
+    for name in INTENDED:
+        value = getattr(outbox, name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__module__.startswith("outbox."), name
+
+
+def test_signatures_of_the_producer_api() -> None:
+    """publish takes (conn, type, payload) and keyword-only key, headers, idempotency_key, delay."""
+    for function in (outbox.publish, outbox.apublish):
+        parameters = inspect.signature(function).parameters
+        assert list(parameters) == ["conn", "type", "payload", "key", "headers",
+                                    "idempotency_key", "delay"]
+        assert all(parameters[p].kind is inspect.Parameter.KEYWORD_ONLY
+                   for p in ("key", "headers", "idempotency_key", "delay"))
+    assert inspect.iscoroutinefunction(outbox.apublish)
+    assert inspect.iscoroutinefunction(outbox.apublish_many)
+    assert list(inspect.signature(outbox.Event).parameters) == [
+        "type", "payload", "key", "headers", "idempotency_key", "delay"]
+
+
+def test_errors_form_the_documented_tree() -> None:
+    """InvalidEvent is a ValueError; every producer error is an OutboxError."""
+    assert issubclass(outbox.InvalidEvent, ValueError)
+    for error in (outbox.InvalidEvent, outbox.PayloadTooLarge, outbox.SchemaMissing):
+        assert issubclass(error, outbox.OutboxError)
+    assert importlib.import_module("outbox.errors").OutboxError is outbox.OutboxError
+
+
+def test_version_is_a_string() -> None:
+    """outbox.__version__ is the package version text."""
+    assert isinstance(outbox.__version__, str)
+    assert outbox.__version__[0].isdigit()
