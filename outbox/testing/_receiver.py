@@ -95,6 +95,8 @@ class Receiver:
             asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     def __enter__(self) -> Receiver:
         return self.start()

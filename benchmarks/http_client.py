@@ -1,0 +1,182 @@
+"""CPU per request and requests/s of the HTTP clients the dispatcher could use.
+
+    /tmp/venv/bin/python benchmarks/http_client.py [--requests 4000] [--runs 5]
+
+Small POSTs (a webhook-sized JSON body and signature headers), 16 in flight,
+to the lean test receiver (``outbox.testing.Receiver``, not recording) running
+in a child process, so that this process's CPU time is the client's alone.
+Every client runs ``--runs`` times, interleaved, in the same process run;
+the table shows medians. CPU per request = process CPU time / requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+
+import aiohttp
+import httpx
+
+from dispatcher.http import HttpSender
+from dispatcher.transport import AiohttpTransport
+
+IN_FLIGHT = 16
+BODY = (b'{"id":"0190f1a2-7c3e-7d2a-9b1e-5f2a3c4d5e6f","type":"mail.received",'
+        b'"timestamp":"2024-07-01T12:00:00Z","key":"thread-7","data":{"message_id":42}}')
+HEADERS = [("content-type", "application/json"),
+           ("webhook-id", "0190f1a2-7c3e-7d2a-9b1e-5f2a3c4d5e6f"),
+           ("webhook-timestamp", "1719835200"),
+           ("webhook-signature", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")]
+
+Post = Callable[[], Awaitable[None]]
+Factory = Callable[[AsyncExitStack, str], Awaitable[Post]]
+
+
+async def httpx_default(stack: AsyncExitStack, url: str) -> Post:
+    client = await stack.enter_async_context(httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=IN_FLIGHT), trust_env=False))
+
+    async def post() -> None:
+        (await client.post(url, content=BODY, headers=HEADERS)).raise_for_status()
+    return post
+
+
+async def httpx_aiohttp_package(stack: AsyncExitStack, url: str) -> Post:
+    from httpx_aiohttp import AiohttpTransport as PackageTransport  # optional, benchmark only
+
+    client = await stack.enter_async_context(httpx.AsyncClient(
+        transport=PackageTransport(), trust_env=False))
+
+    async def post() -> None:
+        (await client.post(url, content=BODY, headers=HEADERS)).raise_for_status()
+    return post
+
+
+async def aiohttp_alone(stack: AsyncExitStack, url: str) -> Post:
+    session = await stack.enter_async_context(aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=IN_FLIGHT), trust_env=False))
+
+    async def post() -> None:
+        async with session.post(url, data=BODY, headers=HEADERS) as response:
+            await response.read()
+            response.raise_for_status()
+    return post
+
+
+async def httpx_our_transport(stack: AsyncExitStack, url: str) -> Post:
+    client = await stack.enter_async_context(httpx.AsyncClient(
+        transport=AiohttpTransport(max_connections=IN_FLIGHT), trust_env=False))
+
+    async def post() -> None:
+        (await client.post(url, content=BODY, headers=HEADERS)).raise_for_status()
+    return post
+
+
+async def http_sender(stack: AsyncExitStack, url: str, *, block: bool = False) -> Post:
+    sender = HttpSender(IN_FLIGHT, block, ["127.0.0.1/32"] if block else [], "bench/1")
+    stack.push_async_callback(sender.aclose)
+
+    async def post() -> None:
+        result = await sender.send(url, HEADERS, BODY, 10.0)
+        if result.status != 200:
+            raise RuntimeError(f"{result.error_kind}: {result.error}")
+    return post
+
+
+async def http_sender_guarded(stack: AsyncExitStack, url: str) -> Post:
+    return await http_sender(stack, url, block=True)
+
+
+CLIENTS: dict[str, Factory] = {
+    "httpx, default transport (httpcore)": httpx_default,
+    "httpx + httpx-aiohttp transport": httpx_aiohttp_package,
+    "aiohttp alone": aiohttp_alone,
+    "httpx.AsyncClient + dispatcher.transport": httpx_our_transport,
+    "HttpSender.send (chosen)": http_sender,
+    "HttpSender.send, --block-private-networks": http_sender_guarded,
+}
+
+
+async def measure(factory: Factory, url: str, requests: int) -> tuple[float, float]:
+    """(CPU ms per request, requests/s) for ``requests`` POSTs, 16 in flight."""
+    async with AsyncExitStack() as stack:
+        post = await factory(stack, url)
+        for _ in range(IN_FLIGHT * 4):  # warm up: open the connections
+            await post()
+        remaining = requests
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                await post()
+
+        cpu, wall = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return cpu / requests * 1000, requests / wall
+
+
+def serve() -> None:
+    """Child process: a non-recording Receiver; prints its URL, stops when stdin closes."""
+    from outbox.testing import Receiver
+
+    with Receiver(record=False) as receiver:
+        print(receiver.url, flush=True)
+        sys.stdin.read()
+
+
+async def run(args: argparse.Namespace, url: str) -> None:
+    names = [n for n in CLIENTS
+             if ("httpx-aiohttp" not in n or importlib.util.find_spec("httpx_aiohttp"))
+             and (not args.only or any(o.lower() in n.lower() for o in args.only))]
+    results: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    for _ in range(args.runs):
+        for name in names:
+            results[name].append(await measure(CLIENTS[name], url, args.requests))
+    sniffio = "installed" if importlib.util.find_spec("sniffio") else "NOT installed"
+    print(f"{args.requests} POSTs x {args.runs} runs, {IN_FLIGHT} in flight; "
+          f"httpx {httpx.__version__}, aiohttp {aiohttp.__version__}, sniffio {sniffio}\n")
+    print(f"| {'client':<44} | CPU ms/request | requests/s |")
+    print(f"| {'-' * 44} | -------------: | ---------: |")
+    for name, samples in results.items():
+        cpu = statistics.median(s[0] for s in samples)
+        rate = statistics.median(s[1] for s in samples)
+        print(f"| {name:<44} | {cpu:14.3f} | {rate:10,.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=4000, help="POSTs per run")
+    parser.add_argument("--runs", type=int, default=5, help="runs per client (medians shown)")
+    parser.add_argument("--only", action="append", metavar="TEXT",
+                        help="run only the clients whose name contains TEXT (repeatable)")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve()
+        return
+    # The receiver's own shutdown chatter is not ours to show.
+    child = subprocess.Popen([sys.executable, __file__, "--serve"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert child.stdout is not None
+        url = child.stdout.readline().strip()
+        if not url:
+            raise SystemExit("the receiver did not start")
+        asyncio.run(run(args, url))
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()

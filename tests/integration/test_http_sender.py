@@ -1,0 +1,473 @@
+"""HttpSender against real servers on 127.0.0.1, and respx for what they cannot produce.
+
+Every request goes to loopback: the blocking tests point at the receiver and
+must be refused before any connection; the allow-list tests let 127.0.0.1
+through to it. A fake DNS resolver maps test names to loopback addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import respx
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from dispatcher.http import BODY_EXCERPT_BYTES, HttpSender
+from dispatcher.model import AttemptResult
+from dispatcher.netguard import NetworkPolicy
+from dispatcher.transport import AiohttpTransport
+from outbox.testing import Receiver, Request, Response
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+SIGNATURE = "v1,SIGNATURE+should+never+show+up+anywhere+in+errors="
+BODY = b'{"id": "evt_1", "data": "BODY-SHOULD-NOT-LEAK"}'
+
+
+def post(url: str, headers: list[tuple[str, str]] | None = None, body: bytes = BODY,
+         timeout: float = 5.0, **options: Any) -> AttemptResult:
+    """One attempt from a fresh sender (blocking off unless ``block=True``)."""
+    async def attempt() -> AttemptResult:
+        async with sender(**options) as client:
+            return await client.send(url, headers or [], body, timeout)
+    return asyncio.run(attempt())
+
+
+@asynccontextmanager
+async def sender(block: bool = False, allow: tuple[str, ...] = (),
+                 **options: Any) -> AsyncIterator[HttpSender]:
+    client = HttpSender(8, block, allow, "outbox-test/1", **options)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@asynccontextmanager
+async def raw_server(handler: Handler, tls: ssl.SSLContext | None = None) -> AsyncIterator[str]:
+    """A hand-written HTTP server on 127.0.0.1 for answers the Receiver will not give."""
+    tasks: set[asyncio.Task[Any]] = set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)
+        try:
+            await handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass  # our own shutdown below; ending normally keeps asyncio 3.11 quiet
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=tls)
+    try:
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    finally:
+        server.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            await reader.readexactly(int(line.split(b":", 1)[1]))
+    return head
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def no_secrets(result: AttemptResult) -> None:
+    assert SIGNATURE not in result.error
+    assert "BODY-SHOULD-NOT-LEAK" not in result.error
+
+
+# -- answers from a real server ----------------------------------------------
+
+def test_2xx_returns_status_lowercased_headers_and_body(receiver: Receiver) -> None:
+    """A 2xx gives its status, lower-cased response headers, the body and a duration."""
+    receiver.responder = lambda _: Response(
+        201, {"X-Request-Id": "abc-1", "Content-Type": "text/plain"}, b"created")
+    result = post(receiver.url)
+    assert (result.status, result.error_kind, result.body_excerpt) == (201, None, "created")
+    assert result.headers["x-request-id"] == "abc-1"
+    assert result.headers["content-type"] == "text/plain"
+    assert result.duration > 0
+
+
+def test_request_headers_and_body_arrive_as_given(receiver: Receiver) -> None:
+    """The POST carries our headers and the body byte for byte, plus our user agent."""
+    body = '{"note": "été ✓"}'.encode()
+    post(receiver.url + "hooks/in?x=1", [("Content-Type", "application/json"),
+                                         ("webhook-signature", SIGNATURE),
+                                         ("X-Tenant", "acme")], body)
+    [request] = receiver.wait_for(1)
+    assert (request.method, request.path, request.body) == ("POST", "/hooks/in?x=1", body)
+    assert request.header("content-type") == "application/json"
+    assert request.header("webhook-signature") == SIGNATURE
+    assert request.header("x-tenant") == "acme"
+    assert request.header("user-agent") == "outbox-test/1"
+    assert request.header("content-length") == str(len(body))
+
+
+def test_repeated_headers_are_all_sent_and_defaults_yield_to_given_ones() -> None:
+    """Two headers of one name both go out; a given user-agent replaces ours."""
+    heads: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await read_request(reader))
+        writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+
+    async def main() -> AttemptResult:
+        async with raw_server(handler) as url, sender() as client:
+            return await client.send(url, [("x-tag", "one"), ("x-tag", "two"),
+                                           ("User-Agent", "custom/2")], b"", 5.0)
+    assert asyncio.run(main()).status == 204
+    lines = heads[0].decode().lower().split("\r\n")
+    assert "x-tag: one" in lines
+    assert "x-tag: two" in lines
+    assert [line for line in lines if line.startswith("user-agent")] == ["user-agent: custom/2"]
+
+
+def test_503_returns_retry_after(receiver: Receiver) -> None:
+    """A 503 is a result, not an error, and its Retry-After header comes back."""
+    receiver.responder = lambda _: Response(503, {"Retry-After": "120"}, b"busy")
+    result = post(receiver.url)
+    assert (result.status, result.error_kind) == (503, None)
+    assert result.headers["retry-after"] == "120"
+    assert result.body_excerpt == "busy"
+
+
+def test_redirect_is_not_followed(receiver: Receiver) -> None:
+    """A 302 comes back as 302; its Location gets no request."""
+    def answer(request: Request) -> Response:
+        if request.path == "/":
+            return Response(302, {"Location": receiver.url + "elsewhere"})
+        return Response(200)
+    receiver.responder = answer
+    result = post(receiver.url)
+    assert result.status == 302
+    assert result.headers["location"].endswith("/elsewhere")
+    assert [r.path for r in receiver.snapshot()] == ["/"]
+
+
+def test_huge_response_body_is_capped_and_the_pool_recovers(receiver: Receiver) -> None:
+    """Of an 8 MiB answer only the first 4 KiB are kept; the next request still works."""
+    receiver.responder = lambda r: Response(
+        500 if r.path == "/big" else 200, body=b"e" * (8 << 20) if r.path == "/big" else b"ok")
+
+    async def main() -> tuple[AttemptResult, AttemptResult]:
+        async with sender() as client:
+            big = await client.send(receiver.url + "big", [], b"{}", 10.0)
+            return big, await client.send(receiver.url, [], b"{}", 10.0)
+    big, after = asyncio.run(main())
+    assert big.status == 500
+    assert big.body_excerpt == "e" * BODY_EXCERPT_BYTES
+    assert (after.status, after.body_excerpt) == (200, "ok")
+
+
+def test_connections_are_kept_alive() -> None:
+    """Sequential attempts to one server reuse one connection."""
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async def main() -> list[int | None]:
+        async with raw_server(handler) as url, sender() as client:
+            return [(await client.send(url, [], b"{}", 5.0)).status for _ in range(3)]
+    assert asyncio.run(main()) == [200, 200, 200]
+    assert connections == 1
+
+
+def test_proxy_variables_in_the_environment_are_ignored(
+        receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY and friends pointing at a dead port do not divert the request."""
+    dead = f"http://127.0.0.1:{closed_port()}"
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.setenv(name, dead)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert post(receiver.url).status == 200
+    assert receiver.count == 1
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls_is_verified_whatever_the_environment_trusts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A self-signed certificate is refused ("connect"), even when SSL_CERT_FILE names it."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec",
+                    "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    served = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        await read_request(reader)
+        served += 1
+
+    async def main() -> AttemptResult:
+        async with raw_server(handler, tls=context) as url, sender() as client:
+            return await client.send(url, [], BODY, 5.0)
+    result = asyncio.run(main())
+    assert (result.status, result.error_kind) == (None, "connect")
+    assert "certificate" in result.error.lower()
+    assert served == 0
+
+
+# -- failures from a real server -----------------------------------------------
+
+@pytest.mark.parametrize("drip", [True, False], ids=["slow-drip", "silent"])
+def test_deadline_cuts_off_a_dripping_or_silent_server(drip: bool) -> None:
+    """A server dripping a byte per 0.2 s (or never answering) hits the total deadline."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        if drip:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n")
+        for _ in range(100000):
+            if drip:
+                writer.write(b"x")
+                await writer.drain()
+            await asyncio.sleep(0.2)
+
+    async def main() -> AttemptResult:
+        async with raw_server(handler) as url, sender() as client:
+            return await client.send(url, [("webhook-signature", SIGNATURE)], BODY, 0.8)
+    result = asyncio.run(main())
+    assert (result.status, result.error_kind) == (None, "timeout")
+    assert result.error == "no complete response within 0.8 s"
+
+
+def test_transport_serves_an_httpx_client_and_its_timeouts() -> None:
+    """Under httpx.AsyncClient the transport answers, and a silent server is a ReadTimeout."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await read_request(reader)
+            if b"/slow" in head.split(b"\r\n", 1)[0]:
+                await asyncio.sleep(30)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi")
+            await writer.drain()
+
+    async def main() -> None:
+        async with raw_server(handler) as url, httpx.AsyncClient(
+                transport=AiohttpTransport(), timeout=0.3) as client:
+            response = await client.post(url, content=b"{}")
+            assert (response.status_code, response.text) == (200, "hi")
+            with pytest.raises(httpx.ReadTimeout):
+                await client.post(url + "slow", content=b"{}")
+    asyncio.run(main())
+
+
+def test_connection_refused_is_connect() -> None:
+    """A closed port gives error_kind "connect" with a short, secret-free text."""
+    result = post(f"http://127.0.0.1:{closed_port()}/", [("webhook-signature", SIGNATURE)])
+    assert (result.status, result.error_kind) == (None, "connect")
+    assert "127.0.0.1" in result.error
+    no_secrets(result)
+
+
+@pytest.mark.parametrize(("behaviour", "kind"), [
+    ("hang up", "connect"), ("reset", "connect"), ("cut body short", "connect"),
+    ("garbage", "other"),
+])
+def test_broken_answers_map_to_error_kinds(behaviour: str, kind: str) -> None:
+    """Hang-up, reset or a short body is "connect"; a malformed answer is "other"."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        if behaviour == "cut body short":
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789")
+        elif behaviour == "garbage":
+            writer.write(b"HELLO THERE\r\n\r\n")
+        elif behaviour == "reset":  # close with RST instead of FIN
+            writer.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await writer.drain()
+
+    async def main() -> AttemptResult:
+        async with raw_server(handler) as url, sender() as client:
+            return await client.send(url, [("webhook-signature", SIGNATURE)], BODY, 5.0)
+    result = asyncio.run(main())
+    assert (result.status, result.error_kind) == (None, kind)
+    assert result.error.startswith("malformed response") == (behaviour == "garbage")
+    no_secrets(result)
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/", "http://[::1/", "not a url"])
+def test_unusable_url_is_other_not_an_exception(url: str) -> None:
+    """A URL that cannot be requested is reported as "other", never raised."""
+    result = post(url)
+    assert (result.status, result.error_kind) == (None, "other")
+    assert result.error
+
+
+# -- the SSRF guard ----------------------------------------------------------------
+
+@pytest.mark.parametrize("host", [
+    "127.1", "2130706433", "0x7f000001", "017700000001", "[::1]", "[::ffff:127.0.0.1]",
+    "user@127.0.0.1", "localhost", "127.0.0.1",
+])
+def test_loopback_in_any_spelling_is_blocked_before_connecting(
+        receiver: Receiver, host: str) -> None:
+    """With blocking on, each spelling of loopback is "blocked" and nothing arrives."""
+    result = post(f"http://{host}:{receiver.port}/", [("webhook-signature", SIGNATURE)],
+                  block=True)
+    assert (result.status, result.error_kind) == (None, "blocked")
+    assert "private or internal" in result.error
+    no_secrets(result)
+    assert receiver.count == 0
+
+
+@pytest.mark.parametrize(("allow", "host"), [
+    (("127.0.0.0/8",), "127.0.0.1"),
+    (("127.0.0.1",), "localhost"),
+    (("localhost",), "localhost"),
+])
+def test_allow_list_lets_loopback_through(receiver: Receiver, allow: tuple[str, ...],
+                                          host: str) -> None:
+    """An allowed CIDR or host name reaches the receiver even with blocking on."""
+    result = post(f"http://{host}:{receiver.port}/", block=True, allow=allow)
+    assert (result.status, result.error_kind) == (200, None)
+    assert receiver.count == 1
+
+
+def test_allowed_host_name_does_not_allow_its_address_literal(receiver: Receiver) -> None:
+    """Allowing "localhost" does not allow http://127.0.0.1/."""
+    result = post(f"http://127.0.0.1:{receiver.port}/", block=True, allow=("localhost",))
+    assert result.error_kind == "blocked"
+    assert receiver.count == 0
+
+
+class FakeDNS(AbstractResolver):
+    """Answers every name with fixed loopback addresses, and counts the lookups."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = addresses
+        self.lookups = 0
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        self.lookups += 1
+        return [ResolveResult(hostname=host, host=a, port=port, family=socket.AF_INET,
+                              proto=0, flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV)
+                for a in self.addresses]
+
+    async def close(self) -> None:
+        pass
+
+
+def via_dns(receiver: Receiver, dns: FakeDNS, allow: tuple[str, ...]) -> AttemptResult:
+    policy = NetworkPolicy.build(True, allow)
+    transport = AiohttpTransport(policy=policy, resolver=dns)
+    return post(f"http://hooks.test:{receiver.port}/", transport=transport)
+
+
+def test_name_resolving_to_blocked_addresses_is_blocked(receiver: Receiver) -> None:
+    """A name whose every address is internal is refused after DNS; the text lists them."""
+    result = via_dns(receiver, FakeDNS("127.0.0.2", "127.0.0.1"), ())
+    assert result.error_kind == "blocked"
+    assert "hooks.test resolves only to private or internal addresses" in result.error
+    assert "127.0.0.1, 127.0.0.2" in result.error
+    assert receiver.count == 0
+
+
+def test_connection_goes_only_to_a_checked_address(receiver: Receiver) -> None:
+    """Of the resolved addresses only the allowed one is dialled, with no second lookup."""
+    dns = FakeDNS("127.0.0.2", "127.0.0.1")  # only 127.0.0.1 is allowed and listening
+    result = via_dns(receiver, dns, ("127.0.0.1/32",))
+    assert (result.status, result.error_kind) == (200, None)
+    [request] = receiver.wait_for(1)
+    assert request.header("host") == f"hooks.test:{receiver.port}"
+    assert dns.lookups == 1
+
+
+# -- respx: edge cases no real server here produces --------------------------------
+
+class BrokenStream(httpx.AsyncByteStream):
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b"partial"
+        raise httpx.ReadError("connection reset mid-body")
+
+
+def mocked(route_setup: Callable[[respx.Router], object], url: str) -> AttemptResult:
+    router = respx.Router(assert_all_mocked=True)
+    route_setup(router)
+    return post(url, [("webhook-signature", SIGNATURE)],
+                transport=httpx.MockTransport(router.async_handler))
+
+
+def test_respx_router_mocks_the_sender() -> None:
+    """A respx router plugged in as the transport sees the request and supplies the answer."""
+    router = respx.Router(assert_all_mocked=True, assert_all_called=True)
+    route = router.post("https://hooks.example.test/events").respond(
+        202, headers={"X-Seen": "yes"}, text="queued")
+    result = post("https://hooks.example.test/events", [("webhook-id", "msg_1")], BODY,
+                  transport=httpx.MockTransport(router.async_handler))
+    assert (result.status, result.body_excerpt, result.headers["x-seen"]) == (202, "queued", "yes")
+    sent = route.calls.last.request
+    assert (sent.content, sent.headers["webhook-id"]) == (BODY, "msg_1")
+    assert sent.headers["user-agent"] == "outbox-test/1"
+    router.assert_all_called()
+
+
+@pytest.mark.parametrize(("failure", "kind"), [
+    (httpx.RemoteProtocolError("illegal status line"), "other"),
+    (httpx.ConnectTimeout("connect timed out"), "timeout"),
+    (httpx.ConnectError("name resolution failed"), "connect"),
+    (RuntimeError("unexpected"), "other"),
+])
+def test_transport_errors_map_to_error_kinds(failure: Exception, kind: str) -> None:
+    """Each transport error becomes its error_kind, with the error's own text."""
+    result = mocked(lambda r: r.post("https://h.test/").mock(side_effect=failure),
+                    "https://h.test/")
+    assert (result.status, result.error_kind, result.error) == (None, kind, str(failure))
+
+
+def test_read_error_mid_body_is_connect() -> None:
+    """A connection lost while the body arrives is "connect", whatever came before."""
+    result = mocked(lambda r: r.post("https://h.test/").respond(200, stream=BrokenStream()),
+                    "https://h.test/")
+    assert (result.status, result.error_kind) == (None, "connect")
+    assert result.error == "connection reset mid-body"
+
+
+def test_error_text_hides_url_credentials_and_query() -> None:
+    """A transport error quoting the URL does not repeat its password or query token."""
+    url = "https://bob:hunter2@h.test/in?token=t0ps3cret"
+
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"cannot reach {request.url}")
+    result = mocked(lambda r: r.post(url__startswith="https://").mock(side_effect=fail), url)
+    assert result.error_kind == "connect"
+    assert "h.test/in" in result.error
+    for secret in ("hunter2", "t0ps3cret", SIGNATURE):
+        assert secret not in result.error
