@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -79,12 +80,7 @@ class Completer:
                 return
 
     async def _write(self, batch: list[Record]) -> set[int]:
-        rows = await self._db.fetch("complete", {
-            "ids": [r.delivery_id for r in batch],
-            "tokens": [r.lease_token for r in batch],
-            "states": [r.state for r in batch],
-            "delays": [r.delay for r in batch],
-            "errors": [r.error for r in batch],
-            "statuses": [r.status for r in batch],
-        })
+        results = json.dumps([[r.delivery_id, str(r.lease_token), r.state, r.delay, r.error,
+                               r.status] for r in batch])
+        rows = await self._db.fetch("complete", {"results": results})
         return {int(row[0]) for row in rows}

@@ -63,11 +63,12 @@ ORDER BY c.endpoint_id, c.seq;
 -- Guarded by lease token and state: a dispatcher whose lease expired (and
 -- whose delivery another dispatcher took over) changes nothing here, so a
 -- late result can never overwrite the new owner's. Returns the rows written.
+-- The batch travels as one JSON array of arrays: one C-level json.dumps in the
+-- dispatcher instead of six Python-level array adaptations.
 WITH r AS (
-    SELECT *
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(states)s::text[],
-                %(delays)s::float8[], %(errors)s::text[], %(statuses)s::int[])
-         AS r(id, token, state, delay, error, status)
+    SELECT (e->>0)::bigint AS id, (e->>1)::uuid AS token, e->>2 AS state,
+           (e->>3)::float8 AS delay, e->>4 AS error, (e->>5)::int AS status
+    FROM json_array_elements(%(results)s::json) AS e
 )
 UPDATE outbox.deliveries d
 SET state = r.state,

@@ -1,0 +1,216 @@
+"""Dispatcher throughput and idle latency, against the seeds' loop in the same run.
+
+    python benchmarks/throughput.py [--events 20000] [--baseline-events 1000] [--rounds 3]
+
+One throwaway PostgreSQL (fsync on), one lean local receiver, one endpoint.
+Each round measures, in turn:
+
+* baseline: the seeds' pattern, one row per transaction
+  (``SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1``, mark processing, commit,
+  POST, mark done, commit) in Python with psycopg and httpx;
+* dispatcher: ``outbox-dispatcher`` (a subprocess) draining a backlog of
+  ``--events`` unkeyed events published beforehand; the rate is taken between
+  the first and the last arrival, so process start-up is not counted;
+* idle latency: with the dispatcher running and idle, one event per
+  transaction, the time from the producer's COMMIT returning to the
+  receiver's arrival.
+
+Prints medians and the ratio dispatcher / baseline; the figures go to
+BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import psycopg
+
+import outbox
+from outbox.migrate import migrate
+from outbox.testing import Receiver, Request, Response, TemporaryPostgres
+from outbox.testing._postgres import free_port
+
+BASELINE_TABLE = """
+CREATE TABLE IF NOT EXISTS seeds_outbox (
+    id bigserial PRIMARY KEY, payload jsonb NOT NULL,
+    state text NOT NULL DEFAULT 'new', created_at timestamptz NOT NULL DEFAULT now())
+"""
+
+
+class Arrivals:
+    """Counts arrivals and remembers the first/last times and each event id's arrival."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.first = 0.0
+        self.last = 0.0
+        self.by_id: dict[str, float] = {}
+        self.track_ids = False
+
+    def __call__(self, request: Request) -> Response:
+        now = time.perf_counter()
+        with self.lock:
+            if self.count == 0:
+                self.first = now
+            self.count += 1
+            self.last = now
+            if self.track_ids:
+                self.by_id[request.headers.get("webhook-id", "")] = now
+        return Response(204)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.count, self.first, self.last = 0, 0.0, 0.0
+            self.by_id.clear()
+
+
+def baseline(dsn: str, url: str, events: int) -> float:
+    """The seeds' loop: events/s."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(BASELINE_TABLE)
+        conn.execute("TRUNCATE seeds_outbox")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO seeds_outbox (payload) VALUES (%s)",
+                            [(f'{{"n": {i}}}',) for i in range(events)])
+        conn.commit()
+        started = time.perf_counter()
+        done = 0
+        with httpx.Client() as client:
+            while True:
+                row = conn.execute(
+                    "SELECT id, payload::text FROM seeds_outbox WHERE state = 'new' "
+                    "ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED").fetchone()
+                if row is None:
+                    conn.commit()
+                    break
+                conn.execute("UPDATE seeds_outbox SET state = 'processing' WHERE id = %s",
+                             (row[0],))
+                conn.commit()
+                client.post(url, content=row[1], headers={"content-type": "application/json"})
+                conn.execute("UPDATE seeds_outbox SET state = 'done' WHERE id = %s", (row[0],))
+                conn.commit()
+                done += 1
+        return done / (time.perf_counter() - started)
+
+
+def start_dispatcher(dsn: str, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dispatcher", "--dsn", dsn, "--metrics-port", str(free_port()),
+         "--log-level", "WARNING", "--retention", "0", *extra],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str]) -> float:
+    """Publish a backlog, start a dispatcher, time first to last arrival: events/s."""
+    with psycopg.connect(dsn) as conn:
+        for start in range(0, events, 1000):
+            outbox.publish_many(conn, [outbox.Event("bench.event", {"n": i})
+                                       for i in range(start, min(events, start + 1000))])
+            conn.commit()
+    arrivals.reset()
+    proc = start_dispatcher(dsn, *extra)
+    try:
+        deadline = time.monotonic() + 600
+        while arrivals.count < events:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"dispatcher delivered {arrivals.count} of {events}")
+            time.sleep(0.05)
+    finally:
+        stop(proc)
+    return (arrivals.count - 1) / (arrivals.last - arrivals.first)
+
+
+def idle_latency(dsn: str, arrivals: Arrivals, samples: int, extra: list[str]) -> list[float]:
+    """Commit-to-arrival seconds of single events published while the dispatcher idles."""
+    arrivals.reset()
+    arrivals.track_ids = True
+    proc = start_dispatcher(dsn, *extra)
+    latencies: list[float] = []
+    try:
+        with psycopg.connect(dsn) as conn:
+            outbox.publish(conn, "bench.warmup", {})
+            conn.commit()
+            deadline = time.monotonic() + 30
+            while arrivals.count < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            for _ in range(samples):
+                event_id = outbox.publish(conn, "bench.idle", {"at": time.time()})
+                conn.commit()
+                committed = time.perf_counter()
+                deadline = time.monotonic() + 10
+                while str(event_id) not in arrivals.by_id:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("an idle event did not arrive within 10 s")
+                    time.sleep(0.0005)
+                latencies.append(arrivals.by_id[str(event_id)] - committed)
+                time.sleep(0.02)
+    finally:
+        arrivals.track_ids = False
+        stop(proc)
+    return latencies
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=20000)
+    parser.add_argument("--baseline-events", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument("--dispatcher-args", default="", help="extra flags, space-separated")
+    parser.add_argument("--tmpfs", action="store_true",
+                        help="data directory on tmpfs (commits cost nothing) instead of disk")
+    args = parser.parse_args()
+    extra = args.dispatcher_args.split()
+    arrivals = Arrivals()
+    base_rates: list[float] = []
+    rates: list[float] = []
+    latencies: list[float] = []
+    with (TemporaryPostgres(fsync=True, tmpfs=args.tmpfs) as pg,
+          Receiver(arrivals, record=False) as rx):
+        with psycopg.connect(pg.dsn) as conn:
+            migrate(conn)
+            conn.execute("INSERT INTO outbox.endpoints (name, url, events, events_like) "
+                         "VALUES ('bench', %s, '{*}', '{%%}')", (rx.url,))
+            conn.commit()
+        for round_no in range(1, args.rounds + 1):
+            base_rates.append(baseline(pg.dsn, rx.url, args.baseline_events))
+            rates.append(dispatcher_rate(pg.dsn, arrivals, args.events, extra))
+            latencies += idle_latency(pg.dsn, arrivals, args.latency_samples // args.rounds,
+                                      extra)
+            print(f"round {round_no}: baseline {base_rates[-1]:8.0f} ev/s   "
+                  f"dispatcher {rates[-1]:8.0f} ev/s   ratio {rates[-1] / base_rates[-1]:5.1f}x",
+                  flush=True)
+    base, ours = statistics.median(base_rates), statistics.median(rates)
+    print()
+    print(f"baseline (seeds' loop)  median {base:8.0f} events/s")
+    print(f"outbox-dispatcher       median {ours:8.0f} events/s")
+    ratio = statistics.median(r / b for r, b in zip(rates, base_rates, strict=True))
+    print(f"ratio                   median {ratio:8.1f}x")
+    print(f"idle commit-to-arrival  p50 {pct(latencies, 0.5) * 1000:.1f} ms   "
+          f"p99 {pct(latencies, 0.99) * 1000:.1f} ms   ({len(latencies)} samples)")
+
+
+if __name__ == "__main__":
+    main()
