@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_int, help="deliveries per claim (default 200)")
     p.add_argument("--poll-interval", type=_seconds, metavar="SECONDS",
                    help="fallback poll period (default 2)")
-    p.add_argument("--lease", type=_seconds, metavar="SECONDS", help="claim lease (default 60)")
+    p.add_argument("--lease", type=_seconds, metavar="SECONDS",
+                   help="claim lease, extended while a request runs (default 60; never less "
+                        "than the longest endpoint timeout + 15)")
     p.add_argument("--shutdown-grace", type=_seconds, metavar="SECONDS",
                    help="time to finish in-flight requests on SIGTERM (default 20)")
     p.add_argument("--once", action="store_const", const=True,

@@ -37,17 +37,13 @@ from dispatcher.listener import Listener
 from dispatcher.metrics import Metrics
 from dispatcher.model import Delivery, Endpoint, EventData
 from dispatcher.outcome import classify
-from dispatcher.ratelimit import TokenBucket
+from dispatcher.quota import Quotas
 from dispatcher.registry import Registry
 from dispatcher.signing import encode
 from outbox import __version__
 
 log = logging.getLogger("dispatcher")
 _LEASE_MARGIN = 15.0
-# A rate-limited endpoint's claims run this many seconds ahead of its tokens:
-# enough requests to keep it busy until the claimer looks again, each waiting
-# its turn, without one claim per request.
-_RATE_HORIZON = 0.25
 
 
 def _delivery(row: Sequence[Any]) -> Delivery:
@@ -81,56 +77,12 @@ class Engine:
         self.slots: dict[int, int] = {}       # requests in flight per endpoint
         self.requests: dict[asyncio.Task[None], list[Delivery]] = {}
         self.started: set[asyncio.Task[None]] = set()  # requests past the rate limiter
-        self.buckets: dict[int, TokenBucket] = {}
-        # Endpoints whose last claim took all it asked for: more may be due.
-        self.backlogged: set[int] = set()
-        # Seconds until a rate-limited endpoint with due work gets a token, when
-        # the last claim had to leave it out; the claimer wakes up for it.
-        self.throttled: float | None = None
+        self.quotas = Quotas()
         self.dead_lettered = 0
         self.recorded = 0
         self.last_tick = 0.0
-        self._rotate = 0
 
     # -- claiming -------------------------------------------------------------
-
-    def _quotas(self) -> tuple[list[int], list[int], dict[int, int]]:
-        """Rows each enabled endpoint may claim now, fairly rotated; total <= batch size."""
-        free = self.config.concurrency - len(self.requests)
-        rows_left = self.config.batch_size
-        active = self.registry.active()
-        if active:
-            self._rotate = (self._rotate + 1) % len(active)
-            active = active[self._rotate:] + active[:self._rotate]
-        ids: list[int] = []
-        limits: list[int] = []
-        wanted: dict[int, int] = {}
-        self.throttled = None
-        for ep in active:
-            if free <= 0 or rows_left <= 0:
-                break
-            slots = min(ep.max_in_flight - self.slots.get(ep.id, 0), free)
-            if ep.rate_limit is not None and slots > 0:
-                bucket = self._bucket(ep.id, ep.rate_limit)
-                slots = min(slots, bucket.available(_RATE_HORIZON))
-                if slots <= 0 and ep.id in self.backlogged:
-                    wait = bucket.wait(_RATE_HORIZON)
-                    self.throttled = wait if self.throttled is None else min(self.throttled, wait)
-            if slots <= 0:
-                continue
-            rows = min(slots * ep.max_batch, rows_left)
-            free -= -(-rows // ep.max_batch)
-            rows_left -= rows
-            ids.append(ep.id)
-            limits.append(rows)
-            wanted[ep.id] = rows
-        return ids, limits, wanted
-
-    def _bucket(self, endpoint_id: int, rate: float) -> TokenBucket:
-        bucket = self.buckets.get(endpoint_id)
-        if bucket is None or bucket.rate != rate:  # new, or its rate was changed
-            bucket = self.buckets[endpoint_id] = TokenBucket(rate)
-        return bucket
 
     def _lease_seconds(self) -> float:
         longest = max((ep.timeout for ep in self.registry.by_id.values()), default=0.0)
@@ -138,56 +90,60 @@ class Engine:
 
     async def claim_once(self) -> bool:
         """One claim; True when some endpoint filled its quota (more may be due)."""
-        ids, limits, wanted = self._quotas()
-        if not ids:
+        plan = self.quotas.plan(self.registry.active(), self.slots,
+                                self.config.concurrency - len(self.requests),
+                                self.config.batch_size)
+        if not plan.endpoint_ids:
             return False
         rows = await self.claim_db.fetch("claim", {
-            "endpoint_ids": ids, "limits": limits, "lease_seconds": self._lease_seconds()})
+            "endpoint_ids": plan.endpoint_ids, "limits": plan.limits,
+            "lease_seconds": self._lease_seconds()})
         by_endpoint: dict[int, list[Delivery]] = {}
         for row in rows:
             delivery = _delivery(row)
             self.held[delivery.id] = delivery.lease_token
             by_endpoint.setdefault(delivery.endpoint_id, []).append(delivery)
-        full = False
-        for endpoint_id, rows_wanted in wanted.items():
-            if len(by_endpoint.get(endpoint_id, ())) >= rows_wanted:
-                self.backlogged.add(endpoint_id)
-            else:
-                self.backlogged.discard(endpoint_id)
         for endpoint_id, deliveries in by_endpoint.items():
             endpoint = self.registry.by_id[endpoint_id]
-            full = full or len(deliveries) >= wanted.get(endpoint_id, 0)
-            bucket = self.buckets.get(endpoint_id) if endpoint.rate_limit else None
+            bucket = self.quotas.bucket(endpoint)
             for start in range(0, len(deliveries), endpoint.max_batch):
                 # The token is taken now, not when the task runs, so that the
                 # next claim already sees it gone.
                 delay = bucket.take() if bucket is not None else 0.0
                 self._start_request(endpoint, deliveries[start:start + endpoint.max_batch],
                                     delay)
-        return full
+        return self.quotas.claimed(plan, {k: len(v) for k, v in by_endpoint.items()})
 
     async def claim_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        outage = 0.0
         while not self.stopping.is_set():
             self.last_tick = loop.time()
             self.wake.clear()
             recorded = self.recorded
             try:
                 more = await self.claim_once()
+                outage = 0.0
             except DatabaseDown:
-                more = False
+                # Capped, growing pauses while the database is away; wake-ups
+                # (finished requests) must not turn into a reconnect storm.
+                outage = min(5.0, max(0.1, outage * 2))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), outage)
+                continue
             # --once ends when a claim found nothing and nothing it could unblock
             # (a result recorded since that claim began, a rate limit's next
             # token) is outstanding.
+            throttled = self.quotas.throttled
             if (self.config.once and not more and not self.requests
                     and not self.completer.pending() and recorded == self.recorded
-                    and self.throttled is None):
+                    and throttled is None):
                 return
             if more and len(self.requests) < self.config.concurrency:
                 continue
             wait = self.config.poll_interval
-            if self.throttled is not None:
-                wait = min(wait, max(self.throttled, 0.001))
+            if throttled is not None:
+                wait = min(wait, max(throttled, 0.001))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), wait)
 
