@@ -48,8 +48,10 @@ claimed AS (
         attempts = d.attempts + 1,
         lease_token = gen_random_uuid(),
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
-    FROM locked
-    WHERE d.id = locked.id
+    -- An id array, not a join with locked: the planner cannot estimate the
+    -- LATERAL's row count and would hash-join the whole table (seen: 900 ms
+    -- with 350k rows); = ANY (ARRAY(...)) is a primary-key probe per row.
+    WHERE d.id = ANY (ARRAY(SELECT id FROM locked))
     RETURNING d.id, d.endpoint_id, d.event_id, d.attempts, d.lease_token, d.seq
 )
 SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key,
