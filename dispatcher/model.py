@@ -13,6 +13,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from outbox.endpoints import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MIN_BACKOFF,
+    DEFAULT_TIMEOUT,
+)
+
 Format = Literal["standard-webhooks", "cloudevents"]
 FailureReason = Literal["timeout", "connect", "http_4xx", "http_5xx", "other"]
 ErrorKind = Literal["timeout", "connect", "blocked", "other"]
@@ -28,13 +37,13 @@ class Endpoint:
     # Signing keys, newest first: the current secret, then those still inside
     # their rotation overlap. Empty: requests are not signed.
     keys: tuple[bytes, ...] = ()
-    max_attempts: int = 10
-    timeout: float = 10.0
-    min_backoff: float = 1.0
-    max_backoff: float = 600.0
-    max_in_flight: int = 16
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout: float = DEFAULT_TIMEOUT
+    min_backoff: float = DEFAULT_MIN_BACKOFF
+    max_backoff: float = DEFAULT_MAX_BACKOFF
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     rate_limit: float | None = None
-    max_batch: int = 1
+    max_batch: int = DEFAULT_MAX_BATCH
     format: Format = "standard-webhooks"
     headers: Mapping[str, str] = field(default_factory=dict)
 

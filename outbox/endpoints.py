@@ -46,6 +46,15 @@ _SECONDS_OPTIONS = ("timeout", "min_backoff", "max_backoff")
 _INT_OPTIONS = ("max_attempts", "max_in_flight", "max_batch")
 
 
+# The option defaults; schema.sql's column defaults are the same (a test keeps them equal).
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_MIN_BACKOFF = 1.0
+DEFAULT_MAX_BACKOFF = 600.0
+DEFAULT_MAX_IN_FLIGHT = 16
+DEFAULT_MAX_BATCH = 1
+
+
 @dataclass(frozen=True, slots=True)
 class EndpointSpec:
     """One endpoint as an operator defines it; invalid values raise InvalidEndpoint.
@@ -59,15 +68,15 @@ class EndpointSpec:
     events: Sequence[str] = ("*",)
     secret: str | None = None
     """``whsec_<base64>``, ``env:NAME``, or None for unsigned requests."""
-    max_attempts: int = 10
-    timeout: float = 10.0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout: float = DEFAULT_TIMEOUT
     """Seconds allowed for one HTTP attempt."""
-    min_backoff: float = 1.0
-    max_backoff: float = 600.0
-    max_in_flight: int = 16
+    min_backoff: float = DEFAULT_MIN_BACKOFF
+    max_backoff: float = DEFAULT_MAX_BACKOFF
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     rate_limit: float | None = None
     """Requests per second, or None for no limit."""
-    max_batch: int = 1
+    max_batch: int = DEFAULT_MAX_BATCH
     format: Format = "standard-webhooks"
     headers: Mapping[str, str] = field(default_factory=dict)
 

@@ -82,6 +82,20 @@ def dsn(cluster: Cluster, fresh_db: str) -> str:
 
 
 @pytest.fixture
+def empty_dsn(cluster: Cluster) -> Iterator[str]:
+    """A libpq URL of a new database without the outbox schema (not from the template)."""
+    name = f"empty_{os.getpid()}_{next(_counter)}"
+    with cluster.admin() as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield cluster.dsn_for(name)
+    finally:
+        with cluster.admin() as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+
+@pytest.fixture
 def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """A psycopg connection (not autocommit) to the test's fresh database."""
     with psycopg.connect(dsn) as connection:

@@ -6,14 +6,9 @@ import os
 import socket
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
-import pytest
-from psycopg import sql
 
 _SCRIPT = Path(sys.executable).with_name("outbox")
 
@@ -25,20 +20,6 @@ def _outbox(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
              if not k.startswith("PG") and k not in ("OUTBOX_DSN", "DATABASE_URL")}
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120,
                           check=False, env={**clean, **(env or {})})
-
-
-@pytest.fixture
-def empty_dsn(cluster: Any) -> Iterator[str]:
-    """A database without the outbox schema."""
-    name = f"cli_{uuid.uuid4().hex[:12]}"
-    with cluster.admin() as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield cluster.dsn_for(name)
-    finally:
-        with cluster.admin() as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
 
 
 def test_migrate_twice_exits_zero(empty_dsn: str) -> None:

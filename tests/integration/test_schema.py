@@ -4,35 +4,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import uuid
-from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 import outbox
 from outbox.migrate import SCHEMA_VERSION, migrate
 from tests.integration._publishing import add_endpoint, committed
 
 ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
-
-
-@pytest.fixture
-def empty_dsn(cluster: Any) -> Iterator[str]:
-    """A database without the outbox schema (not cloned from the migrated template)."""
-    name = f"empty_{uuid.uuid4().hex[:12]}"
-    with cluster.admin() as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield cluster.dsn_for(name)
-    finally:
-        with cluster.admin() as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
 
 
 def _tables(dsn: str) -> list[str]:
@@ -92,3 +75,17 @@ def test_schema_file_applied_twice_with_psql(empty_dsn: str) -> None:
         assert result.returncode == 0, result.stderr
     with psycopg.connect(empty_dsn) as conn:
         assert migrate(conn) == (1, SCHEMA_VERSION)
+
+
+def test_endpoint_column_defaults_match_the_option_defaults(conn: psycopg.Connection[Any]) -> None:
+    """An endpoint inserted with SQL alone behaves like `endpoints add` with no options."""
+    from outbox.endpoints import EndpointSpec
+
+    conn.execute("INSERT INTO outbox.endpoints (name, url) VALUES ('d', 'http://127.0.0.1/')")
+    row = conn.execute(
+        "SELECT max_attempts, timeout_seconds, min_backoff_seconds, max_backoff_seconds, "
+        "max_in_flight, rate_limit, max_batch, format, events FROM outbox.endpoints").fetchone()
+    spec = EndpointSpec(name="d", url="http://127.0.0.1/")
+    assert row == (spec.max_attempts, spec.timeout, spec.min_backoff, spec.max_backoff,
+                   spec.max_in_flight, spec.rate_limit, spec.max_batch, spec.format,
+                   list(spec.events))
