@@ -1,0 +1,100 @@
+"""What one claim costs as the tables grow: the baseline is the same claim on a small table.
+
+    python benchmarks/claim.py [--finished 1000000] [--hot-key 50000]
+
+One throwaway PostgreSQL, one endpoint, 300 due unkeyed deliveries. The claim
+statement (``claim`` in outbox/sql/queries/dispatch.sql, 100 rows, rolled
+back after each run so every run sees the same rows) is timed:
+
+1. with nothing else in the tables (the baseline);
+2. after ``--finished`` delivered deliveries and their events (retention not
+   yet run), vacuumed as autovacuum would;
+3. with ``--hot-key`` more pending events on a single key published before the
+   300 (a backlog one key cannot drain faster than one at a time): the known
+   weak spot, see README "Known limitations".
+
+Medians of 15 runs each; the ratios to the baseline are what to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import psycopg
+
+import outbox
+from outbox.migrate import migrate
+from outbox.sql import queries
+from outbox.testing import TemporaryPostgres
+
+PARAMS = {"endpoint_ids": [1], "limits": [100], "lease_seconds": 30}
+
+
+def claim_ms(conn: psycopg.Connection[Any], runs: int = 15) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        with conn.transaction(force_rollback=True):
+            rows = conn.execute(queries["claim"], PARAMS).fetchall()
+        times.append((time.perf_counter() - start) * 1000)
+        assert len(rows) == 100, len(rows)
+    return statistics.median(times)
+
+
+def publish(conn: psycopg.Connection[Any], count: int, key: str | None = None) -> None:
+    for start in range(0, count, 10_000):
+        outbox.publish_many(conn, [outbox.Event("bench.event", {"n": i}, key=key)
+                                   for i in range(start, min(count, start + 10_000))])
+        conn.commit()
+
+
+def vacuum(conn: psycopg.Connection[Any]) -> None:
+    conn.autocommit = True
+    conn.execute("VACUUM ANALYZE outbox.deliveries")
+    conn.execute("VACUUM ANALYZE outbox.events")
+    conn.autocommit = False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--finished", type=int, default=1_000_000)
+    parser.add_argument("--hot-key", type=int, default=50_000)
+    args = parser.parse_args()
+    with TemporaryPostgres() as pg, psycopg.connect(pg.dsn) as conn:
+        migrate(conn)
+        conn.execute("INSERT INTO outbox.endpoints (name, url) VALUES ('bench', 'http://127.0.0.1:9/')")
+        conn.commit()
+        publish(conn, 300)
+        vacuum(conn)
+        base = claim_ms(conn)
+        print(f"baseline: 300 due deliveries, nothing else          {base:8.2f} ms")
+        with conn.transaction():
+            conn.execute("UPDATE outbox.deliveries SET state = 'delivered', finished_at = now()")
+        publish(conn, args.finished)
+        with conn.transaction():
+            conn.execute("UPDATE outbox.deliveries SET state = 'delivered', finished_at = now() "
+                         "WHERE id > 300")
+            conn.execute("UPDATE outbox.deliveries SET state = 'pending', finished_at = NULL "
+                         "WHERE id <= 300")
+        vacuum(conn)
+        big = claim_ms(conn)
+        print(f"+ {args.finished:,} delivered rows                      {big:8.2f} ms "
+              f"({big / base:.2f}x)")
+        with conn.transaction():
+            conn.execute("UPDATE outbox.deliveries SET next_attempt_at = now() "
+                         "WHERE state = 'pending'")
+        publish(conn, args.hot_key, key="hot")
+        with conn.transaction():  # the hot key's backlog is older than the 300
+            conn.execute("UPDATE outbox.deliveries SET next_attempt_at = now() - interval '1h' "
+                         "WHERE key = 'hot'")
+        vacuum(conn)
+        hot = claim_ms(conn, runs=5)
+        print(f"+ {args.hot_key:,} pending on one key, older           {hot:8.2f} ms "
+              f"({hot / base:.0f}x)")
+
+
+if __name__ == "__main__":
+    main()
