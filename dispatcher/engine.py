@@ -23,6 +23,7 @@ import functools
 import json
 import logging
 import random
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -44,6 +45,10 @@ from outbox import __version__
 
 log = logging.getLogger("dispatcher")
 _LEASE_MARGIN = 15.0
+# A claim slower than this is taken as a walk over keyed rows that wait behind
+# their key; they are parked, at most _PARK_BUDGET rows looked at a time.
+_PARK_AFTER = 0.05
+_PARK_BUDGET = 5000
 
 
 def _delivery(row: Sequence[Any]) -> Delivery:
@@ -95,9 +100,12 @@ class Engine:
                                 self.config.batch_size)
         if not plan.endpoint_ids:
             return False
+        started = time.monotonic()
         rows = await self.claim_db.fetch("claim", {
             "endpoint_ids": plan.endpoint_ids, "limits": plan.limits,
             "lease_seconds": self._lease_seconds()})
+        if time.monotonic() - started > _PARK_AFTER and await self._park(plan.endpoint_ids):
+            self.wake.set()  # the next claim walks past what was just parked
         by_endpoint: dict[int, list[Delivery]] = {}
         for row in rows:
             delivery = _delivery(row)
@@ -113,6 +121,15 @@ class Engine:
                 self._start_request(endpoint, deliveries[start:start + endpoint.max_batch],
                                     delay)
         return self.quotas.claimed(plan, {k: len(v) for k, v in by_endpoint.items()})
+
+    async def _park(self, endpoint_ids: list[int]) -> int:
+        """Park keyed deliveries stuck behind their key (park_blocked in dispatch.sql)."""
+        parked = await self.claim_db.fetch("park_blocked", {
+            "endpoint_ids": endpoint_ids, "budget": _PARK_BUDGET})
+        if parked:
+            log.info("parked %d deliveries waiting behind earlier events of their key",
+                     len(parked))
+        return len(parked)
 
     async def claim_loop(self) -> None:
         loop = asyncio.get_running_loop()

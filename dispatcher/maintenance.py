@@ -41,6 +41,8 @@ class Maintenance:
 
     async def refresh_endpoints(self) -> None:
         await self.db.fetch("bury_removed")
+        if await self.db.fetch("unpark_orphans"):
+            self.engine.wake.set()
         rows = await self.db.fetch("load_endpoints")
         self.engine.registry.load(rows)
         self.engine.metrics.known_endpoints(self.engine.registry.names())

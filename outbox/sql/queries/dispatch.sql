@@ -71,19 +71,99 @@ WITH r AS (
     SELECT (e->>0)::bigint AS id, (e->>1)::uuid AS token, e->>2 AS state,
            (e->>3)::float8 AS delay, e->>4 AS error, (e->>5)::int AS status
     FROM json_array_elements(%(results)s::json) AS e
+),
+finished AS (
+    UPDATE outbox.deliveries d
+    SET state = r.state,
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        next_attempt_at = CASE WHEN r.state = 'pending'
+                               THEN now() + make_interval(secs => r.delay)
+                               ELSE d.next_attempt_at END,
+        last_error = r.error,
+        last_status = r.status,
+        finished_at = CASE WHEN r.state IN ('delivered', 'dead') THEN now() END
+    FROM r
+    WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight'
+    RETURNING d.id, d.endpoint_id, d.key, d.seq, d.state
+),
+-- A keyed delivery that finished hands its turn to the next event of its key:
+-- if that one was parked (see park_blocked), it becomes due now.
+unparked AS (
+    UPDATE outbox.deliveries n
+    SET next_attempt_at = now()
+    WHERE n.id = ANY (ARRAY(
+            SELECT (SELECT p.id FROM outbox.deliveries p
+                    WHERE p.endpoint_id = f.endpoint_id AND p.key = f.key AND p.seq > f.seq
+                      AND p.state IN ('pending', 'in_flight')
+                    ORDER BY p.seq
+                    LIMIT 1)
+            FROM finished f
+            WHERE f.key IS NOT NULL AND f.state IN ('delivered', 'dead')))
+      AND n.state = 'pending' AND n.next_attempt_at = 'infinity'
+)
+SELECT id FROM finished;
+
+-- name: park_blocked
+-- Keyed deliveries waiting behind an earlier event of their key cost every
+-- claim a look as it walks the due rows in time order: one key with a deep
+-- backlog (thousands of events that can only go one at a time) would make
+-- each claim walk all of them. When a claim was slow, the dispatcher parks
+-- the blocked ones it can see: next_attempt_at = 'infinity' takes them out
+-- of the claim's range (they stay pending, counted and ordered). Whoever
+-- finishes their key's current delivery unparks the next one (the complete
+-- query), and unpark_orphans catches the rest. Ordering never depends on
+-- this: the claim still checks every keyed row it takes.
+-- The walk is bounded by rows looked at, not rows found, so that a slow
+-- claim on a busy database never turns into a scan of a large unkeyed backlog.
+WITH walked AS MATERIALIZED (
+    SELECT w.id
+    FROM unnest(%(endpoint_ids)s::bigint[]) AS q(endpoint_id)
+    CROSS JOIN LATERAL (
+        SELECT d.id
+        FROM outbox.deliveries d
+        WHERE d.endpoint_id = q.endpoint_id
+          AND d.state = 'pending'
+          AND d.next_attempt_at <= now()
+        ORDER BY d.next_attempt_at
+        LIMIT %(budget)s
+    ) w
+),
+blocked AS MATERIALIZED (
+    SELECT d.id
+    FROM outbox.deliveries d
+    WHERE d.id = ANY (ARRAY(SELECT id FROM walked))
+      AND d.state = 'pending'
+      AND d.key IS NOT NULL
+      AND EXISTS (
+            SELECT 1 FROM outbox.deliveries p
+            WHERE p.endpoint_id = d.endpoint_id
+              AND p.key = d.key
+              AND p.seq < d.seq
+              AND p.state IN ('pending', 'in_flight'))
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE outbox.deliveries d
-SET state = r.state,
-    lease_token = NULL,
-    lease_expires_at = NULL,
-    next_attempt_at = CASE WHEN r.state = 'pending'
-                           THEN now() + make_interval(secs => r.delay)
-                           ELSE d.next_attempt_at END,
-    last_error = r.error,
-    last_status = r.status,
-    finished_at = CASE WHEN r.state IN ('delivered', 'dead') THEN now() END
-FROM r
-WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight'
+SET next_attempt_at = 'infinity'
+WHERE d.id = ANY (ARRAY(SELECT id FROM blocked))
+RETURNING d.id;
+
+-- name: unpark_orphans
+-- A parked delivery whose key has nothing earlier left unfinished (its
+-- predecessor finished while the parking statement was running, so the
+-- complete query could not see it parked) is made due. Reads the head of
+-- each key with unfinished work, then touches only parked heads.
+WITH heads AS (
+    SELECT DISTINCT ON (d.endpoint_id, d.key) d.id, d.state, d.next_attempt_at
+    FROM outbox.deliveries d
+    WHERE d.key IS NOT NULL AND d.state IN ('pending', 'in_flight')
+    ORDER BY d.endpoint_id, d.key, d.seq
+)
+UPDATE outbox.deliveries d
+SET next_attempt_at = now()
+FROM heads h
+WHERE d.id = h.id AND h.state = 'pending' AND h.next_attempt_at = 'infinity'
+  AND d.state = 'pending' AND d.next_attempt_at = 'infinity'
 RETURNING d.id;
 
 -- name: release
