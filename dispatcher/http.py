@@ -3,11 +3,12 @@
 ``HttpSender`` is made once per dispatcher process and shared by every
 delivery task. It speaks httpx's transport API (``httpx.Request`` in,
 ``httpx.Response`` out, httpx's exceptions), so tests plug a respx router in
-as the transport, while the wire is our aiohttp transport. It calls the
-transport directly rather than through ``httpx.AsyncClient``: the client's
-request building, cookie jar, auth and redirect machinery, none of which a
-webhook POST wants, cost more CPU than aiohttp itself (BENCHMARKS.md,
-"HTTP client").
+as the transport, while the wire is our own HTTP/1.1 client
+(``dispatcher.h1``). It calls the transport directly rather than through
+``httpx.AsyncClient``, whose request building, cookie jar, auth and redirect
+machinery (none of which a webhook POST wants) cost more CPU than the whole
+wire, and builds the request with its Host and Content-Length already in
+place (BENCHMARKS.md, "HTTP client").
 
 The attempt has one total deadline covering connect, send and the whole
 response: httpx's read timeout restarts on every read, so a server dripping
@@ -28,9 +29,9 @@ from typing import cast
 
 import httpx
 
+from dispatcher.h1 import BlockedAddress, H1Transport, ReadBody
 from dispatcher.model import AttemptResult, ErrorKind
 from dispatcher.netguard import NetworkPolicy
-from dispatcher.transport import AiohttpTransport, BlockedAddress
 
 # How much of a response body we read and keep: enough for an error message,
 # never megabytes from a misbehaving endpoint.
@@ -52,14 +53,14 @@ class HttpSender:
         ``transport`` replaces the network in tests (a respx router).
         """
         self.policy = NetworkPolicy.build(block_private_networks, allow_networks)
-        self.transport = transport or AiohttpTransport(
+        self.transport = transport or H1Transport(
             max_connections=max_connections,
             max_connections_per_host=max_connections_per_host or max_connections,
             policy=self.policy)
         # identity: the excerpt is read raw, and a compressed bomb stays small.
         self._defaults = (("user-agent", user_agent), ("accept", "*/*"),
                           ("accept-encoding", "identity"))
-        self._urls: dict[str, httpx.URL] = {}
+        self._urls: dict[str, tuple[httpx.URL, str]] = {}
 
     async def send(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
                    timeout: float) -> AttemptResult:  # noqa: ASYNC109 - applied inside
@@ -81,10 +82,15 @@ class HttpSender:
 
     async def _attempt(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
                        started: float) -> AttemptResult:
+        parsed, host = self._parse(url)
         given = {name.lower() for name, _ in headers}
-        request = httpx.Request(
-            "POST", self._parse(url), content=body,
-            headers=[*(h for h in self._defaults if h[0] not in given), *headers])
+        framed = [*(h for h in (("host", host), *self._defaults) if h[0] not in given), *headers]
+        if "content-length" not in given:
+            framed.append(("content-length", str(len(body))))
+        # stream= rather than content=: the same request without httpx rebuilding
+        # its headers twice to add Host and Content-Length, which we just did.
+        request = httpx.Request("POST", parsed, headers=framed, stream=httpx.ByteStream(body))
+        request.read()  # .content, as respx and our transport read it
         response = await self.transport.handle_async_request(request)
         try:
             excerpt = await _read_capped(response)
@@ -96,17 +102,17 @@ class HttpSender:
             body_excerpt=excerpt.decode("utf-8", "replace"),
             duration=time.monotonic() - started)
 
-    def _parse(self, url: str) -> httpx.URL:
-        """The parsed URL, cached: a dispatcher posts to a handful of URLs all day."""
-        parsed = self._urls.get(url)
-        if parsed is None:
+    def _parse(self, url: str) -> tuple[httpx.URL, str]:
+        """The parsed URL and its Host header, cached: a dispatcher posts to few URLs."""
+        cached = self._urls.get(url)
+        if cached is None:
             parsed = httpx.URL(url)
             if parsed.scheme not in ("http", "https") or not parsed.host:
                 raise httpx.UnsupportedProtocol(f"not an http(s) URL: {_redacted(parsed)}")
             if len(self._urls) >= _URL_CACHE_SIZE:
                 self._urls.clear()
-            self._urls[url] = parsed
-        return parsed
+            cached = self._urls[url] = (parsed, parsed.netloc.decode("ascii"))
+        return cached
 
     async def aclose(self) -> None:
         """Close every pooled connection."""
@@ -115,6 +121,8 @@ class HttpSender:
 
 async def _read_capped(response: httpx.Response) -> bytes:
     """The first BODY_EXCERPT_BYTES of the body as sent (no decompression: no bombs)."""
+    if isinstance(response.stream, ReadBody):  # ours, read with the head: no iteration
+        return response.stream.body[:BODY_EXCERPT_BYTES]
     if response.is_stream_consumed:  # a mock transport may hand over a read response
         return response.content[:BODY_EXCERPT_BYTES]
     excerpt = bytearray()

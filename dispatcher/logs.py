@@ -42,5 +42,5 @@ def setup_logging(fmt: str, level: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # httpx/httpcore log every request at INFO/DEBUG with URLs; keep them quiet.
-    for noisy in ("httpx", "httpcore", "aiohttp", "psycopg"):
+    for noisy in ("httpx", "httpcore", "psycopg"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

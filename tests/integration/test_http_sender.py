@@ -21,12 +21,9 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from aiohttp.abc import AbstractResolver, ResolveResult
 
 from dispatcher.http import BODY_EXCERPT_BYTES, HttpSender
 from dispatcher.model import AttemptResult
-from dispatcher.netguard import NetworkPolicy
-from dispatcher.transport import AiohttpTransport
 from outbox.testing import Receiver, Request, Response
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -268,26 +265,6 @@ def test_deadline_cuts_off_a_dripping_or_silent_server(drip: bool) -> None:
     assert result.error == "no complete response within 0.8 s"
 
 
-def test_transport_serves_an_httpx_client_and_its_timeouts() -> None:
-    """Under httpx.AsyncClient the transport answers, and a silent server is a ReadTimeout."""
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            head = await read_request(reader)
-            if b"/slow" in head.split(b"\r\n", 1)[0]:
-                await asyncio.sleep(30)
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi")
-            await writer.drain()
-
-    async def main() -> None:
-        async with raw_server(handler) as url, httpx.AsyncClient(
-                transport=AiohttpTransport(), timeout=0.3) as client:
-            response = await client.post(url, content=b"{}")
-            assert (response.status_code, response.text) == (200, "hi")
-            with pytest.raises(httpx.ReadTimeout):
-                await client.post(url + "slow", content=b"{}")
-    asyncio.run(main())
-
-
 def test_connection_refused_is_connect() -> None:
     """A closed port gives error_kind "connect" with a short, secret-free text."""
     result = post(f"http://127.0.0.1:{closed_port()}/", [("webhook-signature", SIGNATURE)])
@@ -366,51 +343,6 @@ def test_allowed_host_name_does_not_allow_its_address_literal(receiver: Receiver
     assert result.error_kind == "blocked"
     assert receiver.count == 0
 
-
-class FakeDNS(AbstractResolver):
-    """Answers every name with fixed loopback addresses, and counts the lookups."""
-
-    def __init__(self, *addresses: str) -> None:
-        self.addresses = addresses
-        self.lookups = 0
-
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        self.lookups += 1
-        return [ResolveResult(hostname=host, host=a, port=port, family=socket.AF_INET,
-                              proto=0, flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV)
-                for a in self.addresses]
-
-    async def close(self) -> None:
-        pass
-
-
-def via_dns(receiver: Receiver, dns: FakeDNS, allow: tuple[str, ...]) -> AttemptResult:
-    policy = NetworkPolicy.build(True, allow)
-    transport = AiohttpTransport(policy=policy, resolver=dns)
-    return post(f"http://hooks.test:{receiver.port}/", transport=transport)
-
-
-def test_name_resolving_to_blocked_addresses_is_blocked(receiver: Receiver) -> None:
-    """A name whose every address is internal is refused after DNS; the text lists them."""
-    result = via_dns(receiver, FakeDNS("127.0.0.2", "127.0.0.1"), ())
-    assert result.error_kind == "blocked"
-    assert "hooks.test resolves only to private or internal addresses" in result.error
-    assert "127.0.0.1, 127.0.0.2" in result.error
-    assert receiver.count == 0
-
-
-def test_connection_goes_only_to_a_checked_address(receiver: Receiver) -> None:
-    """Of the resolved addresses only the allowed one is dialled, with no second lookup."""
-    dns = FakeDNS("127.0.0.2", "127.0.0.1")  # only 127.0.0.1 is allowed and listening
-    result = via_dns(receiver, dns, ("127.0.0.1/32",))
-    assert (result.status, result.error_kind) == (200, None)
-    [request] = receiver.wait_for(1)
-    assert request.header("host") == f"hooks.test:{receiver.port}"
-    assert dns.lookups == 1
-
-
-# -- respx: edge cases no real server here produces --------------------------------
 
 class BrokenStream(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
