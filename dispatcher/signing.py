@@ -31,6 +31,7 @@ from typing import Final
 from urllib.parse import quote
 
 from dispatcher.model import Endpoint, EventData
+from outbox._headers import is_reserved
 
 CLOUDEVENTS_SOURCE: Final = "/outbox-dispatcher"
 """The CloudEvents ``source`` attribute of every event."""
@@ -41,13 +42,6 @@ _CE_SPECVERSION: Final = ("ce-specversion", "1.0")
 _CE_SOURCE: Final = ("ce-source", CLOUDEVENTS_SOURCE)
 _CE_PREFIX: Final = '{"specversion":"1.0","id":"'
 _CE_MIDDLE: Final = '","source":' + json.dumps(CLOUDEVENTS_SOURCE) + ',"type":'
-# Headers written here or owned by the HTTP framing; custom headers cannot set
-# them (publish() refuses them too, but endpoint headers and old rows pass here).
-_PROTOCOL_HEADERS: Final = frozenset(
-    {"content-type", "content-length", "host", "connection", "transfer-encoding",
-     "te", "upgrade", "keep-alive", "proxy-connection", "trailer", "expect",
-     "webhook-id", "webhook-timestamp", "webhook-signature"}
-)
 # CloudEvents HTTP binding 3.1.3.2: printable ASCII except space, '"' and '%'
 # goes into a ce- header as is; everything else is percent-encoded.
 _CE_SAFE: Final = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in ' "%')
@@ -106,13 +100,13 @@ def _structured_cloudevent(event: EventData) -> str:
 
 
 def _custom_headers(
-    endpoint_headers: Mapping[str, str], event_headers: Mapping[str, str], cloudevents: bool
+    endpoint_headers: Mapping[str, str], event_headers: Mapping[str, str]
 ) -> list[tuple[str, str]]:
     merged: dict[str, str] = {}
     for source in (endpoint_headers, event_headers):  # later wins
         for name, value in source.items():
             lowered = name.lower()
-            if lowered in _PROTOCOL_HEADERS or (cloudevents and lowered.startswith("ce-")):
+            if is_reserved(lowered):
                 continue
             merged[lowered] = value
     return list(merged.items())
@@ -173,5 +167,5 @@ def encode(
             content = _signed_content(msg_id, timestamp, body)
             signatures = " ".join(_sign_content(key, content) for key in endpoint.keys)
             headers.append(("webhook-signature", signatures))
-    headers.extend(_custom_headers(endpoint.headers, event_headers, cloudevents))
+    headers.extend(_custom_headers(endpoint.headers, event_headers))
     return headers, body

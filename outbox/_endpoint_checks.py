@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
+from outbox._headers import HEADER_NAME, MAX_VALUE, VALUE_CONTROL, is_reserved
 from outbox.errors import InvalidEndpoint
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -28,17 +29,6 @@ _PATTERN = re.compile(r"[A-Za-z0-9_\-:/*?]+(?:\.[A-Za-z0-9_\-:/*?]+)*")
 _PATTERN_MAX = 255
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEY_BYTES = (24, 64)  # Standard Webhooks: secret keys of 24 to 64 bytes
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tab is allowed in a value
-_HEADER_VALUE_MAX = 8192
-# Headers the dispatcher writes itself, or that steer the HTTP framing:
-# configuring them would forge the envelope or break the connection.
-_RESERVED_HEADERS = frozenset(
-    {"content-type", "content-length", "content-encoding", "host", "connection",
-     "transfer-encoding", "te", "upgrade", "keep-alive", "proxy-connection", "trailer",
-     "expect"}
-)
-_RESERVED_PREFIXES = ("webhook-", "ce-")
 
 
 def check_name(name: object) -> str:
@@ -193,22 +183,22 @@ def check_headers(headers: object) -> dict[str, str]:
         raise InvalidEndpoint("must map header names to string values", "headers")
     clean: dict[str, str] = {}
     for name, value in headers.items():
-        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+        if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
             raise InvalidEndpoint(f"{name!r} is not a valid HTTP header name", "headers")
         lowered = name.lower()
-        if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIXES):
+        if is_reserved(lowered):
             raise InvalidEndpoint(
                 f"{name!r} is set by the dispatcher itself and cannot be configured", "headers")
         if lowered in clean:
             raise InvalidEndpoint(f"{name!r} is given twice", "headers")
         if not isinstance(value, str):
             raise InvalidEndpoint(f"{name!r} must have a string value", "headers")
-        if _CONTROL.search(value):
+        if VALUE_CONTROL.search(value):
             raise InvalidEndpoint(
                 f"{name!r} must not contain line breaks or control characters", "headers")
-        if len(value) > _HEADER_VALUE_MAX:
+        if len(value) > MAX_VALUE:
             raise InvalidEndpoint(
-                f"{name!r} is longer than {_HEADER_VALUE_MAX} characters", "headers")
+                f"{name!r} is longer than {MAX_VALUE} characters", "headers")
         clean[lowered] = value.strip(" \t")
     return clean
 

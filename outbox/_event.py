@@ -24,31 +24,19 @@ from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
+from outbox._headers import HEADER_NAME, MAX_VALUE, VALUE_CONTROL, is_reserved
 from outbox.errors import InvalidEvent, PayloadTooLarge
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
 """Default limit on the serialized payload (1 MiB)."""
 
 _MAX_TEXT = 255
-_MAX_HEADER_VALUE = 8192
 # Far enough for any real schedule, near enough that timestamps cannot overflow.
 _MAX_DELAY = timedelta(days=3660)
 # Dotted segments of letters, digits and "_-:/" (CloudEvents types such as
 # "com.example.order:created" fit); no glob characters, no spaces.
 _TYPE = re.compile(r"[A-Za-z0-9_\-:/]+(?:\.[A-Za-z0-9_\-:/]+)*")
-# RFC 9110 token characters.
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_VALUE_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a tab is fine in a header value
-# Headers the dispatcher writes itself, or that steer the HTTP framing: letting
-# a producer set them would forge the envelope or break the connection. The
-# same set as endpoint headers (outbox._endpoint_checks).
-_RESERVED_HEADERS = frozenset(
-    {"content-type", "content-length", "content-encoding", "host", "connection",
-     "transfer-encoding", "te", "upgrade", "keep-alive", "proxy-connection", "trailer",
-     "expect"}
-)
-_RESERVED_PREFIXES = ("webhook-", "ce-")
 # Compact, non-ASCII kept as is, NaN and Infinity refused (they are not JSON).
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
@@ -194,21 +182,21 @@ def _serialize_headers(headers: object) -> str:
         return "{}"
     clean: dict[str, str] = {}
     for name, value in headers.items():
-        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+        if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
             raise InvalidEvent(f"header name {name!r} is not a valid HTTP header name")
         lowered = name.lower()
-        if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIXES):
+        if is_reserved(lowered):
             raise InvalidEvent(f"header {name!r} is set by the dispatcher and cannot be given")
         if lowered in clean:
             raise InvalidEvent(f"header {name!r} is given twice")
         if not isinstance(value, str):
             raise InvalidEvent(f"header {name!r} must have a string value, "
                                f"not {type(value).__name__}")
-        if _VALUE_CONTROL.search(value):
+        if VALUE_CONTROL.search(value):
             raise InvalidEvent(f"header {name!r} must not contain control characters "
                                "(CR, LF...)")
-        if len(value) > _MAX_HEADER_VALUE:
-            raise InvalidEvent(f"header {name!r} is longer than {_MAX_HEADER_VALUE} characters")
+        if len(value) > MAX_VALUE:
+            raise InvalidEvent(f"header {name!r} is longer than {MAX_VALUE} characters")
         _utf8(value, f"header {name!r}")
         clean[lowered] = value
     return _ENCODER.encode(clean)
