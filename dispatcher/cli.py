@@ -17,7 +17,7 @@ from typing import Any
 from dispatcher.config import ConfigError, DispatcherConfig
 from dispatcher.logs import setup_logging
 from outbox import __version__
-from outbox._cli.common import resolve_dsn
+from outbox._cli.common import UsageError, check_dsn, resolve_dsn
 from outbox.durations import parse_duration
 
 EXIT_USAGE = 2
@@ -132,6 +132,10 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
         allow = environ["OUTBOX_ALLOW_NETWORK"].replace(",", " ").split()
     values["allow_networks"] = tuple(allow or ())
     values["dsn"] = resolve_dsn(args.dsn, environ)
+    try:
+        check_dsn(values["dsn"])
+    except UsageError as exc:
+        raise ConfigError(str(exc)) from None
     return DispatcherConfig(environ=dict(environ), **values)
 
 

@@ -47,15 +47,18 @@ class Health:
 
     def __init__(self) -> None:
         self.db_ok = False
+        self._said: str | None = None  # the last state logged, so each change logs once
 
     def up(self) -> None:
-        if not self.db_ok:
+        if self._said != "up":
             log.info("database is reachable")
+            self._said = "up"
         self.db_ok = True
 
     def down(self, why: str) -> None:
-        if self.db_ok:
-            log.warning("database is unreachable: %s", why)
+        if self._said != why:
+            log.warning("database is not usable, retrying: %s", why)
+            self._said = why
         self.db_ok = False
 
 
@@ -80,6 +83,11 @@ class Database:
             async with self._conn.cursor() as cur:
                 await cur.execute(queries[name], params)
                 rows = await cur.fetchall() if cur.description else []
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+            # Not migrated yet (a migration job may still be on its way): wait
+            # as for an outage, not ready, rather than exit.
+            self._health.down("the outbox schema is missing: run `outbox migrate`")
+            raise DatabaseDown("the outbox schema is missing") from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await self.close()
             why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -42,6 +42,14 @@ def resolve_dsn(flag: str | None, environ: Mapping[str, str] | None = None) -> s
     return dsn
 
 
+def check_dsn(dsn: str) -> None:
+    """A malformed connection string is bad usage (exit 2), not a failed connection."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise UsageError(f"invalid database URL or DSN: {_first_line(exc)}") from None
+
+
 def add_dsn_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsn", default=argparse.SUPPRESS,
                         help="database URL (default: $OUTBOX_DSN, $DATABASE_URL, "
@@ -52,6 +60,7 @@ def add_dsn_option(parser: argparse.ArgumentParser) -> None:
 def connect(args: argparse.Namespace) -> Iterator[psycopg.Connection[Any]]:
     """A connection for one command; a database that cannot be reached is exit 1."""
     dsn = resolve_dsn(getattr(args, "dsn", None))
+    check_dsn(dsn)
     try:
         conn = psycopg.connect(dsn, connect_timeout=10, application_name="outbox-cli")
     except psycopg.OperationalError as exc:
