@@ -19,6 +19,7 @@ from dispatcher.engine import Engine
 from dispatcher.maintenance import Maintenance
 from dispatcher.metrics import Metrics
 from dispatcher.server import HealthServer, dsn_connector
+from dispatcher.shutdown import drain
 
 log = logging.getLogger("dispatcher")
 _ALIVE_AFTER = 60.0  # seconds without a loop tick before /healthz fails
@@ -72,7 +73,7 @@ async def _dispatch(engine: Engine, maintenance: Maintenance) -> None:
             log.info("dispatching (concurrency %d, batch size %d)",
                      config.concurrency, config.batch_size)
             await engine.claim_loop()
-        await engine.drain()
+        await drain(engine)
         engine.completer.close()
         try:
             await asyncio.wait_for(asyncio.shield(completer), config.shutdown_grace + 5)

@@ -1,18 +1,17 @@
-"""The dispatch loop: claim, deliver, record, with limits, leases and a clean stop.
+"""The dispatch loop: claim, deliver, record, within limits and leases.
 
 One claimer task sizes each claim to the free request slots (``--concurrency``
-overall, ``--max-in-flight`` and ``--rate-limit`` per endpoint) and starts one
-task per request. Requests never run inside a transaction: the claim has
+overall, ``--max-in-flight`` and ``--rate-limit`` per endpoint, see
+``dispatcher.quota``; an endpoint may hold a second round of claims waiting
+in memory, so that one claim serves several rounds) and starts one task per
+request (``dispatcher.deliver``). Requests never run inside a transaction: the claim has
 committed before the first byte is sent, and the outcome goes to the
 :class:`~dispatcher.completer.Completer`, which records it guarded by the
 lease token. Leases of everything still held are extended in the background
 (``dispatcher.maintenance``), so a slow endpoint never loses its lease while
 its request is running.
 
-Stop (SIGTERM/SIGINT): the claimer stops, running requests get
-``--shutdown-grace`` to finish, claims not yet sent are handed back without
-charging an attempt, requests still running after the grace are cancelled and
-recorded as failed attempts to retry at once, and the process exits 0.
+Stop (SIGTERM/SIGINT): the claimer stops and ``dispatcher.shutdown`` drains.
 """
 
 from __future__ import annotations
@@ -25,22 +24,21 @@ import logging
 import random
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatcher.backoff import next_attempt_delay
 from dispatcher.completer import Completer, Record
 from dispatcher.config import DispatcherConfig
 from dispatcher.db import Database, DatabaseDown, Health
+from dispatcher.deliver import attempt, decide
 from dispatcher.http import HttpSender
 from dispatcher.listener import Listener
 from dispatcher.metrics import Metrics
 from dispatcher.model import Delivery, Endpoint, EventData
-from dispatcher.outcome import classify
-from dispatcher.quota import Quotas
+from dispatcher.quota import PREFETCH, Quotas
 from dispatcher.registry import Registry
-from dispatcher.signing import encode
 from outbox import __version__
 
 log = logging.getLogger("dispatcher")
@@ -80,6 +78,8 @@ class Engine:
         self.listener = Listener(config.dsn, self.wake.set)
         self.held: dict[int, uuid.UUID] = {}  # claimed, not yet recorded
         self.slots: dict[int, int] = {}       # requests in flight per endpoint
+        # Claimed requests waiting for a slot (see quota.PREFETCH), per endpoint.
+        self.waiting: dict[int, deque[tuple[Endpoint, list[Delivery]]]] = {}
         self.requests: dict[asyncio.Task[None], list[Delivery]] = {}
         self.started: set[asyncio.Task[None]] = set()  # requests past the rate limiter
         self.quotas = Quotas()
@@ -95,8 +95,10 @@ class Engine:
 
     async def claim_once(self) -> bool:
         """One claim; True when some endpoint filled its quota (more may be due)."""
-        plan = self.quotas.plan(self.registry.active(), self.slots,
-                                self.config.concurrency - len(self.requests),
+        held = {ep_id: self.slots.get(ep_id, 0) + len(self.waiting.get(ep_id, ()))
+                for ep_id in self.registry.by_id}
+        plan = self.quotas.plan(self.registry.active(), held,
+                                PREFETCH * self.config.concurrency - sum(held.values()),
                                 self.config.batch_size)
         if not plan.endpoint_ids:
             return False
@@ -117,9 +119,12 @@ class Engine:
             for start in range(0, len(deliveries), endpoint.max_batch):
                 # The token is taken now, not when the task runs, so that the
                 # next claim already sees it gone.
-                delay = bucket.take() if bucket is not None else 0.0
-                self._start_request(endpoint, deliveries[start:start + endpoint.max_batch],
-                                    delay)
+                group = deliveries[start:start + endpoint.max_batch]
+                if bucket is not None:
+                    self._start_request(endpoint, group, bucket.take())
+                else:
+                    self.waiting.setdefault(endpoint.id, deque()).append((endpoint, group))
+        self._start_waiting()
         return self.quotas.claimed(plan, {k: len(v) for k, v in by_endpoint.items()})
 
     async def _park(self, endpoint_ids: list[int]) -> int:
@@ -153,6 +158,7 @@ class Engine:
             # token) is outstanding.
             throttled = self.quotas.throttled
             if (self.config.once and not more and not self.requests
+                    and not any(self.waiting.values())
                     and not self.completer.pending() and recorded == self.recorded
                     and throttled is None):
                 return
@@ -173,10 +179,22 @@ class Engine:
         self.requests[task] = deliveries
         task.add_done_callback(functools.partial(self._request_done, endpoint_id=endpoint.id))
 
+    def _start_waiting(self) -> None:
+        """Start waiting requests while their endpoints and the process have slots."""
+        for queue in self.waiting.values():
+            while queue and len(self.requests) < self.config.concurrency:
+                endpoint, group = queue[0]
+                if self.slots.get(endpoint.id, 0) >= endpoint.max_in_flight:
+                    break
+                queue.popleft()
+                self._start_request(endpoint, group)
+
     def _request_done(self, task: asyncio.Task[None], endpoint_id: int) -> None:
         self.requests.pop(task, None)
         self.started.discard(task)
         self.slots[endpoint_id] -= 1
+        if not self.stopping.is_set():
+            self._start_waiting()
         self.wake.set()
         if not task.cancelled() and task.exception() is not None:
             log.error("delivery task failed", exc_info=task.exception())
@@ -188,40 +206,28 @@ class Engine:
         task = asyncio.current_task()
         assert task is not None
         self.started.add(task)
-        now = datetime.now(UTC)
-        headers, body = encode(endpoint, [d.event for d in deliveries], now)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("POST %s to %s: %s", [str(d.event.id) for d in deliveries],
-                      endpoint.name, body[:2000].decode("utf-8", "replace"))
-        result = await self.sender.send(endpoint.url, headers, body, endpoint.timeout)
+        result = await attempt(self.sender, endpoint, deliveries)
         self.metrics.attempt(endpoint.name, result.duration)
         done = datetime.now(UTC)
         disable = False
         for delivery in deliveries:
-            outcome = classify(result, delivery.attempts, endpoint.max_attempts, done)
+            decision = decide(delivery, endpoint, result, done, random.random)
+            outcome = decision.outcome
             if outcome.action == "delivered":
                 self.metrics.delivered(endpoint.name,
                                        (done - delivery.event.created_at).total_seconds())
-                record = Record(delivery.id, delivery.lease_token, "delivered",
-                                status=outcome.last_status)
             else:
                 self.metrics.failed(endpoint.name, outcome.reason or "other")
-                if outcome.action == "dead":
-                    self.metrics.dead(endpoint.name)
-                    self.dead_lettered += 1
-                    record = Record(delivery.id, delivery.lease_token, "dead",
-                                    error=outcome.last_error, status=outcome.last_status)
-                    log.warning("delivery of event %s to %s dead-lettered after %d attempts: %s",
-                                delivery.event.id, endpoint.name, delivery.attempts,
-                                outcome.last_error)
-                else:
-                    delay = next_attempt_delay(delivery.attempts, endpoint, outcome.retry_after,
-                                               random.random)
-                    record = Record(delivery.id, delivery.lease_token, "pending", delay=delay,
-                                    error=outcome.last_error, status=outcome.last_status)
-                    asyncio.get_running_loop().call_later(delay, self.wake.set)
+            if outcome.action == "dead":
+                self.metrics.dead(endpoint.name)
+                self.dead_lettered += 1
+                log.warning("delivery of event %s to %s dead-lettered after %d attempts: %s",
+                            delivery.event.id, endpoint.name, delivery.attempts,
+                            outcome.last_error)
+            if decision.retry_in is not None:
+                asyncio.get_running_loop().call_later(decision.retry_in, self.wake.set)
             disable = disable or outcome.disable_endpoint
-            self.completer.add(record)
+            self.completer.add(decision.record)
         if disable:
             await self._disable(endpoint, "410 Gone")
 
@@ -242,32 +248,3 @@ class Engine:
             log.info("%d results discarded: their leases had been taken over",
                      len(batch) - len(written))
         self.wake.set()
-
-    # -- stopping --------------------------------------------------------------
-
-    async def drain(self) -> None:
-        """After the claimer stopped: finish, hand back, record; never raises."""
-        unstarted = [t for t in self.requests if t not in self.started]
-        handback = [d for t in unstarted for d in self.requests[t]]
-        for task in unstarted:
-            task.cancel()
-        running = [t for t in self.requests if t in self.started]
-        if running:
-            log.info("waiting up to %.0fs for %d requests in flight",
-                     self.config.shutdown_grace, len(running))
-            _, late = await asyncio.wait(running, timeout=self.config.shutdown_grace)
-            for task in late:
-                for d in self.requests[task]:
-                    self.completer.add(Record(d.id, d.lease_token, "pending", delay=0.0,
-                                              error="dispatcher stopped during the attempt"))
-                task.cancel()
-        await asyncio.gather(*unstarted, return_exceptions=True)
-        if handback:
-            try:
-                await self.claim_db.fetch("release", {
-                    "ids": [d.id for d in handback], "tokens": [d.lease_token for d in handback]})
-            except DatabaseDown:
-                log.warning("could not hand back %d claims; their leases will expire",
-                            len(handback))
-            for d in handback:
-                self.held.pop(d.id, None)

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from dispatcher.model import Endpoint
 from dispatcher.ratelimit import TokenBucket
 
+# An endpoint without a rate limit may hold this many times its in-flight slots
+# (the rest waits in the dispatcher's memory, leased, and starts as a slot
+# frees): one claim then serves several rounds of requests instead of one.
+PREFETCH = 2
 # A rate-limited endpoint's claims run this many seconds ahead of its tokens:
 # enough requests to keep it busy until the claimer looks again, each waiting
 # its turn, without one claim per request.
@@ -54,7 +58,12 @@ class Quotas:
 
     def plan(self, active: Sequence[Endpoint], in_flight: Mapping[int, int], free: int,
              batch_size: int) -> Plan:
-        """Rows each endpoint may claim now; ``free`` request slots overall, rows <= batch."""
+        """Rows each endpoint may claim now; ``free`` request slots overall, rows <= batch.
+
+        ``in_flight`` counts each endpoint's requests running or waiting to
+        start; an endpoint may hold PREFETCH times its --max-in-flight of them,
+        unless it is rate-limited.
+        """
         plan = Plan()
         self.throttled = None
         if active:
@@ -64,7 +73,8 @@ class Quotas:
         for ep in active:
             if free <= 0 or rows_left <= 0:
                 break
-            slots = min(ep.max_in_flight - in_flight.get(ep.id, 0), free)
+            depth = 1 if ep.rate_limit is not None else PREFETCH
+            slots = min(ep.max_in_flight * depth - in_flight.get(ep.id, 0), free)
             bucket = self.bucket(ep) if slots > 0 else None
             if bucket is not None:
                 slots = min(slots, bucket.available(RATE_HORIZON))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dispatcher.model import Endpoint
-from dispatcher.quota import Quotas
+from dispatcher.quota import PREFETCH, Quotas
 
 
 def _ep(ep_id: int, **kw: object) -> Endpoint:
@@ -11,10 +11,17 @@ def _ep(ep_id: int, **kw: object) -> Endpoint:
 
 
 def test_free_slots_of_each_endpoint_bound_its_rows() -> None:
-    """An endpoint asks for its free in-flight slots, times its batch size."""
+    """An endpoint asks for its free slots (prefetch included), times its batch size."""
     plan = Quotas().plan([_ep(1, max_in_flight=4), _ep(2, max_in_flight=2, max_batch=10)],
                          in_flight={1: 3}, free=100, batch_size=1000)
-    assert plan.wanted() == {1: 1, 2: 20}
+    assert plan.wanted() == {1: 4 * PREFETCH - 3, 2: 2 * PREFETCH * 10}
+
+
+def test_rate_limited_endpoints_do_not_prefetch() -> None:
+    """A rate-limited endpoint asks for no more than its own in-flight slots."""
+    plan = Quotas().plan([_ep(1, max_in_flight=2, rate_limit=1000.0)], in_flight={},
+                         free=100, batch_size=1000)
+    assert plan.wanted() == {1: 2}
 
 
 def test_global_concurrency_and_batch_size_cap_the_plan() -> None:
