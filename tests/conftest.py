@@ -20,6 +20,9 @@ from psycopg import sql
 from outbox.migrate import migrate
 from outbox.testing import Receiver, TemporaryPostgres
 
+# Fixtures shared by several test modules, kept beside their helpers.
+pytest_plugins = ["tests.resilience_helpers"]
+
 _TEMPLATE = "outbox_template"
 _counter = itertools.count()
 

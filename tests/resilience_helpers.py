@@ -22,11 +22,12 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 import outbox
 from outbox.testing import Receiver
@@ -291,3 +292,13 @@ def delivery_row(dsn: str, event_id: str) -> dict[str, Any]:
 def summary(name: str, **facts: Any) -> None:
     """One line on stdout (shown with ``pytest -s`` or on failure) for the report."""
     print(f"[resilience] {name}: {json.dumps(facts, default=str)}")
+
+
+@pytest.fixture
+def fleet(dsn: str) -> Iterator[Fleet]:
+    """Dispatchers started for one test, all stopped (or killed) at its end."""
+    group = Fleet(dsn)
+    try:
+        yield group
+    finally:
+        group.close()

@@ -14,7 +14,6 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -39,15 +38,6 @@ from tests.resilience_helpers import (
 pytestmark = pytest.mark.slow
 # Lease floor for a 1 s endpoint timeout: 1 + 15 s, plus rescue period and slack.
 RESCUE_WAIT = 45.0
-
-
-@pytest.fixture
-def fleet(dsn: str) -> Iterator[Fleet]:
-    group = Fleet(dsn)
-    try:
-        yield group
-    finally:
-        group.close()
 
 
 def test_sigkill_mid_stream_loses_nothing(dsn: str, receiver: Receiver, fleet: Fleet) -> None:

@@ -39,15 +39,6 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def fleet(dsn: str) -> Iterator[Fleet]:
-    group = Fleet(dsn)
-    try:
-        yield group
-    finally:
-        group.close()
-
-
-@pytest.fixture
 def server(cluster: Cluster, fresh_db: str) -> Iterator[TemporaryPostgres]:
     """The session's own cluster, to stop and start; running again after the test.
 

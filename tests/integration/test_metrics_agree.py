@@ -18,17 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import outbox
 from outbox.testing import Receiver, Request, Response
+from tests.contract import METRICS
 from tests.dispatcher_helpers import Dispatcher, add_endpoint, wait_all_finished
 
-CONTRACT = {
-    "outbox_delivered_total": ("counter", {"endpoint"}),
-    "outbox_delivery_failures_total": ("counter", {"endpoint", "reason"}),
-    "outbox_dead_letters_total": ("counter", {"endpoint"}),
-    "outbox_pending": ("gauge", {"endpoint"}),
-    "outbox_oldest_pending_seconds": ("gauge", {"endpoint"}),
-    "outbox_delivery_duration_seconds": ("histogram", {"endpoint"}),
-    "outbox_delivery_lag_seconds": ("histogram", {"endpoint"}),
-}
+CONTRACT = METRICS
 # How many events of each plan, and what the receiver does with them.
 PLANS = {"ok": 5, "flaky": 3, "bad": 2, "slow": 2, "down": 1}
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_metrics import CONTRACT
+from tests.contract import METRICS as CONTRACT
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is part of the test extras")
 

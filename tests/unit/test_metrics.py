@@ -6,18 +6,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from dispatcher.metrics import DURATION_BUCKETS, LAG_BUCKETS, REASONS, BacklogRow, Metrics
+from tests.contract import FAILURE_REASONS, METRICS
 
-# The table of the contract's "Metrics and health" section: name -> (type, labels).
-CONTRACT = {
-    "outbox_delivered_total": ("counter", {"endpoint"}),
-    "outbox_delivery_failures_total": ("counter", {"endpoint", "reason"}),
-    "outbox_dead_letters_total": ("counter", {"endpoint"}),
-    "outbox_pending": ("gauge", {"endpoint"}),
-    "outbox_oldest_pending_seconds": ("gauge", {"endpoint"}),
-    "outbox_delivery_duration_seconds": ("histogram", {"endpoint"}),
-    "outbox_delivery_lag_seconds": ("histogram", {"endpoint"}),
-}
-CONTRACT_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")
+CONTRACT = METRICS
+CONTRACT_REASONS = FAILURE_REASONS
 
 
 class FakeClock:

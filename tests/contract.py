@@ -1,0 +1,15 @@
+"""Names the contract fixes, as data the tests check against (CONTRACT.md, "Metrics and health")."""
+
+from __future__ import annotations
+
+# name -> (type, labels)
+METRICS = {
+    "outbox_delivered_total": ("counter", {"endpoint"}),
+    "outbox_delivery_failures_total": ("counter", {"endpoint", "reason"}),
+    "outbox_dead_letters_total": ("counter", {"endpoint"}),
+    "outbox_pending": ("gauge", {"endpoint"}),
+    "outbox_oldest_pending_seconds": ("gauge", {"endpoint"}),
+    "outbox_delivery_duration_seconds": ("histogram", {"endpoint"}),
+    "outbox_delivery_lag_seconds": ("histogram", {"endpoint"}),
+}
+FAILURE_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")
