@@ -151,18 +151,31 @@ RETURNING d.id;
 -- name: unpark_orphans
 -- A parked delivery whose key has nothing earlier left unfinished (its
 -- predecessor finished while the parking statement was running, so the
--- complete query could not see it parked) is made due. Reads the head of
--- each key with unfinished work, then touches only parked heads.
-WITH heads AS (
-    SELECT DISTINCT ON (d.endpoint_id, d.key) d.id, d.state, d.next_attempt_at
-    FROM outbox.deliveries d
-    WHERE d.key IS NOT NULL AND d.state IN ('pending', 'in_flight')
-    ORDER BY d.endpoint_id, d.key, d.seq
+-- complete query could not see it parked) is made due. Only keys that have
+-- parked rows are looked at (the parked rows sit at the 'infinity' end of
+-- deliveries_pending), and for each of them only its head.
+WITH parked_keys AS (
+    SELECT DISTINCT d.endpoint_id, d.key
+    FROM outbox.endpoints e
+    JOIN outbox.deliveries d
+      ON d.endpoint_id = e.id AND d.state = 'pending' AND d.next_attempt_at = 'infinity'
+),
+heads AS (
+    SELECT h.id
+    FROM parked_keys k
+    CROSS JOIN LATERAL (
+        SELECT p.id, p.state, p.next_attempt_at
+        FROM outbox.deliveries p
+        WHERE p.endpoint_id = k.endpoint_id AND p.key = k.key
+          AND p.state IN ('pending', 'in_flight')
+        ORDER BY p.seq
+        LIMIT 1
+    ) h
+    WHERE h.state = 'pending' AND h.next_attempt_at = 'infinity'
 )
 UPDATE outbox.deliveries d
 SET next_attempt_at = now()
-FROM heads h
-WHERE d.id = h.id AND h.state = 'pending' AND h.next_attempt_at = 'infinity'
+WHERE d.id = ANY (ARRAY(SELECT id FROM heads))
   AND d.state = 'pending' AND d.next_attempt_at = 'infinity'
 RETURNING d.id;
 
