@@ -75,7 +75,9 @@ class Engine:
                                  block_private_networks=config.block_private_networks,
                                  allow_networks=config.allow_networks,
                                  user_agent=f"outbox-dispatcher/{__version__}")
-        self.listener = Listener(config.dsn, self.wake.set)
+        self.endpoints_changed = asyncio.Event()  # an endpoint command committed
+        self.listener = Listener(config.dsn, self.wake.set,
+                                 endpoints_changed=self.endpoints_changed.set)
         self.held: dict[int, uuid.UUID] = {}  # claimed, not yet recorded
         self.slots: dict[int, int] = {}       # requests in flight per endpoint
         # Claimed requests waiting for a slot (see quota.PREFETCH), per endpoint.

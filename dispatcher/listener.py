@@ -25,9 +25,11 @@ log = logging.getLogger("dispatcher.listener")
 
 class Listener:
     def __init__(self, dsn: str, wake: Callable[[], None], *, probe_interval: float = 10.0,
-                 probe_timeout: float = 5.0) -> None:
+                 probe_timeout: float = 5.0,
+                 endpoints_changed: Callable[[], None] = lambda: None) -> None:
         self._dsn = dsn
         self._wake = wake
+        self._endpoints_changed = endpoints_changed
         self._probe_interval = probe_interval
         self._probe_timeout = probe_timeout
         self.connected = False
@@ -42,6 +44,7 @@ class Listener:
                 await conn.execute(queries["listen"])
                 self.connected = True
                 delay = 0.2
+                self._endpoints_changed()  # changes made while it was away
                 self._wake()
                 await self._listen(conn)
             except (psycopg.Error, OSError, TimeoutError) as exc:
@@ -57,7 +60,9 @@ class Listener:
 
     async def _listen(self, conn: psycopg.AsyncConnection[object]) -> None:
         while True:
-            async for _ in conn.notifies(timeout=self._probe_interval):
+            async for notify in conn.notifies(timeout=self._probe_interval):
+                if notify.channel == "outbox_endpoints":
+                    self._endpoints_changed()
                 self._wake()
             # Same-session heartbeat: proves this very connection still carries traffic.
             async with asyncio.timeout(self._probe_timeout):

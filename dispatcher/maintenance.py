@@ -1,6 +1,7 @@
 """Background upkeep of a running dispatcher, each on its own period.
 
-- endpoints: reload every few seconds (enable/disable/add take effect soon);
+- endpoints: reload every few seconds, and at once when an endpoint command
+  notifies a change (outbox_endpoints);
 - leases: extend those of every delivery still held (in flight, or finished
   and waiting to be recorded), well before they expire;
 - rescue: expired leases of dead or frozen dispatchers back to pending;
@@ -12,6 +13,7 @@ Each step tolerates a database outage: it is skipped and tried next period.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -89,4 +91,9 @@ class Maintenance:
                         pass
                     except psycopg.Error:
                         log.exception("maintenance step %s failed", step.__name__)
-            await asyncio.sleep(max(0.05, min(due) - time.monotonic()))
+            changed = self.engine.endpoints_changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), max(0.05, min(due) - time.monotonic()))
+            if changed.is_set():  # reload the endpoints now, not at their next period
+                changed.clear()
+                due[0] = 0.0

@@ -233,5 +233,6 @@ ORDER BY id;
 SELECT 1;
 
 -- name: listen
--- Publishers notify this channel at commit (see the publish query).
-LISTEN outbox_wakeup;
+-- Publishers notify outbox_wakeup at commit (see the publish query); endpoint
+-- commands notify outbox_endpoints (see endpoints_admin_lock).
+LISTEN outbox_wakeup; LISTEN outbox_endpoints;

@@ -3,7 +3,10 @@
 -- advisory lock serialises them (two syncs at once would otherwise both read
 -- the old set and interleave their writes). Publish and the dispatcher only
 -- read endpoints, so they never wait on it. The key is arbitrary but fixed.
-SELECT pg_advisory_xact_lock(7469813520412);
+-- Every change takes this lock, so this is also where running dispatchers are
+-- told to reload their endpoints: the notification leaves only if the change
+-- commits.
+SELECT pg_advisory_xact_lock(7469813520412), pg_notify('outbox_endpoints', '');
 
 -- name: endpoints_live
 SELECT id, name, url, events, events_like, secret, previous_secrets, max_attempts, timeout_seconds,
