@@ -117,23 +117,25 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str]) -> float:
-    """Publish a backlog, start a dispatcher, time first to last arrival: events/s."""
+def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str],
+                    processes: int = 1) -> float:
+    """Publish a backlog, start the dispatcher(s), time first to last arrival: events/s."""
     with psycopg.connect(dsn) as conn:
         for start in range(0, events, 1000):
             outbox.publish_many(conn, [outbox.Event("bench.event", {"n": i})
                                        for i in range(start, min(events, start + 1000))])
             conn.commit()
     arrivals.reset()
-    proc = start_dispatcher(dsn, *extra)
+    procs = [start_dispatcher(dsn, *extra) for _ in range(processes)]
     try:
         deadline = time.monotonic() + 600
         while arrivals.count < events:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"dispatcher delivered {arrivals.count} of {events}")
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"dispatchers delivered {arrivals.count} of {events}")
             time.sleep(0.05)
     finally:
-        stop(proc)
+        for proc in procs:
+            stop(proc)
     return (arrivals.count - 1) / (arrivals.last - arrivals.first)
 
 
@@ -179,6 +181,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--dispatcher-args", default="", help="extra flags, space-separated")
+    parser.add_argument("--dispatchers", type=int, default=1,
+                        help="dispatcher processes draining the backlog together (default 1)")
     parser.add_argument("--tmpfs", action="store_true",
                         help="data directory on tmpfs (commits cost nothing) instead of disk")
     args = parser.parse_args()
@@ -196,7 +200,8 @@ def main() -> None:
             conn.commit()
         for round_no in range(1, args.rounds + 1):
             base_rates.append(baseline(pg.dsn, rx.url, args.baseline_events))
-            rates.append(dispatcher_rate(pg.dsn, arrivals, args.events, extra))
+            rates.append(dispatcher_rate(pg.dsn, arrivals, args.events, extra,
+                                         args.dispatchers))
             latencies += idle_latency(pg.dsn, arrivals, args.latency_samples // args.rounds,
                                       extra)
             print(f"round {round_no}: baseline {base_rates[-1]:8.0f} ev/s   "
