@@ -102,9 +102,13 @@ def states(conn: psycopg.Connection[Any]) -> dict[str, int]:
     return {str(state): int(n) for state, n in rows}
 
 
-def wait_until(check: Callable[[], T | None], *, timeout: float = 20.0,
-               what: str = "a condition", dispatcher: Dispatcher | None = None) -> T:
-    """Poll ``check`` until it returns something truthy; that value. AssertionError on timeout."""
+def wait_until(check: Callable[[], T | None], timeout: float = 20.0,
+               what: str = "a condition", *, interval: float = 0.05,
+               dispatcher: Dispatcher | None = None) -> T:
+    """Poll ``check`` until it returns something truthy; that value. AssertionError on timeout.
+
+    The one polling helper of the suite: tests wait with a deadline, never a bare sleep.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -113,7 +117,7 @@ def wait_until(check: Callable[[], T | None], *, timeout: float = 20.0,
         if time.monotonic() > deadline:
             log = f"\n--- dispatcher log ---\n{dispatcher.log()}" if dispatcher else ""
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{log}")
-        time.sleep(0.05)
+        time.sleep(interval)
 
 
 def wait_for_state(conn: psycopg.Connection[Any], event_id: uuid.UUID, state: str, *,

@@ -33,19 +33,7 @@ import outbox
 from outbox.testing import Receiver
 from outbox.testing._postgres import free_port
 from outbox.testing._receiver import Request, Response
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+from tests.dispatcher_helpers import wait_until
 
 
 def holds_for(predicate: Callable[[], bool], seconds: float, what: str,

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import pq
+
+from tests.dispatcher_helpers import wait_until
 
 
 def add_endpoint(conn: psycopg.Connection[Any], name: str, like: Sequence[str] = ("%",), *,
@@ -41,22 +42,13 @@ def delivery_count(dsn: str) -> int:
     return int(committed(dsn, "SELECT count(*) FROM outbox.deliveries")[0][0])
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Poll ``predicate`` until it holds; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 def wait_until_blocked(dsn: str, pid: int) -> None:
     """Wait until backend ``pid`` waits on a lock (e.g. another transaction's row)."""
     def blocked() -> bool:
         rows = committed(dsn, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
                          (pid,))
         return bool(rows) and rows[0][0] == "Lock"
-    wait_until(blocked, f"backend {pid} to wait on a lock")
+    wait_until(blocked, 10, f"backend {pid} to wait on a lock", interval=0.01)
 
 
 @contextmanager
