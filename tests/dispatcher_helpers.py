@@ -9,7 +9,6 @@ shows up as a readable failure instead of a stuck suite.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from psycopg.types.json import Jsonb
 import outbox
 from outbox._endpoint_checks import glob_to_like
 from outbox.testing._postgres import free_port
+from tests.cli import clean_environment, run_outbox
 
 T = TypeVar("T")
 
@@ -143,16 +143,7 @@ def wait_all_finished(conn: psycopg.Connection[Any], total: int, *, timeout: flo
 
 def outbox_cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the ``outbox`` command against ``dsn``; its exit code and output."""
-    return subprocess.run([sys.executable, "-m", "outbox.cli", *args, "--dsn", dsn],
-                          capture_output=True, text=True, timeout=60, check=False,
-                          env=_environment({}))
-
-
-def _environment(extra: Mapping[str, str]) -> dict[str, str]:
-    """Our environment without OUTBOX_* settings a developer may have exported, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
-    env.update(extra)
-    return env
+    return run_outbox(dsn, *args)
 
 
 class Dispatcher:
@@ -168,7 +159,7 @@ class Dispatcher:
         self.argv = [sys.executable, "-m", "dispatcher", "--dsn", dsn,
                      "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port),
                      *FAST_ARGS, *(["--once"] if once else []), *args]
-        self.env = _environment(env or {})
+        self.env = clean_environment(env)
         self._log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115
         self.process: subprocess.Popen[str] | None = None
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -24,10 +21,9 @@ from tests.admin_support import (
     set_state,
     unrouted,
 )
+from tests.cli import run_outbox
 
 Conn = psycopg.Connection[Any]
-_SCRIPT = Path(sys.executable).with_name("outbox")
-_COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [shutil.which("outbox") or "outbox"]
 _CONTRACT_STATUS_KEYS = {"name", "pending", "in_flight", "delivered", "dead",
                          "oldest_pending_seconds"}
 _CONTRACT_DEAD_KEYS = {"event_id", "endpoint", "type", "key", "attempts", "last_error",
@@ -36,10 +32,7 @@ _CONTRACT_DEAD_KEYS = {"event_id", "endpoint", "type", "key", "attempts", "last_
 
 def outbox(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run `outbox ARGS` against the test database (found through OUTBOX_DSN)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env["OUTBOX_DSN"] = dsn
-    return subprocess.run([*_COMMAND, *args], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return run_outbox(dsn, *args)
 
 
 def snapshot(conn: Conn) -> list[tuple[Any, ...]]:

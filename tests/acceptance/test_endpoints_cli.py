@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 import outbox
 from outbox import _endpoint_store as store
 from outbox.endpoints import EndpointSpec
+from tests.cli import run_outbox
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 URL = "https://hooks.example.com/events"
@@ -22,13 +21,7 @@ URL = "https://hooks.example.com/events"
 
 def outbox_cmd(dsn: str | None, *args: str, env: dict[str, str] | None = None,
                ) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items()
-               if k not in ("OUTBOX_DSN", "DATABASE_URL") and not k.startswith("PG")}
-    if dsn is not None:
-        environ["OUTBOX_DSN"] = dsn
-    environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "outbox.cli", "endpoints", *args],
-                          capture_output=True, text=True, env=environ, timeout=60, check=False)
+    return run_outbox(dsn, "endpoints", *args, env=env)
 
 
 def snapshot(dsn: str) -> list[tuple[Any, ...]]:

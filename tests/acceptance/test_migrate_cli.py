@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 
-_SCRIPT = Path(sys.executable).with_name("outbox")
+from tests.cli import run_outbox
 
 
 def _outbox(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the installed `outbox` command (or the module when the script is not installed)."""
-    command = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "outbox.cli"]
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith("PG") and k not in ("OUTBOX_DSN", "DATABASE_URL")}
-    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120,
-                          check=False, env={**clean, **(env or {})})
+    return run_outbox(None, *args, env=env, timeout=120)
 
 
 def test_migrate_twice_exits_zero(empty_dsn: str) -> None:
