@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
+from outbox._cli.common import fail_message
 from outbox.sql import queries
 
 log = logging.getLogger("dispatcher.db")
@@ -90,7 +91,7 @@ class Database:
             raise DatabaseDown("the outbox schema is missing") from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await self.close()
-            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            why = fail_message(exc)
             self._health.down(why)
             raise DatabaseDown(why) from exc
         self._health.up()

@@ -23,6 +23,7 @@ from decimal import Decimal
 import psycopg
 
 import outbox
+from outbox._cli.common import fail_message
 from outbox.sql import queries
 
 KEYED_EVERY = 5
@@ -69,8 +70,7 @@ class Publisher:
                 self._publish_all(conn)
         except Exception as exc:  # any failure: reported by the main thread
             if not self._stop.is_set():
-                text = str(exc).strip()
-                self.error = text.splitlines()[0] if text else type(exc).__name__
+                self.error = fail_message(exc)
         finally:
             self.finished_at = time.time()
             self.done = True
