@@ -20,8 +20,10 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
-from dispatcher.db import Database, DatabaseDown
+from dispatcher.db import Database, DatabaseDown, connect
 from dispatcher.engine import Engine
+from outbox._cli.common import fail_message
+from outbox.retention import apurge
 
 log = logging.getLogger("dispatcher.maintenance")
 ENDPOINT_REFRESH = 5.0
@@ -63,19 +65,16 @@ class Maintenance:
             self.engine.wake.set()
 
     async def purge(self) -> None:
-        from outbox.admin import purge  # the same code as `outbox purge`
-
-        def work() -> None:
-            with psycopg.connect(self.engine.config.dsn, autocommit=True,
-                                 connect_timeout=5) as conn:
-                result = purge(conn, self.engine.config.retention)
-            if result.deliveries or result.events:
-                log.info("retention purged %d deliveries and %d events",
-                         result.deliveries, result.events)
+        """The same code as `outbox purge`, on a connection of its own: its batches are
+        short transactions, and the maintenance connection stays free meanwhile."""
         try:
-            await asyncio.to_thread(work)
-        except psycopg.OperationalError as exc:
-            raise DatabaseDown(str(exc)) from exc
+            async with await connect(self.engine.config.dsn) as conn:
+                result = await apurge(conn, self.engine.config.retention)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise DatabaseDown(fail_message(exc)) from exc
+        if result.deliveries or result.events:
+            log.info("retention purged %d deliveries and %d events",
+                     result.deliveries, result.events)
 
     async def run(self) -> None:
         """Run each step on its period until cancelled."""
