@@ -13,6 +13,7 @@ import pytest
 
 import outbox
 from outbox.migrate import SCHEMA_VERSION, migrate
+from tests.conftest import Cluster
 from tests.integration._publishing import add_endpoint, committed
 
 ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
@@ -63,11 +64,21 @@ def test_schema_file_applied_twice_statement_by_statement(empty_dsn: str) -> Non
     assert committed(empty_dsn, "SELECT version FROM outbox.schema_version") == [(1,)]
 
 
-def test_schema_file_applied_twice_with_psql(empty_dsn: str) -> None:
+def _psql(cluster: Cluster) -> str | None:
+    """A psql that runs: the one beside the suite's server binaries, else the one on PATH."""
+    beside = [str(cluster.server.bindir / "psql")] if cluster.server else []
+    for candidate in (*beside, shutil.which("psql")):
+        if candidate and subprocess.run([candidate, "--version"], capture_output=True,
+                                        check=False, timeout=30).returncode == 0:
+            return candidate
+    return None
+
+
+def test_schema_file_applied_twice_with_psql(cluster: Cluster, empty_dsn: str) -> None:
     """`psql -f schema.sql` twice succeeds, and migrate then finds version 1 in place."""
-    psql = shutil.which("psql")
+    psql = _psql(cluster)
     if psql is None:
-        pytest.skip("psql is not installed")
+        pytest.skip("no psql that runs here")
     for _ in range(2):
         result = subprocess.run(
             [psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", empty_dsn, "-f", str(ROOT_SCHEMA)],

@@ -99,7 +99,8 @@ def test_missing_postgres_user_as_root_is_a_clear_error(
 
 def test_binaries_that_cannot_run_are_a_clear_error(tmp_path: Path) -> None:
     """An initdb that cannot start (a missing library, no access) is named in the error."""
-    server = TemporaryPostgres(bindir=_fake_bindir(tmp_path))
+    cache = tmp_path / "cache"  # as root the broken binaries are tried from a copy first
+    server = TemporaryPostgres(bindir=_fake_bindir(tmp_path), bin_cache=[cache])
     with pytest.raises(PostgresNotFound, match=r"cannot run \S+/initdb"):
         server.__enter__()
     assert not server.base.exists()
