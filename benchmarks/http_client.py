@@ -26,8 +26,8 @@ from contextlib import AsyncExitStack
 
 import httpx
 
-from dispatcher.h1 import H1Transport
-from dispatcher.http import HttpSender
+from dispatcher.http.sender import HttpSender
+from dispatcher.http.transport import H1Transport
 
 IN_FLIGHT = 16
 BODY = (b'{"id":"0190f1a2-7c3e-7d2a-9b1e-5f2a3c4d5e6f","type":"mail.received",'
@@ -145,9 +145,9 @@ CLIENTS: dict[str, Factory] = {
     "httpx + httpx-aiohttp transport": httpx_aiohttp_package,
     "aiohttp alone": aiohttp_alone,
     "bare asyncio protocol (floor)": bare_protocol,
-    "httpx.AsyncClient + dispatcher.h1": httpx_h1,
-    "HttpSender.send over dispatcher.h1 (chosen)": http_sender,
-    "HttpSender.send over dispatcher.h1, guarded": http_sender_guarded,
+    "httpx.AsyncClient + dispatcher.http.transport": httpx_h1,
+    "HttpSender.send over dispatcher.http.transport (chosen)": http_sender,
+    "HttpSender.send over dispatcher.http.transport, guarded": http_sender_guarded,
 }
 
 

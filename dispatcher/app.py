@@ -1,8 +1,13 @@
-"""The dispatcher process: wire the parts together, run until told to stop.
+"""The dispatcher process: build the parts, wire them together, run until told to stop.
+
+This is the composition root: the one place that opens the database
+connections and the HTTP client and hands each part what it needs. The
+parts talk through :class:`~dispatcher.control.Control` events and the
+methods they are given, never through each other's insides.
 
 Start-up never fails for a database outage: endpoints are loaded with capped
 backoff while ``/healthz`` answers 200 and ``/readyz`` 503. The first SIGTERM
-or SIGINT starts a graceful stop (see :mod:`dispatcher.engine`); a second one
+or SIGINT starts a graceful stop (``dispatcher.shutdown``); a second one
 abandons the grace period.
 """
 
@@ -12,73 +17,127 @@ import asyncio
 import contextlib
 import logging
 import signal
+from dataclasses import dataclass
 
+from dispatcher.claimer import Claimer
+from dispatcher.completer import Completer
 from dispatcher.config import DispatcherConfig
-from dispatcher.db import Health, retry_until
-from dispatcher.engine import Engine
+from dispatcher.control import Control, Heartbeat
+from dispatcher.db import Database, Health, retry_until
+from dispatcher.deliver import Deliverer
+from dispatcher.flights import Flights
+from dispatcher.http.sender import HttpSender
+from dispatcher.leases import Leases
+from dispatcher.listener import Listener
 from dispatcher.maintenance import Maintenance
-from dispatcher.metrics import Metrics
-from dispatcher.server import HealthServer, dsn_connector
+from dispatcher.observe.metrics import Metrics
+from dispatcher.observe.server import HealthServer, dsn_connector
+from dispatcher.registry import Registry
 from dispatcher.shutdown import drain
+from outbox import __version__
 
 log = logging.getLogger("dispatcher")
-_ALIVE_AFTER = 60.0  # seconds without a loop tick before /healthz fails
+_ALIVE_AFTER = 60.0  # seconds without a loop turn before /healthz fails
 
 
-def _install_signals(engine: Engine) -> None:
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """Everything one dispatcher process runs, built by :func:`build`."""
+
+    config: DispatcherConfig
+    control: Control
+    health: Health
+    metrics: Metrics
+    registry: Registry
+    leases: Leases
+    sender: HttpSender
+    deliverer: Deliverer
+    flights: Flights
+    completer: Completer
+    claimer: Claimer
+    maintenance: Maintenance
+    listener: Listener
+    databases: tuple[Database, ...]
+
+
+def build(config: DispatcherConfig) -> Parts:
+    """Make every part and give each the connections and neighbours it works with."""
+    control = Control(Heartbeat(max(_ALIVE_AFTER, 3 * config.poll_interval)))
+    health, metrics = Health(), Metrics()
+    registry = Registry(config.environ)
+    claim_db, complete_db, upkeep_db = (Database(config.dsn, health) for _ in range(3))
+    leases = Leases(config.lease, registry.longest_timeout)
+    sender = HttpSender(max_connections=config.concurrency,
+                        block_private_networks=config.block_private_networks,
+                        allow_networks=config.allow_networks,
+                        user_agent=f"outbox-dispatcher/{__version__}")
+    completer = Completer(complete_db, leases, control.wake.set, control.give_up)
+    deliverer = Deliverer(sender, completer, metrics, complete_db, control.wake.set)
+    flights = Flights(config.concurrency, deliverer, control.wake.set)
+    claimer = Claimer(db=claim_db, registry=registry, flights=flights, leases=leases,
+                      completer=completer, control=control, concurrency=config.concurrency,
+                      batch_size=config.batch_size, poll_interval=config.poll_interval,
+                      once=config.once)
+    maintenance = Maintenance(config, db=upkeep_db, registry=registry, metrics=metrics,
+                              leases=leases, control=control)
+    listener = Listener(config.dsn, control.wake.set,
+                        endpoints_changed=control.endpoints_changed.set)
+    return Parts(config, control, health, metrics, registry, leases, sender, deliverer,
+                 flights, completer, claimer, maintenance, listener,
+                 (claim_db, complete_db, upkeep_db))
+
+
+def _install_signals(control: Control) -> None:
     def on_signal() -> None:
-        if engine.stopping.is_set():
+        if control.stopping.is_set():
             log.warning("second signal: stopping now")
-            engine.give_up.set()
         else:
             log.info("stopping: no new claims, finishing requests in flight")
-        engine.stopping.set()
-        engine.wake.set()
+        control.stop()
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
 
 
-def _health_server(config: DispatcherConfig, engine: Engine) -> HealthServer:
-    loop = asyncio.get_running_loop()
-    stale = max(_ALIVE_AFTER, 3 * config.poll_interval)
+def _health_server(parts: Parts) -> HealthServer:
+    config = parts.config
     return HealthServer(
-        engine.metrics, host=config.metrics_host, port=config.metrics_port,
-        is_alive=lambda: loop.time() - engine.last_tick < stale,
-        is_ready=lambda: engine.health.db_ok, connect=dsn_connector(config.dsn))
+        parts.metrics, host=config.metrics_host, port=config.metrics_port,
+        is_alive=parts.control.heartbeat.alive, is_ready=lambda: parts.health.db_ok,
+        connect=dsn_connector(config.dsn))
 
 
-async def _dispatch(engine: Engine, maintenance: Maintenance) -> None:
+async def _dispatch(parts: Parts) -> None:
     """Load endpoints, run the claimer until stopped, drain, record what is left."""
-    config = engine.config
-    loop = asyncio.get_running_loop()
+    config, control = parts.config, parts.control
 
     async def load_endpoints() -> None:
-        # Each try counts as a tick: waiting out a database that is down at
+        # Each try counts as a beat: waiting out a database that is down at
         # start is the loop alive, and /healthz must stay 200 however long it lasts.
-        engine.last_tick = loop.time()
-        await maintenance.refresh_endpoints()
+        control.heartbeat.beat()
+        await parts.maintenance.refresh_endpoints()
 
-    await retry_until(load_endpoints, engine.stopping, max_wait=10.0)
-    completer = asyncio.create_task(engine.completer.run(), name="completer")
-    helpers = [asyncio.create_task(maintenance.run(), name="maintenance")]
+    await retry_until(load_endpoints, control.stopping, max_wait=10.0)
+    completer = asyncio.create_task(parts.completer.run(), name="completer")
+    helpers = [asyncio.create_task(parts.maintenance.run(), name="maintenance")]
     if config.once:
         with contextlib.suppress(Exception):
-            await maintenance.rescue()
+            await parts.maintenance.rescue()
     else:
-        helpers.append(asyncio.create_task(engine.listener.run(), name="listener"))
+        helpers.append(asyncio.create_task(parts.listener.run(), name="listener"))
     try:
-        if not engine.stopping.is_set():
+        if not control.stopping.is_set():
             log.info("dispatching (concurrency %d, batch size %d)",
                      config.concurrency, config.batch_size)
-            await engine.claim_loop()
-        await drain(engine)
-        engine.completer.close()
+            await parts.claimer.run()
+        await drain(parts.flights, parts.completer, parts.leases, parts.databases[0],
+                    config.shutdown_grace)
+        parts.completer.close()
         try:
             await asyncio.wait_for(asyncio.shield(completer), config.shutdown_grace + 5)
         except TimeoutError:
-            engine.give_up.set()
+            control.give_up.set()
     finally:
         for task in (completer, *helpers):
             task.cancel()
@@ -87,10 +146,9 @@ async def _dispatch(engine: Engine, maintenance: Maintenance) -> None:
 
 async def run(config: DispatcherConfig) -> int:
     """Run the dispatcher; returns the process exit code."""
-    engine = Engine(config, Metrics(), Health())
-    maintenance = Maintenance(engine)
-    _install_signals(engine)
-    server = None if config.once else _health_server(config, engine)
+    parts = build(config)
+    _install_signals(parts.control)
+    server = None if config.once else _health_server(parts)
     try:
         if server is not None:
             try:
@@ -98,12 +156,12 @@ async def run(config: DispatcherConfig) -> int:
             except OSError as exc:
                 log.error("%s", exc)
                 return 1
-        await _dispatch(engine, maintenance)
+        await _dispatch(parts)
     finally:
-        await engine.sender.aclose()
-        for database in (engine.claim_db, engine.complete_db, maintenance.db):
+        await parts.sender.aclose()
+        for database in parts.databases:
             await database.close()
         if server is not None:
             await server.stop()
     log.info("stopped")
-    return 1 if config.once and engine.dead_lettered else 0
+    return 1 if config.once and parts.deliverer.dead_lettered else 0

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dispatcher.config import ConfigError, DispatcherConfig
-from dispatcher.logs import setup_logging
+from dispatcher.observe.logs import setup_logging
 from outbox import __version__
-from outbox._cli.common import UsageError, check_dsn, resolve_dsn
+from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn
 from outbox.durations import parse_duration
 
 EXIT_USAGE = 2
@@ -134,7 +134,7 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
     values["dsn"] = resolve_dsn(args.dsn, environ)
     try:
         check_dsn(values["dsn"])
-    except UsageError as exc:
+    except InvalidDsn as exc:
         raise ConfigError(str(exc)) from None
     return DispatcherConfig(environ=dict(environ), **values)
 

@@ -1,8 +1,8 @@
 """Record attempt outcomes in batches: one guarded UPDATE for many deliveries.
 
 A request finishing does not write to the database itself: it hands a
-:class:`Record` to the completer, which writes whatever has accumulated in one
-statement (the ``complete`` query) while the previous write runs. Under load
+``Record`` (``policy.model``) to the completer, which writes whatever has
+accumulated in one statement (the ``complete`` query) while the previous write runs. Under load
 this turns hundreds of commits per second into a few; when idle a record is
 written at once. While the database is down records wait here and are
 retried; their leases keep being extended meanwhile, since the dispatcher
@@ -15,32 +15,29 @@ import asyncio
 import functools
 import json
 import logging
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from dispatcher.db import Database, retry_until
+from dispatcher.leases import Leases
+from dispatcher.policy.model import Record
 
 log = logging.getLogger("dispatcher.completer")
 _MAX_BATCH = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    delivery_id: int
-    lease_token: uuid.UUID
-    state: str  # "delivered" | "pending" (retry) | "dead"
-    delay: float = 0.0  # seconds until the retry, for "pending"
-    error: str | None = None
-    status: int | None = None
-
-
 class Completer:
-    def __init__(self, db: Database, on_written: Callable[[list[Record], set[int]], None],
+    """Writes records in batches; drops the leases of what was written, then calls ``wake``.
+
+    ``written`` counts the records written so far (``--once`` watches it).
+    """
+
+    def __init__(self, db: Database, leases: Leases, wake: Callable[[], None],
                  give_up: asyncio.Event) -> None:
         self._db = db
-        self._on_written = on_written
+        self._leases = leases
+        self._wake = wake
         self._give_up = give_up
+        self.written = 0
         self._queue: list[Record] = []
         self._ready = asyncio.Event()
         self._closing = False
@@ -75,9 +72,17 @@ class Completer:
                     log.warning("could not record %d results before giving up; their leases "
                                 "will expire and they will be delivered again", len(batch))
                     return
-                self._on_written(batch, written)
+                self._done(batch, written)
             if self._closing:
                 return
+
+    def _done(self, batch: list[Record], written: set[int]) -> None:
+        self.written += len(batch)
+        self._leases.drop(record.delivery_id for record in batch)
+        if len(written) < len(batch):
+            log.info("%d results discarded: their leases had been taken over",
+                     len(batch) - len(written))
+        self._wake()
 
     async def _write(self, batch: list[Record]) -> set[int]:
         results = json.dumps([[r.delivery_id, str(r.lease_token), r.state, r.delay, r.error,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-from dispatcher.netguard import parse_allow_list
+from dispatcher.http.netguard import parse_allow_list
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 

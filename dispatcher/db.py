@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import psycopg
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
-from outbox._cli.common import fail_message
-from outbox.sql import queries
+from outbox._shared.text import first_line
+from outbox.sql import QueryName, queries
 
 log = logging.getLogger("dispatcher.db")
 T = TypeVar("T")
@@ -75,7 +75,7 @@ class Database:
         self._health = health
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
-    async def fetch(self, name: str, params: dict[str, Any] | None = None,
+    async def fetch(self, name: QueryName, params: dict[str, Any] | None = None,
                     ) -> Sequence[tuple[Any, ...]]:
         """Run the named query; its rows (empty for statements without RETURNING)."""
         try:
@@ -91,7 +91,7 @@ class Database:
             raise DatabaseDown("the outbox schema is missing") from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await self.close()
-            why = fail_message(exc)
+            why = first_line(exc)
             self._health.down(why)
             raise DatabaseDown(why) from exc
         self._health.up()

@@ -1,25 +1,27 @@
-"""One HTTP attempt for a group of claimed deliveries, and what each one becomes.
+"""One request for a group of claimed deliveries, and everything that follows from it.
 
-:func:`attempt` encodes and sends; :func:`decide` is pure: from the attempt's
-result, a delivery's attempt count and its endpoint's policy it makes the
-:class:`~dispatcher.completer.Record` to write (delivered, pending again after
-a backoff, or dead) with the :class:`~dispatcher.outcome.Outcome` behind it.
-The engine only counts and queues what comes back.
+:func:`attempt` encodes, signs and sends. :class:`Deliverer` then applies the
+pure decision of ``policy.outcome.decide`` to each delivery: the record goes
+to the completer (the database writer), the metrics and the log are told, a
+retry schedules a wake-up for when it comes due, and a ``410 Gone`` disables
+the endpoint.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dispatcher.backoff import next_attempt_delay
-from dispatcher.completer import Record
-from dispatcher.http import HttpSender
-from dispatcher.model import AttemptResult, Delivery, Endpoint
-from dispatcher.outcome import Outcome, classify
-from dispatcher.signing import encode
+from dispatcher.completer import Completer
+from dispatcher.db import Database, DatabaseDown
+from dispatcher.http.sender import HttpSender
+from dispatcher.observe.metrics import Metrics
+from dispatcher.policy.model import AttemptResult, Delivery, Endpoint
+from dispatcher.policy.outcome import decide
+from dispatcher.policy.signing import encode
 
 log = logging.getLogger("dispatcher")
 
@@ -34,24 +36,50 @@ async def attempt(sender: HttpSender, endpoint: Endpoint,
     return await sender.send(endpoint.url, headers, body, endpoint.timeout)
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    record: Record
-    outcome: Outcome
-    retry_in: float | None = None  # seconds until the retry, when there is one
+class Deliverer:
+    """Sends a group's request and records, counts and logs what became of each delivery."""
 
+    def __init__(self, sender: HttpSender, completer: Completer, metrics: Metrics,
+                 db: Database, wake: Callable[[], None]) -> None:
+        """``db`` disables endpoints after a 410; ``wake`` is called when a retry is due."""
+        self._sender = sender
+        self._completer = completer
+        self._metrics = metrics
+        self._db = db
+        self._wake = wake
+        self.dead_lettered = 0
 
-def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: datetime,
-           rand: Callable[[], float]) -> Decision:
-    """The record to write for one delivery after an attempt."""
-    outcome = classify(result, delivery.attempts, endpoint.max_attempts, now)
-    if outcome.action == "delivered":
-        return Decision(Record(delivery.id, delivery.lease_token, "delivered",
-                               status=outcome.last_status), outcome)
-    if outcome.action == "dead":
-        return Decision(Record(delivery.id, delivery.lease_token, "dead",
-                               error=outcome.last_error, status=outcome.last_status), outcome)
-    delay = next_attempt_delay(delivery.attempts, endpoint, outcome.retry_after, rand)
-    return Decision(Record(delivery.id, delivery.lease_token, "pending", delay=delay,
-                           error=outcome.last_error, status=outcome.last_status),
-                    outcome, delay)
+    async def __call__(self, endpoint: Endpoint, deliveries: list[Delivery]) -> None:
+        result = await attempt(self._sender, endpoint, deliveries)
+        self._metrics.attempt(endpoint.name, result.duration)
+        done = datetime.now(UTC)
+        disable = False
+        for delivery in deliveries:
+            decision = decide(delivery, endpoint, result, done, random.random)
+            outcome = decision.outcome
+            if outcome.action == "delivered":
+                self._metrics.delivered(endpoint.name,
+                                        (done - delivery.event.created_at).total_seconds())
+            else:
+                self._metrics.failed(endpoint.name, outcome.reason or "other")
+            if outcome.action == "dead":
+                self._metrics.dead(endpoint.name)
+                self.dead_lettered += 1
+                log.warning("delivery of event %s to %s dead-lettered after %d attempts: %s",
+                            delivery.event.id, endpoint.name, delivery.attempts,
+                            outcome.last_error)
+            if decision.retry_in is not None:
+                asyncio.get_running_loop().call_later(decision.retry_in, self._wake)
+            disable = disable or outcome.disable_endpoint
+            self._completer.add(decision.record)
+        if disable:
+            await self._disable(endpoint, "410 Gone")
+
+    async def _disable(self, endpoint: Endpoint, why: str) -> None:
+        reason = f"{why} at {datetime.now(UTC).isoformat(timespec='seconds')}"
+        log.warning("endpoint %s disabled: %s", endpoint.name, reason)
+        try:
+            await self._db.fetch("disable_endpoint", {"id": endpoint.id, "reason": reason})
+        except DatabaseDown:
+            log.warning("could not disable endpoint %s now; it will answer 410 again",
+                        endpoint.name)

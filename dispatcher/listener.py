@@ -18,7 +18,7 @@ from collections.abc import Callable
 import psycopg
 
 from dispatcher.db import connect
-from outbox._cli.common import fail_message
+from outbox._shared.text import first_line
 from outbox.sql import queries
 
 log = logging.getLogger("dispatcher.listener")
@@ -51,7 +51,7 @@ class Listener:
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 if self.connected:
                     log.warning("listener connection lost, polling meanwhile: %s",
-                                fail_message(exc))
+                                first_line(exc))
             finally:
                 self.connected = False
                 if conn is not None:

@@ -20,9 +20,13 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
+from dispatcher.config import DispatcherConfig
+from dispatcher.control import Control
 from dispatcher.db import Database, DatabaseDown, connect
-from dispatcher.engine import Engine
-from outbox._cli.common import fail_message
+from dispatcher.leases import Leases
+from dispatcher.observe.metrics import Metrics
+from dispatcher.registry import Registry
+from outbox._shared.text import first_line
 from outbox.retention import apurge
 
 log = logging.getLogger("dispatcher.maintenance")
@@ -31,47 +35,51 @@ RETENTION_PERIOD = 60.0
 
 
 class Maintenance:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.db = Database(engine.config.dsn, engine.health)
-        lease = engine.config.lease
+    def __init__(self, config: DispatcherConfig, *, db: Database, registry: Registry,
+                 metrics: Metrics, leases: Leases, control: Control) -> None:
+        self._config = config
+        self._db = db
+        self._registry = registry
+        self._metrics = metrics
+        self._leases = leases
+        self._control = control
+        lease = config.lease
         self.periods: list[tuple[float, Callable[[], Awaitable[None]]]] = [
             (ENDPOINT_REFRESH, self.refresh_endpoints),
             (max(0.5, lease / 3), self.extend_leases),
             (max(0.5, min(lease / 2, 10.0)), self.rescue),
         ]
-        if engine.config.retention.total_seconds() > 0:
+        if config.retention.total_seconds() > 0:
             self.periods.append((RETENTION_PERIOD, self.purge))
 
     async def refresh_endpoints(self) -> None:
-        await self.db.fetch("bury_removed")
-        if await self.db.fetch("unpark_orphans"):
-            self.engine.wake.set()
-        rows = await self.db.fetch("load_endpoints")
-        self.engine.registry.load(rows)
-        self.engine.metrics.known_endpoints(self.engine.registry.names())
+        await self._db.fetch("bury_removed")
+        if await self._db.fetch("unpark_orphans"):
+            self._control.wake.set()
+        rows = await self._db.fetch("load_endpoints")
+        self._registry.load(rows)
+        self._metrics.known_endpoints(self._registry.names())
 
     async def extend_leases(self) -> None:
-        held = dict(self.engine.held)
-        if held:
-            await self.db.fetch("extend_leases", {
-                "ids": list(held), "tokens": list(held.values()),
-                "lease_seconds": self.engine._lease_seconds()})
+        ids, tokens = self._leases.held()
+        if ids:
+            await self._db.fetch("extend_leases", {
+                "ids": ids, "tokens": tokens, "lease_seconds": self._leases.seconds()})
 
     async def rescue(self) -> None:
-        rows = await self.db.fetch("rescue_expired")
+        rows = await self._db.fetch("rescue_expired")
         if rows:
             log.warning("%d deliveries had expired leases and are pending again", len(rows))
-            self.engine.wake.set()
+            self._control.wake.set()
 
     async def purge(self) -> None:
         """The same code as `outbox purge`, on a connection of its own: its batches are
         short transactions, and the maintenance connection stays free meanwhile."""
         try:
-            async with await connect(self.engine.config.dsn) as conn:
-                result = await apurge(conn, self.engine.config.retention)
+            async with await connect(self._config.dsn) as conn:
+                result = await apurge(conn, self._config.retention)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise DatabaseDown(fail_message(exc)) from exc
+            raise DatabaseDown(first_line(exc)) from exc
         if result.deliveries or result.events:
             log.info("retention purged %d deliveries and %d events",
                      result.deliveries, result.events)
@@ -90,7 +98,7 @@ class Maintenance:
                         pass
                     except psycopg.Error:
                         log.exception("maintenance step %s failed", step.__name__)
-            changed = self.engine.endpoints_changed
+            changed = self._control.endpoints_changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), max(0.05, min(due) - time.monotonic()))
             if changed.is_set():  # reload the endpoints now, not at their next period

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from dispatcher.model import Endpoint, Format
+from dispatcher.policy.model import Endpoint, Format
 from outbox.endpoints import decode_secret
 
 log = logging.getLogger("dispatcher.endpoints")
@@ -85,3 +85,7 @@ class Registry:
 
     def names(self) -> list[str]:
         return [ep.name for ep in self.by_id.values()]
+
+    def longest_timeout(self) -> float:
+        """The longest request timeout of any live endpoint (leases must outlast it)."""
+        return max((ep.timeout for ep in self.by_id.values()), default=0.0)

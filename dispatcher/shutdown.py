@@ -9,41 +9,29 @@ recorded as failed attempts due again at once: they may have reached it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from dispatcher.completer import Record
-from dispatcher.db import DatabaseDown
-from dispatcher.engine import Engine
+from dispatcher.completer import Completer
+from dispatcher.db import Database, DatabaseDown
+from dispatcher.flights import Flights
+from dispatcher.leases import Leases
+from dispatcher.policy.model import Record
 
 log = logging.getLogger("dispatcher")
 
 
-async def drain(engine: Engine) -> None:
+async def drain(flights: Flights, completer: Completer, leases: Leases, db: Database,
+                grace: float) -> None:
     """After the claimer stopped: finish, hand back, record; never raises."""
-    unstarted = [t for t in engine.requests if t not in engine.started]
-    handback = [d for t in unstarted for d in engine.requests[t]]
-    handback += [d for queue in engine.waiting.values() for _, group in queue for d in group]
-    engine.waiting.clear()
-    for task in unstarted:
-        task.cancel()
-    running = [t for t in engine.requests if t in engine.started]
-    if running:
-        log.info("waiting up to %.0fs for %d requests in flight",
-                 engine.config.shutdown_grace, len(running))
-        _, late = await asyncio.wait(running, timeout=engine.config.shutdown_grace)
-        for task in late:
-            for d in engine.requests[task]:
-                engine.completer.add(Record(d.id, d.lease_token, "pending", delay=0.0,
-                                         error="dispatcher stopped during the attempt"))
-            task.cancel()
-    await asyncio.gather(*unstarted, return_exceptions=True)
-    if handback:
+    drained = await flights.drain(grace)
+    for d in drained.cut_off:
+        completer.add(Record(d.id, d.lease_token, "pending", delay=0.0,
+                             error="dispatcher stopped during the attempt"))
+    unsent = drained.unsent
+    if unsent:
         try:
-            await engine.claim_db.fetch("release", {
-                "ids": [d.id for d in handback], "tokens": [d.lease_token for d in handback]})
+            await db.fetch("release", {
+                "ids": [d.id for d in unsent], "tokens": [d.lease_token for d in unsent]})
         except DatabaseDown:
-            log.warning("could not hand back %d claims; their leases will expire",
-                        len(handback))
-        for d in handback:
-            engine.held.pop(d.id, None)
+            log.warning("could not hand back %d claims; their leases will expire", len(unsent))
+        leases.drop(d.id for d in unsent)

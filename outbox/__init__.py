@@ -11,7 +11,23 @@ from outbox._event import MAX_PAYLOAD_BYTES, Event
 from outbox._publish import apublish, apublish_many, publish, publish_many
 from outbox.errors import InvalidEvent, OutboxError, PayloadTooLarge, SchemaMissing
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str) -> str:
+    """``__version__``, read from the installed package's metadata on first use.
+
+    Lazy: importlib.metadata costs an application ~25 ms at import time,
+    for a string it rarely asks for.
+    """
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("outbox-dispatcher")
+        except PackageNotFoundError:  # a source tree that was never installed
+            found = "0+unknown"
+        globals()["__version__"] = found
+        return found
+    raise AttributeError(f"module 'outbox' has no attribute {name!r}")
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",

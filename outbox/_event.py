@@ -24,7 +24,7 @@ from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
-from outbox._headers import HEADER_NAME, MAX_VALUE, VALUE_CONTROL, is_reserved
+from outbox._shared.headers import HEADER_NAME, MAX_VALUE, VALUE_CONTROL, is_reserved
 from outbox.errors import InvalidEvent, PayloadTooLarge
 
 MAX_PAYLOAD_BYTES = 1024 * 1024

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from outbox.errors import EndpointNotFound, OutboxError
+from outbox.errors import EndpointNotFound, EventsNotFound
 from outbox.retention import PurgeResult, apurge, purge, uuid7_floor
 from outbox.sql import queries
 
@@ -31,17 +31,6 @@ DEFAULT_DEAD_LIMIT = 100
 # How far a producer's clock (which stamps the UUIDv7 ids) may lag the
 # database's (which stamps created_at) before `replay --since` misses events.
 _PRODUCER_CLOCK_SLACK = timedelta(hours=1)
-
-
-class EventsNotFound(OutboxError, LookupError):
-    """Replay was given event ids that the database does not hold (never, or purged)."""
-
-    def __init__(self, missing: Sequence[str]) -> None:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
-                                          else "")
-        noun = "event" if len(missing) == 1 else "events"
-        super().__init__(f"no {noun} with id {shown}; nothing was replayed")
-        self.missing = list(missing)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import psycopg
 from outbox import __version__
 from outbox._cli import common
 from outbox._cli.common import EXIT_FAILURE, EXIT_USAGE, CommandFailed, UsageError
+from outbox._shared.text import first_line
 from outbox.errors import OutboxError
 
 _COMMANDS = ("migrate", "endpoints", "status", "dead", "replay", "purge", "demo")
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"outbox: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except psycopg.Error as exc:
-        print(f"outbox: database error: {common.fail_message(exc)}", file=sys.stderr)
+        print(f"outbox: database error: {first_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130

@@ -9,7 +9,8 @@
     ├── InvalidEndpoint (ValueError)  bad endpoint name, URL, pattern, secret, option
     │   └── EndpointExists          a live endpoint already has that name
     ├── EndpointNotFound (LookupError)  no live endpoint has that name
-    └── EndpointBusy                removal refused: undelivered deliveries remain
+    ├── EndpointBusy                removal refused: undelivered deliveries remain
+    └── EventsNotFound (LookupError)  replay named event ids the database does not hold
 
 Input errors are raised before any SQL runs, so the caller's transaction is
 untouched and can still commit its other work. Driver errors raised while
@@ -18,6 +19,8 @@ database (serialization failures, lost connections) keeps working.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 class OutboxError(Exception):
@@ -88,3 +91,14 @@ class EndpointBusy(OutboxError):
         super().__init__(f"refusing to remove {parts}: pending or in flight; use --force "
                          "to make them dead letters and remove anyway")
         self.undelivered = dict(undelivered)
+
+
+class EventsNotFound(OutboxError, LookupError):
+    """Replay was given event ids that the database does not hold (never, or purged)."""
+
+    def __init__(self, missing: Sequence[str]) -> None:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
+                                          else "")
+        noun = "event" if len(missing) == 1 else "events"
+        super().__init__(f"no {noun} with id {shown}; nothing was replayed")
+        self.missing = list(missing)

@@ -21,7 +21,7 @@ from outbox.migrate import migrate
 from outbox.testing import Receiver, TemporaryPostgres
 
 # Fixtures shared by several test modules, kept beside their helpers.
-pytest_plugins = ["tests.resilience_helpers"]
+pytest_plugins = ["tests.support.resilience"]
 
 _TEMPLATE = "outbox_template"
 _counter = itertools.count()

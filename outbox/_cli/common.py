@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+
+from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn
+from outbox._shared.text import first_line
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -26,30 +28,6 @@ class CommandFailed(Exception):
     """The command could not do its work at run time: exit 1."""
 
 
-def resolve_dsn(flag: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """--dsn, else OUTBOX_DSN, else DATABASE_URL, else "" (libpq's PG* variables).
-
-    SQLAlchemy-style URLs (``postgresql+psycopg://``) are accepted and reduced
-    to what libpq understands, since DATABASE_URL is often written for an ORM.
-    """
-    env = os.environ if environ is None else environ
-    dsn = flag or env.get("OUTBOX_DSN") or env.get("DATABASE_URL") or ""
-    scheme, sep, rest = dsn.partition("://")
-    if sep and "+" in scheme:
-        dsn = scheme.split("+", 1)[0] + "://" + rest
-    if dsn.startswith("postgres://"):
-        dsn = "postgresql://" + dsn[len("postgres://"):]
-    return dsn
-
-
-def check_dsn(dsn: str) -> None:
-    """A malformed connection string is bad usage (exit 2), not a failed connection."""
-    try:
-        psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise UsageError(f"invalid database URL or DSN: {_first_line(exc)}") from None
-
-
 def add_dsn_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsn", default=argparse.SUPPRESS,
                         help="database URL (default: $OUTBOX_DSN, $DATABASE_URL, "
@@ -60,21 +38,19 @@ def add_dsn_option(parser: argparse.ArgumentParser) -> None:
 def connect(args: argparse.Namespace) -> Iterator[psycopg.Connection[Any]]:
     """A connection for one command; a database that cannot be reached is exit 1."""
     dsn = resolve_dsn(getattr(args, "dsn", None))
-    check_dsn(dsn)
+    try:
+        check_dsn(dsn)
+    except InvalidDsn as exc:
+        raise UsageError(str(exc)) from None
     try:
         conn = psycopg.connect(dsn, connect_timeout=10, application_name="outbox-cli")
     except psycopg.OperationalError as exc:
-        raise CommandFailed(f"cannot connect to the database: {_first_line(exc)}") from exc
+        raise CommandFailed(f"cannot connect to the database: {first_line(exc)}") from exc
     try:
         with conn:
             yield conn
     except psycopg.errors.UndefinedTable as exc:
         raise CommandFailed("the outbox schema is missing: run `outbox migrate` first") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def print_json(value: Any) -> None:
@@ -92,7 +68,3 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     print("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     for row in cells:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-
-
-def fail_message(exc: BaseException) -> str:
-    return _first_line(exc)

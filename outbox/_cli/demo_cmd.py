@@ -1,6 +1,7 @@
 """``outbox demo [--events N]``: the whole path on a throwaway cluster, no configuration.
 
-The work is in :mod:`outbox._demo`; this module parses the one option,
+The work is in :mod:`outbox.demo`, imported only when the command runs (the
+producer library never loads it); this module parses the one option,
 draws the progress (a bar on a terminal, a plain line a second otherwise,
 both on stderr) and prints the summary on stdout. Exit 0 when every
 committed event arrived and every check held, 1 otherwise, 2 for a bad
@@ -14,11 +15,13 @@ import argparse
 import math
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox._cli import common
-from outbox._demo import DemoFailed, Interrupted, Progress, Summary, run_demo
 from outbox.testing import PostgresNotFound
+
+if TYPE_CHECKING:
+    from outbox.demo import Progress, Summary
 
 DEFAULT_EVENTS = 1000
 MAX_EVENTS = 1_000_000
@@ -131,6 +134,8 @@ def _print_summary(s: Summary) -> None:
 def run(args: argparse.Namespace) -> int:
     print(f"outbox demo: {args.events} events through a throwaway PostgreSQL, the "
           "dispatcher and a flaky local receiver", flush=True)
+    from outbox.demo import DemoFailed, Interrupted, run_demo
+
     reporter = _Reporter()
     try:
         summary = run_demo(args.events, reporter)

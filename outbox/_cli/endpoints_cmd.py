@@ -14,12 +14,17 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-from outbox import _endpoint_store as store
+from outbox import endpoints as store
 from outbox._cli import common
-from outbox._endpoint_checks import check_secret
-from outbox._endpoint_sync import load_sync_file
 from outbox.durations import parse_duration
-from outbox.endpoints import EndpointSpec, generate_secret, parse_header, signing_label
+from outbox.endpoints import (
+    EndpointSpec,
+    check_secret,
+    generate_secret,
+    load_sync_file,
+    parse_header,
+    signing_label,
+)
 from outbox.errors import InvalidEndpoint
 
 _MAX_OVERLAP = timedelta(days=365)

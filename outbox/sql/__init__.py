@@ -2,20 +2,75 @@
 
 Every query lives in ``queries/*.sql`` as a named block::
 
-    -- name: claim_batch
+    -- name: claim
     -- Why this query looks the way it does.
     WITH locked AS (...) UPDATE ...
 
-and call sites read ``queries["claim_batch"]``. Keeping SQL in files (rather than
+and call sites read ``queries["claim"]``. Keeping SQL in files (rather than
 f-strings spread over methods) lets a reader review every statement the project
 runs in one place; nothing is ever formatted into this text at run time.
+
+The names are a ``Literal`` type, :data:`QueryName`, so that mypy refuses a
+misspelt name at a call site instead of a ``KeyError`` in production; loading
+refuses files whose names differ from it, so the two cannot drift.
 """
 
 from __future__ import annotations
 
 import re
 from importlib import resources
-from typing import LiteralString, cast
+from typing import Literal, LiteralString, cast, get_args
+
+QueryName = Literal[
+    "admin_dead_list",
+    "admin_endpoint_ever_existed",
+    "admin_live_endpoint",
+    "admin_missing_events",
+    "admin_replay",
+    "admin_replay_lock",
+    "admin_replay_since",
+    "admin_retry_dead",
+    "admin_status",
+    "backlog",
+    "bury_removed",
+    "claim",
+    "complete",
+    "demo_dead_count",
+    "demo_order_count",
+    "demo_order_insert",
+    "demo_orders_table",
+    "disable_endpoint",
+    "endpoint_dead_letter_all",
+    "endpoint_id_by_name",
+    "endpoint_insert",
+    "endpoint_mark_removed",
+    "endpoint_replace",
+    "endpoint_rotate_secret",
+    "endpoint_set_enabled",
+    "endpoint_undelivered",
+    "endpoints_admin_lock",
+    "endpoints_live",
+    "event_ids_by_idempotency_key",
+    "extend_leases",
+    "listen",
+    "load_endpoints",
+    "migrate_lock",
+    "park_blocked",
+    "ping",
+    "publish",
+    "purge_delivered_batch",
+    "purge_events_batch",
+    "purge_events_lock",
+    "purge_start",
+    "record_version",
+    "release",
+    "rescue_expired",
+    "schema_exists",
+    "schema_version",
+    "testing_published_events",
+    "unpark_orphans",
+]
+"""Every query's name; a test and the loader keep it equal to the names in the files."""
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
@@ -31,7 +86,7 @@ def _parse(text: str, source: str) -> dict[str, LiteralString]:
     return found
 
 
-def _load() -> dict[str, LiteralString]:
+def _load() -> dict[QueryName, LiteralString]:
     loaded: dict[str, LiteralString] = {}
     folder = resources.files(__package__).joinpath("queries")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
@@ -41,7 +96,12 @@ def _load() -> dict[str, LiteralString]:
             if name in loaded:
                 raise RuntimeError(f"query {name!r} defined in two files")
             loaded[name] = body
-    return loaded
+    declared = set(get_args(QueryName))
+    if declared != set(loaded):
+        raise RuntimeError(f"QueryName and the .sql files differ: only declared "
+                           f"{sorted(declared - set(loaded))}, only in files "
+                           f"{sorted(set(loaded) - declared)}")
+    return cast(dict[QueryName, LiteralString], loaded)
 
 
 def schema_text() -> str:
@@ -60,6 +120,6 @@ def migrations() -> list[tuple[int, str]]:
     return sorted(steps)
 
 
-queries: dict[str, LiteralString] = _load()
+queries: dict[QueryName, LiteralString] = _load()
 
-__all__ = ["migrations", "queries", "schema_text"]
+__all__ = ["QueryName", "migrations", "queries", "schema_text"]

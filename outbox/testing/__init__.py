@@ -8,7 +8,7 @@
 """
 
 from outbox.testing._assertions import assert_published, published_events
-from outbox.testing._postgres import PostgresNotFound, TemporaryPostgres, find_bindir
+from outbox.testing._postgres import PostgresNotFound, TemporaryPostgres, find_bindir, free_port
 from outbox.testing._receiver import Receiver, Request, Response
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "TemporaryPostgres",
     "assert_published",
     "find_bindir",
+    "free_port",
     "published_events",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.admin_support import (
+from tests.support.admin import (
     add_endpoint,
     age_event,
     count,
@@ -21,7 +21,7 @@ from tests.admin_support import (
     set_state,
     unrouted,
 )
-from tests.cli import run_outbox
+from tests.support.cli import run_outbox
 
 Conn = psycopg.Connection[Any]
 _CONTRACT_STATUS_KEYS = {"name", "pending", "in_flight", "delivered", "dead",

@@ -11,7 +11,7 @@ import pytest
 
 from outbox.migrate import migrate
 from outbox.testing import Receiver
-from tests.dispatcher_helpers import Dispatcher, add_endpoint, publish, wait_until
+from tests.support.dispatcher import Dispatcher, add_endpoint, publish, wait_until
 
 
 @pytest.mark.parametrize("args", [

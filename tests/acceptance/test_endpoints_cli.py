@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 import outbox
-from outbox import _endpoint_store as store
 from outbox.endpoints import EndpointSpec
-from tests.cli import run_outbox
+from outbox.endpoints import _store as store
+from tests.support.cli import run_outbox
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 URL = "https://hooks.example.com/events"

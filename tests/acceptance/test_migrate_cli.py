@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.cli import run_outbox
+from tests.support.cli import run_outbox
 
 
 def _outbox(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ import pytest
 
 from outbox.testing import Receiver
 from outbox.testing._receiver import Request, Response
-from tests.resilience_helpers import (
+from tests.support.resilience import (
     Fleet,
     Gate,
     Tracker,

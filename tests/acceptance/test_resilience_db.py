@@ -21,7 +21,7 @@ import pytest
 import outbox
 from outbox.testing import Receiver, TemporaryPostgres
 from tests.conftest import Cluster
-from tests.resilience_helpers import (
+from tests.support.resilience import (
     DispatcherProcess,
     Fleet,
     Tracker,

@@ -12,7 +12,7 @@ import pytest
 
 from outbox import admin, retention
 from outbox.errors import EndpointNotFound, OutboxError
-from tests.admin_support import (
+from tests.support.admin import (
     add_endpoint,
     age_event,
     count,

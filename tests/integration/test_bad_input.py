@@ -17,7 +17,7 @@ import psycopg2
 import pytest
 
 import outbox
-from tests.integration._publishing import committed, committed_event_ids, traced
+from tests.support.publishing import committed, committed_event_ids, traced
 
 MIB = 1024 * 1024
 

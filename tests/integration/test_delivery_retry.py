@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from outbox.testing import Receiver, Request, Response
-from tests.dispatcher_helpers import (
+from tests.support.dispatcher import (
     Dispatcher,
     add_endpoint,
     delivery,

@@ -19,7 +19,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from outbox.testing import Receiver
-from tests.dispatcher_helpers import add_endpoint, delivery, publish, run_once
+from tests.support.dispatcher import add_endpoint, delivery, publish, run_once
 
 try:  # cloudevents 1.x
     from cloudevents.http import from_http

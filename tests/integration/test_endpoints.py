@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 import outbox
-from outbox import _endpoint_store as store
 from outbox.endpoints import EndpointSpec
+from outbox.endpoints import _store as store
 from outbox.errors import EndpointBusy, EndpointExists, EndpointNotFound
 
 URL = "https://hooks.example.com/events"

@@ -22,8 +22,8 @@ import httpx
 import pytest
 import respx
 
-from dispatcher.http import BODY_EXCERPT_BYTES, HttpSender
-from dispatcher.model import AttemptResult
+from dispatcher.http.sender import BODY_EXCERPT_BYTES, HttpSender
+from dispatcher.policy.model import AttemptResult
 from outbox.testing import Receiver, Request, Response
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 import outbox
-from tests.integration._publishing import (
+from tests.support.publishing import (
     add_endpoint,
     committed,
     committed_event_ids,

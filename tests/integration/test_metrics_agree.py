@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import outbox
 from outbox.testing import Receiver, Request, Response
-from tests.contract import METRICS
-from tests.dispatcher_helpers import Dispatcher, add_endpoint, wait_all_finished
+from tests.support.contract import METRICS
+from tests.support.dispatcher import Dispatcher, add_endpoint, wait_all_finished
 
 CONTRACT = METRICS
 # How many events of each plan, and what the receiver does with them.

@@ -15,7 +15,7 @@ from psycopg import sql
 
 import outbox
 from outbox.testing import assert_published, published_events
-from tests.integration._publishing import (
+from tests.support.publishing import (
     add_endpoint,
     committed,
     committed_event_ids,

@@ -23,7 +23,7 @@ import pytest
 from psycopg.rows import dict_row
 
 import outbox
-from tests.integration._publishing import add_endpoint, committed_event_ids, delivery_count
+from tests.support.publishing import add_endpoint, committed_event_ids, delivery_count
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pytest
 import outbox
 from outbox.migrate import SCHEMA_VERSION, migrate
 from tests.conftest import Cluster
-from tests.integration._publishing import add_endpoint, committed
+from tests.support.publishing import add_endpoint, committed
 
 ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
 

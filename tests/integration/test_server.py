@@ -14,8 +14,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 import outbox
-from dispatcher.metrics import BacklogRow, Metrics
-from dispatcher.server import Connector, HealthServer, dsn_connector
+from dispatcher.observe.metrics import BacklogRow, Metrics
+from dispatcher.observe.server import Connector, HealthServer, dsn_connector
 from outbox.sql import queries
 
 T = TypeVar("T")

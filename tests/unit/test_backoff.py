@@ -7,13 +7,13 @@ from email.utils import format_datetime
 
 import pytest
 
-from dispatcher.backoff import (
+from dispatcher.policy.backoff import (
     MAX_RETRY_AFTER,
     backoff_seconds,
     next_attempt_delay,
     parse_retry_after,
 )
-from dispatcher.model import Endpoint
+from dispatcher.policy.model import Endpoint
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 ENDPOINT = Endpoint(id=1, name="e", url="http://127.0.0.1:9/", min_backoff=2.0, max_backoff=60.0)

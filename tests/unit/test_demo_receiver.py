@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dispatcher.model import Endpoint, EventData
-from dispatcher.signing import encode
-from outbox import _demo_receiver
-from outbox._demo_receiver import CLEAN_ATTEMPT, FlakyEndpoint, make_verifier
+from dispatcher.policy.model import Endpoint, EventData
+from dispatcher.policy.signing import encode
+from outbox.demo import receiver as _demo_receiver
+from outbox.demo.receiver import CLEAN_ATTEMPT, FlakyEndpoint, make_verifier
 from outbox.endpoints import decode_secret, generate_secret
 from outbox.testing import Request
 
@@ -44,7 +44,7 @@ def _status(endpoint: FlakyEndpoint, request: Request) -> int:
     return asyncio.run(endpoint.respond(request)).status
 
 
-@pytest.mark.parametrize("verifier", ["standardwebhooks", "dispatcher.signing"])
+@pytest.mark.parametrize("verifier", ["standardwebhooks", "dispatcher.policy.signing"])
 def test_signatures_are_verified(verifier: str) -> None:
     """Both verifiers accept the dispatcher's signature and refuse another secret's."""
     secret = generate_secret()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract import METRICS as CONTRACT
+from tests.support.contract import METRICS as CONTRACT
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is part of the test extras")
 

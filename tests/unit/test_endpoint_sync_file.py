@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from outbox._endpoint_store import StoredEndpoint
-from outbox._endpoint_sync import load_sync_file, plan_sync
 from outbox.endpoints import EndpointSpec
+from outbox.endpoints._store import StoredEndpoint
+from outbox.endpoints._sync import load_sync_file, plan_sync
 from outbox.errors import InvalidEndpoint
 
 URL = "https://hooks.example.com/events"

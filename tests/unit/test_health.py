@@ -1,8 +1,8 @@
-"""Heartbeat: the ready-made liveness check for /healthz."""
+"""Heartbeat: the liveness check behind /healthz."""
 
 from __future__ import annotations
 
-from dispatcher.server import Heartbeat
+from dispatcher.control import Heartbeat
 
 
 def test_heartbeat_is_alive_until_beats_stop_for_longer_than_timeout() -> None:

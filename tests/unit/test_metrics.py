@@ -5,8 +5,8 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from dispatcher.metrics import DURATION_BUCKETS, LAG_BUCKETS, REASONS, BacklogRow, Metrics
-from tests.contract import FAILURE_REASONS, METRICS
+from dispatcher.observe.metrics import DURATION_BUCKETS, LAG_BUCKETS, REASONS, BacklogRow, Metrics
+from tests.support.contract import FAILURE_REASONS, METRICS
 
 CONTRACT = METRICS
 CONTRACT_REASONS = FAILURE_REASONS

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from dispatcher.netguard import (
+from dispatcher.http.netguard import (
     NetworkPolicy,
     is_blocked_address,
     literal_address,

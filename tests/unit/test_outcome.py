@@ -7,9 +7,9 @@ from email.utils import format_datetime
 
 import pytest
 
-from dispatcher.backoff import next_attempt_delay
-from dispatcher.model import AttemptResult, Endpoint, ErrorKind
-from dispatcher.outcome import MAX_ERROR_LENGTH, Outcome, classify
+from dispatcher.policy.backoff import next_attempt_delay
+from dispatcher.policy.model import AttemptResult, Endpoint, ErrorKind
+from dispatcher.policy.outcome import MAX_ERROR_LENGTH, Outcome, classify
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 ENDPOINT = Endpoint(id=1, name="e", url="http://127.0.0.1:9/", min_backoff=1.0, max_backoff=60.0)

@@ -6,6 +6,8 @@ import importlib
 import inspect
 
 import outbox
+import outbox.endpoints
+import outbox.errors
 import outbox.testing
 
 INTENDED = {
@@ -40,8 +42,8 @@ def test_all_is_the_intended_set_and_sorted() -> None:
 
 
 def test_every_public_name_is_importable() -> None:
-    """Every name in __all__ (of outbox and outbox.testing) exists and star-imports."""
-    for module in (outbox, outbox.testing):
+    """Every name in __all__ (of outbox, its endpoints and testing) exists and star-imports."""
+    for module in (outbox, outbox.endpoints, outbox.testing):
         namespace: dict[str, object] = {}
         exec(f"from {module.__name__} import *", namespace)
         for name in module.__all__:
@@ -76,6 +78,17 @@ def test_errors_form_the_documented_tree() -> None:
     for error in (outbox.InvalidEvent, outbox.PayloadTooLarge, outbox.SchemaMissing):
         assert issubclass(error, outbox.OutboxError)
     assert importlib.import_module("outbox.errors").OutboxError is outbox.OutboxError
+
+
+def test_every_error_is_in_the_drawn_tree() -> None:
+    """The tree in outbox.errors' docstring names every exception class the module defines."""
+    drawn = outbox.errors.__doc__ or ""
+    defined = [name for name, value in vars(outbox.errors).items()
+               if inspect.isclass(value) and issubclass(value, Exception)
+               and value.__module__ == "outbox.errors"]
+    assert defined
+    for name in defined:
+        assert f" {name}" in drawn, f"{name} is missing from the tree in outbox.errors"
 
 
 def test_version_is_a_string() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.ratelimit import TokenBucket
+from dispatcher.policy.ratelimit import TokenBucket
 
 
 class Clock:

@@ -1,4 +1,4 @@
--- Queries of `outbox demo` (outbox/_demo.py), run only on its throwaway cluster.
+-- Queries of `outbox demo` (outbox/demo/), run only on its throwaway cluster.
 
 -- name: demo_orders_table
 -- The demo's business table: every order is inserted in the same transaction

@@ -1,0 +1,157 @@
+"""One HTTP/1.1 connection of the transport: an asyncio Protocol, a request at a time.
+
+What arrives goes straight into a ``ResponseParser`` in the protocol
+callback, which wakes the one task waiting: no StreamReader, no copies into
+an intermediate buffer, one future per wait. The pool (``pool``) decides
+when a connection may carry the next request; ``dial`` opens it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import cast
+
+import httpx
+
+from dispatcher.http.parse import ResponseParser
+
+PoolKey = tuple[str, str, int]  # scheme, host (ASCII), port
+
+# Body bytes buffered before we stop reading the socket until the reader catches up.
+_HIGH_WATER = 256 * 1024
+
+class Connection(asyncio.Protocol):
+    """A keep-alive connection: ``send`` a request, then read its head and body."""
+
+    def __init__(self, key: PoolKey, on_lost: Callable[[Connection], None]) -> None:
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.parser: ResponseParser | None = None  # None while idle
+        self.closed = False       # EOF or loss seen, or closed by us
+        self.error: httpx.TransportError | None = None  # why the response cannot finish
+        self.idle = False         # waiting in the pool
+        self.idle_since = 0.0
+        self._on_lost = on_lost
+        self._loop = asyncio.get_running_loop()
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+
+    # -- asyncio callbacks ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast("asyncio.Transport", transport)
+
+    def data_received(self, data: bytes) -> None:
+        parser = self.parser
+        if parser is None or self.error is not None:
+            self.abort()  # bytes nobody asked for: out of step with the server
+            return
+        try:
+            parser.feed(data)
+        except httpx.RemoteProtocolError as exc:
+            self.error = exc
+            self.abort()
+        else:
+            if parser.pending > _HIGH_WATER and not self._paused and self.transport:
+                self._paused = True
+                self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool | None:
+        self.closed = True
+        parser = self.parser
+        if parser is not None and self.error is None:
+            try:
+                parser.feed_eof()
+            except httpx.ReadError as exc:
+                self.error = exc
+        self._wake()
+        return None  # let the transport close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        parser = self.parser
+        if parser is not None and not parser.done and self.error is None:
+            text = f"connection lost: {exc}" if exc else "connection closed mid-response"
+            self.error = httpx.ReadError(text)
+            self.error.__cause__ = exc
+        self._wake()
+        self._on_lost(self)
+
+    # -- used by the pool ----------------------------------------------------
+
+    def send(self, payload: bytes, head_request: bool) -> None:
+        """Write a whole request; the parser for its response starts empty."""
+        assert self.transport is not None
+        self.parser = ResponseParser(head_request)
+        self.error = None
+        self.transport.write(payload)
+
+    def alive(self) -> bool:
+        """Open, with no EOF or error seen: fit to carry a request."""
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    def unsent(self) -> bool:
+        """After ``send`` on an idle connection: its first write failed outright.
+
+        A plain TCP transport tries ``send()`` at once; if that raised, not a
+        byte left and the transport is already closing. (TLS transports do
+        not tell, so this is False for them.)
+        """
+        return self.transport is None or self.transport.is_closing()
+
+    async def read_head(self, read_timeout: float | None) -> ResponseParser:
+        """Wait until the final head is parsed."""
+        parser = self.parser
+        assert parser is not None
+        while not parser.head_done:
+            if self.error is not None:
+                raise self.error
+            await self._wait(read_timeout)
+        return parser
+
+    async def read_body(self, read_timeout: float | None) -> bytes:
+        """The next body bytes, b"" at the end of the body."""
+        parser = self.parser
+        assert parser is not None
+        while True:
+            if parser.pending:
+                self.resume()
+                return parser.take()
+            if parser.done:
+                return b""
+            if self.error is not None:
+                raise self.error
+            await self._wait(read_timeout)
+
+    def resume(self) -> None:
+        """Read from the socket again after the reader caught up."""
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def abort(self) -> None:
+        """Close at once, unflushed: the connection is never used again."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    async def _wait(self, read_timeout: float | None) -> None:
+        waiter = self._waiter = self._loop.create_future()
+        try:
+            if read_timeout is None:
+                await waiter
+            else:
+                try:
+                    async with asyncio.timeout(read_timeout):
+                        await waiter
+                except TimeoutError:
+                    raise httpx.ReadTimeout(f"no data for {read_timeout:g} s") from None
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)

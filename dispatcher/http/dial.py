@@ -1,0 +1,152 @@
+"""Opening a connection for ``dispatcher.http.transport``: DNS, the SSRF guard, TCP, then TLS.
+
+The SSRF rule of ``netguard`` holds here: with the policy on, an IP-literal
+host is judged before anything else, a host name is resolved once, every
+address it resolves to is checked, and the socket connects only to an
+address that passed, so a rebinding DNS server gets no second say.
+
+When a name has several addresses they race as RFC 8305 ("Happy Eyeballs")
+describes, as aiohttp and asyncio do: families interleaved, one more attempt
+every 250 ms or as soon as one fails, the first connected wins. A host whose
+IPv6 address is unreachable then still answers over IPv4 within the
+deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import httpx
+
+from dispatcher.http.connection import Connection
+from dispatcher.http.netguard import NetworkPolicy
+
+AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]  # as loop.getaddrinfo returns them
+Resolver = Callable[[str, int], Awaitable[list[AddrInfo]]]
+
+_ATTEMPT_DELAY = 0.25  # seconds before racing the next address (RFC 8305: 250 ms)
+
+
+class BlockedAddress(httpx.ConnectError):
+    """The network policy refused to connect to this host."""
+
+
+async def system_resolver(host: str, port: int) -> list[AddrInfo]:
+    """The operating system's answer, through the loop's resolver thread."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return cast("list[AddrInfo]", infos)
+
+
+async def open_connection(conn: Connection, host: str, port: int, *, tls: ssl.SSLContext | None,
+                          policy: NetworkPolicy | None, resolve: Resolver) -> None:
+    """Connect ``conn`` to ``host``: a checked address that answers first, TLS on top."""
+    refusal = policy.refusal(host) if policy is not None else None
+    if refusal is not None:
+        raise BlockedAddress(refusal)
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            infos = await resolve(host, port)
+        except OSError as exc:
+            raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
+    else:
+        family = int(socket.AF_INET if literal.version == 4 else socket.AF_INET6)
+        infos = [(family, int(socket.SOCK_STREAM), socket.IPPROTO_TCP, "", (host, port))]
+    if policy is not None and not policy.host_allowed(host):
+        allowed = [info for info in infos if policy.address_allowed(info[4][0])]
+        if not allowed:
+            addresses = ", ".join(sorted({str(info[4][0]) for info in infos})) or "no address"
+            raise BlockedAddress(f"{host} resolves only to private or internal addresses"
+                                 f" ({addresses})")
+        infos = allowed
+    if not infos:
+        raise httpx.ConnectError(f"cannot resolve {host}: no address")
+    try:
+        sock = await _first_to_connect(infos)
+    except OSError as exc:
+        failure = httpx.ConnectTimeout if isinstance(exc, TimeoutError) else httpx.ConnectError
+        raise failure(f"cannot connect to {host}:{port}: {exc}") from exc
+    try:
+        await asyncio.get_running_loop().create_connection(
+            lambda: conn, sock=sock, ssl=tls, server_hostname=host if tls else None)
+    except OSError as exc:  # TLS refused (certificate, name, handshake)
+        raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+    finally:
+        if conn.transport is None:  # the transport owns the socket once it exists
+            sock.close()
+
+
+async def _first_to_connect(infos: list[AddrInfo]) -> socket.socket:
+    """The socket of the first address to connect; the error if none does."""
+    if len(infos) == 1:
+        return await _dial(infos[0])
+    queue = _interleaved(infos)
+    running: set[asyncio.Task[socket.socket]] = set()
+    errors: list[OSError] = []
+    winner: socket.socket | None = None
+    try:
+        while winner is None and (queue or running):
+            if queue:
+                running.add(asyncio.create_task(_dial(queue.pop(0))))
+            done, running = await asyncio.wait(
+                running, timeout=_ATTEMPT_DELAY if queue else None,
+                return_when=asyncio.FIRST_COMPLETED)
+            winner = _settle(done, errors)
+    finally:
+        for task in running:
+            task.cancel()
+        for result in await asyncio.gather(*running, return_exceptions=True):
+            if isinstance(result, socket.socket):  # connected as it was being cancelled
+                result.close()
+    if winner is not None:
+        return winner
+    texts = list(dict.fromkeys(str(error) for error in errors))
+    if len(texts) == 1:
+        raise errors[0]
+    raise OSError("; ".join(texts))
+
+
+def _settle(done: set[asyncio.Task[socket.socket]], errors: list[OSError]) -> socket.socket | None:
+    """The first connected socket among finished attempts (others closed); failures noted."""
+    winner: socket.socket | None = None
+    for task in done:
+        error = task.exception()
+        if error is None:
+            if winner is None:
+                winner = task.result()
+            else:
+                task.result().close()
+        elif isinstance(error, OSError):
+            errors.append(error)
+        else:
+            raise error
+    return winner
+
+
+def _interleaved(infos: list[AddrInfo]) -> list[AddrInfo]:
+    """The resolver's order, alternating address families from the first one's."""
+    first = infos[0][0]
+    same = [info for info in infos if info[0] == first]
+    other = [info for info in infos if info[0] != first]
+    out: list[AddrInfo] = []
+    for i in range(max(len(same), len(other))):
+        out += same[i:i + 1] + other[i:i + 1]
+    return out
+
+
+async def _dial(info: AddrInfo) -> socket.socket:
+    family, kind, proto, _, address = info
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -1,0 +1,180 @@
+"""The transport's keep-alive pool: which connection a request gets, and when it waits.
+
+Idle connections are kept per (scheme, host, port), most recently used on
+top, so that traffic settles on few warm connections and the rest expire.
+At most ``max_connections`` are open in all, ``max_connections_per_host``
+to one key; at the limit a request closes the longest-idle connection that
+makes room, or waits for one to be released. A connection idle longer than
+``keepalive`` is closed, by one timer for the whole pool rather than one per
+connection.
+
+Accounting has one door: ``drop`` closes a connection and forgets it, and
+doing it twice is harmless, so every path that gives up on a connection
+(error, cancellation, EOF while idle) just calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import httpx
+
+from dispatcher.http.connection import Connection, PoolKey
+
+Opener = Callable[[Connection], Awaitable[None]]  # connects a new Connection to its key
+
+
+class Pool:
+    """Connections by key, within the limits; ``acquire``, then ``release`` or ``drop``."""
+
+    def __init__(self, max_connections: int, max_per_host: int, keepalive: float) -> None:
+        self._max = max_connections
+        self._max_per_host = max_per_host or max_connections
+        self._keepalive = keepalive
+        self._idle: dict[PoolKey, list[Connection]] = {}  # most recently used last
+        self._open: dict[PoolKey, int] = {}
+        self._all: set[Connection] = set()
+        self._waiters: list[asyncio.Future[None]] = []
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def idle_count(self) -> int:
+        """Idle connections still open."""
+        return sum(conn.alive() for stack in self._idle.values() for conn in stack)
+
+    async def acquire(self, key: PoolKey, open_new: Opener, *, fresh: bool = False,
+                      connect_timeout: float | None = None,
+                      pool_timeout: float | None = None) -> tuple[Connection, bool]:
+        """An idle connection to ``key`` (reused: True), else a new one; waits at the limits.
+
+        ``fresh`` skips the idle ones. Raises ``ConnectTimeout``/``PoolTimeout``
+        for the timeouts given, and whatever ``open_new`` raises.
+        """
+        while True:
+            if not fresh:
+                conn = self._take_idle(key)
+                if conn is not None:
+                    return conn, True
+            if len(self._all) < self._max and self._open.get(key, 0) < self._max_per_host:
+                return await self._connect(key, open_new, connect_timeout), False
+            if not self._evict(key):
+                await self._wait_for_room(pool_timeout)
+
+    def release(self, conn: Connection) -> None:
+        """Back to the pool after a response read to its end; closed if it may not stay."""
+        parser = conn.parser
+        if not conn.alive() or parser is None or not parser.done or not parser.keep_alive:
+            self.drop(conn)
+            return
+        loop = asyncio.get_running_loop()
+        conn.parser = None
+        conn.resume()
+        conn.idle = True
+        conn.idle_since = loop.time()
+        self._idle.setdefault(conn.key, []).append(conn)
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self._keepalive, self._sweep)
+        if self._waiters:
+            self._wake_waiters()
+
+    def drop(self, conn: Connection) -> None:
+        """Close ``conn`` and forget it; a no-op the second time."""
+        if conn.idle:
+            conn.idle = False
+            self._idle[conn.key].remove(conn)
+        conn.abort()
+        if conn in self._all:
+            self._all.discard(conn)
+            left = self._open[conn.key] - 1
+            if left:
+                self._open[conn.key] = left
+            else:
+                del self._open[conn.key]
+            if self._waiters:
+                self._wake_waiters()
+
+    def close(self) -> None:
+        """Close every connection, idle or in use."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for conn in list(self._all):
+            self.drop(conn)
+        self._idle.clear()
+
+    def _take_idle(self, key: PoolKey) -> Connection | None:
+        stack = self._idle.get(key)
+        if not stack:
+            return None
+        now = asyncio.get_running_loop().time()
+        while stack:
+            conn = stack.pop()
+            conn.idle = False
+            if conn.alive() and now - conn.idle_since < self._keepalive:
+                return conn
+            self.drop(conn)  # closed by the server while idle, or expired
+        return None
+
+    async def _connect(self, key: PoolKey, open_new: Opener,
+                       connect_timeout: float | None) -> Connection:
+        conn = Connection(key, self.drop)
+        self._all.add(conn)  # counted from now: concurrent requests see the slot taken
+        self._open[key] = self._open.get(key, 0) + 1
+        try:
+            async with asyncio.timeout(connect_timeout):
+                await open_new(conn)
+        except TimeoutError as exc:
+            self.drop(conn)
+            raise httpx.ConnectTimeout(
+                f"no connection to {key[1]}:{key[2]} within {connect_timeout:g} s") from exc
+        except BaseException:
+            self.drop(conn)
+            raise
+        return conn
+
+    def _evict(self, key: PoolKey) -> bool:
+        """Close the longest-idle connection whose slot ``key`` can use; False if none."""
+        if self._open.get(key, 0) >= self._max_per_host:
+            stacks = [self._idle.get(key, [])]
+        else:
+            stacks = list(self._idle.values())
+        candidates = [stack[0] for stack in stacks if stack]
+        if not candidates:
+            return False
+        self.drop(min(candidates, key=lambda conn: conn.idle_since))
+        return True
+
+    async def _wait_for_room(self, pool_timeout: float | None) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(pool_timeout):
+                await waiter
+        except TimeoutError:
+            raise httpx.PoolTimeout(f"no free connection within {pool_timeout:g} s") from None
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _wake_waiters(self) -> None:
+        """Every waiter looks again (rare: the dispatcher caps requests at the pool size)."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _sweep(self) -> None:
+        """Close the connections idle past the expiry; come back when the next one is due."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        due: list[float] = []
+        for key, stack in list(self._idle.items()):
+            while stack and now - stack[0].idle_since >= self._keepalive:
+                self.drop(stack[0])
+            if stack:
+                due.append(stack[0].idle_since + self._keepalive)
+            else:
+                del self._idle[key]
+        if due:
+            self._sweeper = loop.call_at(min(due), self._sweep)

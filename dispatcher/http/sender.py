@@ -1,0 +1,160 @@
+"""One HTTP delivery attempt: POST, a capped look at the answer, never an exception.
+
+``HttpSender`` is made once per dispatcher process and shared by every
+delivery task. It speaks httpx's transport API (``httpx.Request`` in,
+``httpx.Response`` out, httpx's exceptions), so tests plug a respx router in
+as the transport, while the wire is our own HTTP/1.1 client
+(``dispatcher.http.transport``). It calls the transport directly rather than through
+``httpx.AsyncClient``, whose request building, cookie jar, auth and redirect
+machinery (none of which a webhook POST wants) cost more CPU than the whole
+wire, and builds the request with its Host and Content-Length already in
+place (BENCHMARKS.md, "HTTP client").
+
+The attempt has one total deadline covering connect, send and the whole
+response: httpx's read timeout restarts on every read, so a server dripping
+one byte a second would otherwise hold a delivery forever.
+
+Whatever goes wrong becomes an ``AttemptResult`` with an ``error_kind``
+(``timeout``, ``connect``, ``blocked``, ``other``) and a short text that
+never carries the request's headers (signatures) or body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from typing import cast
+
+import httpx
+
+from dispatcher.http.netguard import NetworkPolicy
+from dispatcher.http.transport import BlockedAddress, H1Transport, ReadBody
+from dispatcher.policy.model import AttemptResult, ErrorKind
+
+# How much of a response body we read and keep: enough for an error message,
+# never megabytes from a misbehaving endpoint.
+BODY_EXCERPT_BYTES = 4096
+_ERROR_TEXT_CHARS = 300
+_URL_CACHE_SIZE = 1024
+
+
+class HttpSender:
+    """The dispatcher's HTTP client: keep-alive, bounded pools, no redirects, no env."""
+
+    def __init__(self, max_connections: int, block_private_networks: bool,
+                 allow_networks: Sequence[str], user_agent: str, *,
+                 max_connections_per_host: int | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """Raises ValueError, with a message for the user, for a bad ``allow_networks`` entry.
+
+        ``max_connections_per_host`` defaults to ``max_connections``;
+        ``transport`` replaces the network in tests (a respx router).
+        """
+        self.policy = NetworkPolicy.build(block_private_networks, allow_networks)
+        self.transport = transport or H1Transport(
+            max_connections=max_connections,
+            max_connections_per_host=max_connections_per_host or max_connections,
+            policy=self.policy)
+        # identity: the excerpt is read raw, and a compressed bomb stays small.
+        self._defaults = (("user-agent", user_agent), ("accept", "*/*"),
+                          ("accept-encoding", "identity"))
+        self._urls: dict[str, tuple[httpx.URL, str]] = {}
+
+    async def send(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
+                   timeout: float) -> AttemptResult:  # noqa: ASYNC109 - applied inside
+        """POST ``body`` to ``url``; the outcome, within ``timeout`` seconds overall."""
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._attempt(url, headers, body, started)
+        except TimeoutError:
+            return _failed("timeout", f"no complete response within {timeout:g} s", started)
+        except BlockedAddress as exc:
+            return _failed("blocked", _describe(exc, url), started)
+        except httpx.TimeoutException as exc:
+            return _failed("timeout", _describe(exc, url), started)
+        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError) as exc:
+            return _failed("connect", _describe(exc, url), started)
+        except Exception as exc:  # an attempt reports, it never raises
+            return _failed("other", _describe(exc, url), started)
+
+    async def _attempt(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
+                       started: float) -> AttemptResult:
+        parsed, host = self._parse(url)
+        given = {name.lower() for name, _ in headers}
+        framed = [*(h for h in (("host", host), *self._defaults) if h[0] not in given), *headers]
+        if "content-length" not in given:
+            framed.append(("content-length", str(len(body))))
+        # stream= rather than content=: the same request without httpx rebuilding
+        # its headers twice to add Host and Content-Length, which we just did.
+        request = httpx.Request("POST", parsed, headers=framed, stream=httpx.ByteStream(body))
+        request.read()  # .content, as respx and our transport read it
+        response = await self.transport.handle_async_request(request)
+        try:
+            excerpt = await _read_capped(response)
+        finally:
+            await response.aclose()  # an unread rest closes the connection
+        return AttemptResult(
+            status=response.status_code,
+            headers=dict(response.headers.items()),
+            body_excerpt=excerpt.decode("utf-8", "replace"),
+            duration=time.monotonic() - started)
+
+    def _parse(self, url: str) -> tuple[httpx.URL, str]:
+        """The parsed URL and its Host header, cached: a dispatcher posts to few URLs."""
+        cached = self._urls.get(url)
+        if cached is None:
+            parsed = httpx.URL(url)
+            if parsed.scheme not in ("http", "https") or not parsed.host:
+                raise httpx.UnsupportedProtocol(f"not an http(s) URL: {_redacted(parsed)}")
+            if len(self._urls) >= _URL_CACHE_SIZE:
+                self._urls.clear()
+            cached = self._urls[url] = (parsed, parsed.netloc.decode("ascii"))
+        return cached
+
+    async def aclose(self) -> None:
+        """Close every pooled connection."""
+        await self.transport.aclose()
+
+
+async def _read_capped(response: httpx.Response) -> bytes:
+    """The first BODY_EXCERPT_BYTES of the body as sent (no decompression: no bombs)."""
+    if isinstance(response.stream, ReadBody):  # ours, read with the head: no iteration
+        return response.stream.body[:BODY_EXCERPT_BYTES]
+    if response.is_stream_consumed:  # a mock transport may hand over a read response
+        return response.content[:BODY_EXCERPT_BYTES]
+    excerpt = bytearray()
+    # aiter_raw is an async generator: close it when we stop early.
+    raw = cast("AsyncGenerator[bytes, None]", response.aiter_raw())
+    async with aclosing(raw) as chunks:
+        async for chunk in chunks:
+            excerpt += chunk
+            if len(excerpt) >= BODY_EXCERPT_BYTES:
+                break
+    return bytes(excerpt[:BODY_EXCERPT_BYTES])
+
+
+def _failed(kind: ErrorKind, error: str, started: float) -> AttemptResult:
+    return AttemptResult(error_kind=kind, error=error, duration=time.monotonic() - started)
+
+
+def _redacted(url: httpx.URL) -> str:
+    """The URL without credentials, query or fragment, fit for ``last_error``."""
+    return str(url.copy_with(userinfo=b"", query=None, fragment=None))
+
+
+def _describe(exc: BaseException, url: str) -> str:
+    """One short line about ``exc``; a URL's credentials and query are not repeated."""
+    text = " ".join((str(exc) or type(exc).__name__).split())
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        parsed = None
+    if parsed is not None and (parsed.userinfo or parsed.query):
+        text = text.replace(url, _redacted(parsed)).replace(str(parsed), _redacted(parsed))
+        for secret in (parsed.password, parsed.query.decode("ascii", "replace")):
+            if secret:
+                text = text.replace(secret, "***")
+    return text[:_ERROR_TEXT_CHARS]

@@ -1,0 +1,1 @@
+"""What operators see of a running dispatcher: metrics, health endpoints, logs."""

@@ -1,0 +1,95 @@
+"""The dispatcher's plain data: what a claim hands out, what an attempt returns, what is recorded.
+
+Frozen dataclasses with no behaviour, shared by the pure policy modules
+(``signing``, ``backoff``, ``outcome``) and the I/O shells (the claimer, the
+HTTP sender, the completer), so that each can be tested without the others.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from outbox._shared.endpoint_defaults import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MIN_BACKOFF,
+    DEFAULT_TIMEOUT,
+)
+
+Format = Literal["standard-webhooks", "cloudevents"]
+FailureReason = Literal["timeout", "connect", "http_4xx", "http_5xx", "other"]
+ErrorKind = Literal["timeout", "connect", "blocked", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An endpoint as the dispatcher uses it, secrets already resolved to key bytes."""
+
+    id: int
+    name: str
+    url: str
+    # Signing keys, newest first: the current secret, then those still inside
+    # their rotation overlap. Empty: requests are not signed.
+    keys: tuple[bytes, ...] = ()
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout: float = DEFAULT_TIMEOUT
+    min_backoff: float = DEFAULT_MIN_BACKOFF
+    max_backoff: float = DEFAULT_MAX_BACKOFF
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    rate_limit: float | None = None
+    max_batch: int = DEFAULT_MAX_BATCH
+    format: Format = "standard-webhooks"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EventData:
+    """One event as it goes on the wire."""
+
+    id: uuid.UUID
+    type: str
+    key: str | None
+    payload: str  # the producer's JSON text, byte for byte
+    headers: Mapping[str, str]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One claimed delivery: an event for an endpoint, leased to this dispatcher."""
+
+    id: int
+    endpoint_id: int
+    event: EventData
+    attempts: int  # including the attempt about to be made
+    lease_token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """What one HTTP attempt produced: a status, or an error before any status."""
+
+    status: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)  # lower-case names
+    body_excerpt: str = ""  # first bytes of the response body, decoded leniently
+    error_kind: ErrorKind | None = None
+    error: str = ""  # short, redacted description of the error
+    duration: float = 0.0  # seconds spent on the attempt
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What to write for one delivery after an attempt: the completer's unit of work."""
+
+    delivery_id: int
+    lease_token: uuid.UUID
+    state: Literal["delivered", "pending", "dead"]  # pending: to be retried
+    delay: float = 0.0  # seconds until the retry, for "pending"
+    error: str | None = None
+    status: int | None = None

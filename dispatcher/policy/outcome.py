@@ -1,0 +1,183 @@
+"""What an HTTP attempt means for its deliveries: delivered, retried, or dead-lettered.
+
+:func:`classify` reads the result; :func:`decide` adds the delivery's attempt
+count and its endpoint's backoff, and makes the :class:`Record` to write.
+
+The contract's rules, as tables a reader can check against it:
+
+- 2xx: delivered.
+- Timeouts, connection errors, 408, 425, 429 and 5xx: retried with backoff
+  (``Retry-After`` honoured), dead once the attempts run out.
+- 3xx: redirects are not followed, and a receiver that moved will not move
+  back by itself, so dead at once; counted with reason ``other``.
+- Other 4xx: the request itself is wrong; dead at once.
+- 410 Gone: dead, and the endpoint is disabled.
+- Refused by ``--block-private-networks``: dead at once, counted as
+  ``connect`` (no connection was made).
+- 1xx or a status outside 100-599, or any other error: retried, reason
+  ``other``.
+
+``last_error`` is the text stored in the database and shown by
+``outbox dead list``. It is built only from the response (status, body
+excerpt, ``Location``) and from the HTTP layer's own short error text, never
+from the request, so the signature, the secrets and custom auth headers cannot
+reach it through this module; a receiver that echoes the request back could
+still put them in its body, so signatures, ``whsec_`` secrets and bearer
+tokens are masked. Control characters are removed (the text ends up in
+terminals and log lines) and the length is capped (an error page must not
+bloat the row).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Literal
+
+from dispatcher.policy.backoff import next_attempt_delay, parse_retry_after
+from dispatcher.policy.model import (
+    AttemptResult,
+    Delivery,
+    Endpoint,
+    ErrorKind,
+    FailureReason,
+    Record,
+)
+
+Action = Literal["delivered", "retry", "dead"]
+# What a result says before the attempt count is considered.
+Verdict = Literal["success", "retry", "permanent", "gone"]
+
+MAX_ERROR_LENGTH: Final = 500
+"""``last_error`` is cut to this many characters."""
+
+# Status codes with their own rule; they win over the class rules below.
+STATUS_RULES: Final[dict[int, tuple[Verdict, FailureReason]]] = {
+    408: ("retry", "http_4xx"),  # Request Timeout
+    410: ("gone", "http_4xx"),  # Gone: dead, and the endpoint is disabled
+    425: ("retry", "http_4xx"),  # Too Early
+    429: ("retry", "http_4xx"),  # Too Many Requests
+}
+# By the status's first digit; anything else (0xx, 6xx and up) is "other", retried.
+CLASS_RULES: Final[dict[int, tuple[Verdict, FailureReason | None]]] = {
+    1: ("retry", "other"),  # informational as a final answer: a broken server
+    2: ("success", None),
+    3: ("permanent", "other"),  # redirects are not followed
+    4: ("permanent", "http_4xx"),
+    5: ("retry", "http_5xx"),
+}
+# Failures before any status.
+ERROR_RULES: Final[dict[ErrorKind, tuple[Verdict, FailureReason, str]]] = {
+    "timeout": ("retry", "timeout", "timeout"),
+    "connect": ("retry", "connect", "connection failed"),
+    "blocked": ("permanent", "connect", "address refused by --block-private-networks"),
+    "other": ("retry", "other", "request failed"),
+}
+_OTHER_STATUS: Final[tuple[Verdict, FailureReason]] = ("retry", "other")
+
+_SECRETS: Final = re.compile(
+    r"v1,[A-Za-z0-9+/]{43}="  # a Standard Webhooks signature
+    r"|whsec_[A-Za-z0-9+/=]+"  # a secret
+    r"|(?i:bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*"  # a bearer token
+)
+# C0 and C1 controls, and the bidirectional overrides that can disguise text.
+_UNSAFE: Final = dict.fromkeys(
+    (*range(0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F),
+     *range(0x2066, 0x206A)),
+    " ",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The decision for one attempt, ready for the database and the metrics."""
+
+    action: Action
+    reason: FailureReason | None = None  # outbox_delivery_failures_total label; None on success
+    last_error: str | None = None
+    last_status: int | None = None
+    retry_after: float | None = None  # seconds the server asked for, when retrying
+    disable_endpoint: bool = False
+
+
+def clean_error(text: str) -> str:
+    """``text`` safe to store and print: secrets masked, controls removed, length capped."""
+    text = _SECRETS.sub("[redacted]", text)
+    text = " ".join(text.translate(_UNSAFE).split())
+    if len(text) > MAX_ERROR_LENGTH:
+        text = text[: MAX_ERROR_LENGTH - 1] + "…"
+    return text
+
+
+def _status_rule(status: int) -> tuple[Verdict, FailureReason | None]:
+    rule = STATUS_RULES.get(status)
+    if rule is not None:
+        return rule
+    if 100 <= status <= 599:
+        return CLASS_RULES[status // 100]
+    return _OTHER_STATUS
+
+
+def _status_error(result: AttemptResult, status: int) -> str:
+    text = f"HTTP {status}"
+    if 300 <= status <= 399:
+        location = result.headers.get("location")
+        text += ": redirects are not followed"
+        if location:
+            text += f" (location: {location})"
+    if result.body_excerpt:
+        text += f": {result.body_excerpt}"
+    return text
+
+
+def classify(result: AttemptResult, attempts: int, max_attempts: int, now: datetime) -> Outcome:
+    """The outcome of an attempt, the ``attempts``-th of at most ``max_attempts``.
+
+    ``now`` measures an HTTP-date ``Retry-After``.
+    """
+    status = result.status
+    if status is not None:
+        verdict, reason = _status_rule(status)
+        error = _status_error(result, status)
+    elif result.error_kind is not None:
+        verdict, reason, label = ERROR_RULES[result.error_kind]
+        error = f"{label}: {result.error}" if result.error else label
+    else:
+        verdict, reason, error = "retry", "other", result.error or "no response"
+
+    if verdict == "success":
+        return Outcome("delivered", last_status=status)
+    last_error = clean_error(error)
+    if verdict == "gone":
+        return Outcome("dead", reason, last_error, status, disable_endpoint=True)
+    if verdict == "permanent" or attempts >= max_attempts:
+        return Outcome("dead", reason, last_error, status)
+    retry_after = parse_retry_after(result.headers.get("retry-after"), now)
+    return Outcome("retry", reason, last_error, status, retry_after)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One delivery's record to write, the outcome behind it, and when it is retried."""
+
+    record: Record
+    outcome: Outcome
+    retry_in: float | None = None  # seconds until the retry, when there is one
+
+
+def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: datetime,
+           rand: Callable[[], float]) -> Decision:
+    """The record to write for one delivery after an attempt; ``rand`` draws the jitter."""
+    outcome = classify(result, delivery.attempts, endpoint.max_attempts, now)
+    if outcome.action == "delivered":
+        return Decision(Record(delivery.id, delivery.lease_token, "delivered",
+                               status=outcome.last_status), outcome)
+    if outcome.action == "dead":
+        return Decision(Record(delivery.id, delivery.lease_token, "dead",
+                               error=outcome.last_error, status=outcome.last_status), outcome)
+    delay = next_attempt_delay(delivery.attempts, endpoint, outcome.retry_after, rand)
+    return Decision(Record(delivery.id, delivery.lease_token, "pending", delay=delay,
+                           error=outcome.last_error, status=outcome.last_status),
+                    outcome, delay)

@@ -1,0 +1,12 @@
+"""What the producer library, the ``outbox`` command and the dispatcher must agree on.
+
+The one private package of ``outbox`` that the sidecar may import (an import
+contract in pyproject.toml keeps it so): rules that must be the same on both
+sides of the database, and nothing else. Each module stands alone, so the
+dispatcher's pure policy can take the header rules without a database driver.
+
+- ``headers``: valid custom headers, and the names only the dispatcher writes;
+- ``endpoint_defaults``: the defaults of every endpoint option;
+- ``dsn``: finding the database, and refusing a malformed connection string;
+- ``text``: the first line of an exception, for one-line messages.
+"""

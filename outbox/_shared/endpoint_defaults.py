@@ -1,0 +1,11 @@
+"""Endpoint option defaults: what ``endpoints add`` leaves out, the columns and the dispatcher.
+
+schema.sql's column defaults are the same (a test keeps them equal).
+"""
+
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_MIN_BACKOFF = 1.0
+DEFAULT_MAX_BACKOFF = 600.0
+DEFAULT_MAX_IN_FLIGHT = 16
+DEFAULT_MAX_BATCH = 1

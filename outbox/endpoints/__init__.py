@@ -1,0 +1,67 @@
+"""Endpoint management: the definitions operators write, and the changes they make.
+
+What ``outbox endpoints`` does, callable from Python with a psycopg connection:
+
+- ``_spec``: :class:`EndpointSpec`, one endpoint's whole definition, checked
+  on construction, and the secrets (``whsec_...``, ``env:NAME``);
+- ``_checks``: one checker per option, shared by the spec and the dispatcher;
+- ``_sync``: a TOML sync file read into specs, and the plan to apply it;
+- ``_store``: the changes in the database, in the caller's transaction.
+"""
+
+from outbox._shared.endpoint_defaults import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MIN_BACKOFF,
+    DEFAULT_TIMEOUT,
+)
+from outbox.endpoints._checks import check_secret, glob_to_like
+from outbox.endpoints._spec import (
+    FORMATS,
+    EndpointSpec,
+    Format,
+    decode_secret,
+    generate_secret,
+    parse_header,
+    signing_label,
+)
+from outbox.endpoints._store import (
+    StoredEndpoint,
+    SyncReport,
+    add_endpoint,
+    list_endpoints,
+    remove_endpoint,
+    rotate_secret,
+    set_enabled,
+    sync_endpoints,
+)
+from outbox.endpoints._sync import load_sync_file
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_BACKOFF",
+    "DEFAULT_MAX_BATCH",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_MIN_BACKOFF",
+    "DEFAULT_TIMEOUT",
+    "FORMATS",
+    "EndpointSpec",
+    "Format",
+    "StoredEndpoint",
+    "SyncReport",
+    "add_endpoint",
+    "check_secret",
+    "decode_secret",
+    "generate_secret",
+    "glob_to_like",
+    "list_endpoints",
+    "load_sync_file",
+    "parse_header",
+    "remove_endpoint",
+    "rotate_secret",
+    "set_enabled",
+    "signing_label",
+    "sync_endpoints",
+]

@@ -1,0 +1,222 @@
+"""One checker per endpoint option: pure functions that return the clean value or raise.
+
+They are shared by :class:`outbox.endpoints.EndpointSpec` (the command line
+and sync files) and :func:`outbox.endpoints.decode_secret` (the dispatcher),
+so an endpoint is judged by the same rules wherever it comes from. Every
+failure is an :class:`~outbox.errors.InvalidEndpoint` naming the option and
+saying what to write instead; none repeats a secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import math
+import re
+from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit
+
+from outbox._shared.headers import HEADER_NAME, MAX_VALUE, VALUE_CONTROL, is_reserved
+from outbox.errors import InvalidEndpoint
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_URL_MAX = 2048
+_URL_BAD = re.compile(r"[\s\x00-\x1f\x7f\\]")
+_HOST = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*\.?")
+# The event type charset of outbox._event, plus the glob characters * and ?.
+_PATTERN = re.compile(r"[A-Za-z0-9_\-:/*?]+(?:\.[A-Za-z0-9_\-:/*?]+)*")
+_PATTERN_MAX = 255
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KEY_BYTES = (24, 64)  # Standard Webhooks: secret keys of 24 to 64 bytes
+
+
+def check_name(name: object) -> str:
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise InvalidEndpoint(
+            f"{name!r} is not a valid endpoint name: use 1 to 63 letters, digits, '_', '.' "
+            "or '-', starting with a letter or digit", "name")
+    return name
+
+
+def check_url(url: object) -> str:
+    """An absolute http(s) URL with a host, and nothing the dispatcher would mangle or leak."""
+    if not isinstance(url, str) or not url:
+        raise InvalidEndpoint("is required: the http:// or https:// address to POST to", "url")
+    if len(url) > _URL_MAX:
+        raise InvalidEndpoint(f"is longer than {_URL_MAX} characters", "url")
+    if _URL_BAD.search(url):
+        raise InvalidEndpoint(
+            "must not contain spaces, backslashes or control characters "
+            "(percent-encode them)", "url")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidEndpoint(f"is not a valid URL ({exc})", "url") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise InvalidEndpoint(
+            f"{url!r} must start with http:// or https://", "url")
+    if "@" in parts.netloc:
+        # Not echoed: the part before the @ is a password more often than not.
+        raise InvalidEndpoint(
+            "must not contain a user name or password; send credentials with "
+            "--header 'Authorization: ...' (headers in a sync file) instead", "url")
+    if "#" in url:
+        raise InvalidEndpoint(
+            f"{url!r} must not have a #fragment: it is never sent to the server", "url")
+    host = parts.hostname or ""
+    if not host:
+        raise InvalidEndpoint(
+            f"{url!r} must name a host, such as https://hooks.example.com/events", "url")
+    if not _valid_host(host, bracketed=parts.netloc.startswith("[")):
+        raise InvalidEndpoint(f"{url!r} has an invalid host name {host!r}", "url")
+    if port == 0:
+        raise InvalidEndpoint(f"{url!r} has port 0; use a port from 1 to 65535", "url")
+    return url
+
+
+def _valid_host(host: str, *, bracketed: bool) -> bool:
+    if bracketed:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return False
+        return True
+    if host.isascii():
+        return _HOST.fullmatch(host) is not None
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return False
+    return _HOST.fullmatch(ascii_host.lower()) is not None
+
+
+def check_patterns(patterns: object) -> tuple[str, ...]:
+    """Glob patterns over event types: ``*`` any run of characters (dots too), ``?`` one."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if not isinstance(patterns, Sequence) or not patterns:
+        raise InvalidEndpoint(
+            "must list at least one pattern, such as 'mail.*' or '*' (everything); "
+            "to receive nothing, disable the endpoint", "events")
+    clean: list[str] = []
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise InvalidEndpoint(
+                f"must hold strings, not {type(pattern).__name__}", "events")
+        if len(pattern) > _PATTERN_MAX:
+            raise InvalidEndpoint(
+                f"pattern is longer than {_PATTERN_MAX} characters", "events")
+        if not _PATTERN.fullmatch(pattern):
+            raise InvalidEndpoint(
+                f"pattern {pattern!r} is malformed: use event-type words separated by dots, "
+                "'*' for any run of characters and '?' for one, such as 'mail.*'", "events")
+        clean.append(pattern)
+    return tuple(clean)
+
+
+def glob_to_like(pattern: str) -> str:
+    """The LIKE pattern matching exactly the event types the glob matches.
+
+    LIKE's own wildcards and its escape character (backslash, PostgreSQL's
+    default) are escaped first, so that a literal ``_`` in a type (legal in
+    event types) matches only ``_``.
+    """
+    out: list[str] = []
+    for char in pattern:
+        if char == "*":
+            if not out or out[-1] != "%":
+                out.append("%")
+        elif char == "?":
+            out.append("_")
+        elif char in "%_\\":
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def check_secret(secret: object) -> str | None:
+    """``whsec_<base64>`` (its key checked) or ``env:NAME``; None means unsigned."""
+    if secret is None:
+        return None
+    if not isinstance(secret, str):
+        raise InvalidEndpoint(f"must be a string, not {type(secret).__name__}", "secret")
+    if secret.startswith("env:"):
+        check_env_name(secret[4:])
+    elif secret.startswith("whsec_"):
+        key_bytes(secret[6:], "the whsec_ secret")
+    else:
+        raise InvalidEndpoint(
+            "must be 'whsec_' followed by the base64 of 24 to 64 random bytes, or "
+            "'env:NAME' to read it from the dispatcher's environment", "secret")
+    return secret
+
+
+def check_env_name(name: str) -> str:
+    if not ENV_NAME.fullmatch(name):
+        raise InvalidEndpoint(
+            "env: must be followed by an environment variable name of letters, digits "
+            "and '_', such as env:WEBHOOK_SECRET", "secret")
+    return name
+
+
+def key_bytes(encoded: str, what: str) -> bytes:
+    """The HMAC key inside a secret: base64 (padding optional) of 24 to 64 bytes."""
+    padded = encoded + "=" * (-len(encoded) % 4)
+    try:
+        key = base64.b64decode(padded, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidEndpoint(f"is not valid: {what} is not base64", "secret") from None
+    low, high = _KEY_BYTES
+    if not low <= len(key) <= high:
+        raise InvalidEndpoint(
+            f"is not valid: {what} holds a {len(key)}-byte key; Standard Webhooks keys "
+            f"are {low} to {high} bytes", "secret")
+    return key
+
+
+def check_headers(headers: object) -> dict[str, str]:
+    """Extra request headers, names lower-cased; none the dispatcher sets itself."""
+    if not isinstance(headers, Mapping):
+        raise InvalidEndpoint("must map header names to string values", "headers")
+    clean: dict[str, str] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
+            raise InvalidEndpoint(f"{name!r} is not a valid HTTP header name", "headers")
+        lowered = name.lower()
+        if is_reserved(lowered):
+            raise InvalidEndpoint(
+                f"{name!r} is set by the dispatcher itself and cannot be configured", "headers")
+        if lowered in clean:
+            raise InvalidEndpoint(f"{name!r} is given twice", "headers")
+        if not isinstance(value, str):
+            raise InvalidEndpoint(f"{name!r} must have a string value", "headers")
+        if VALUE_CONTROL.search(value):
+            raise InvalidEndpoint(
+                f"{name!r} must not contain line breaks or control characters", "headers")
+        if len(value) > MAX_VALUE:
+            raise InvalidEndpoint(
+                f"{name!r} is longer than {MAX_VALUE} characters", "headers")
+        clean[lowered] = value.strip(" \t")
+    return clean
+
+
+def check_int(value: object, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidEndpoint(f"must be a whole number from {low} to {high}, not {value!r}",
+                              field)
+    return value
+
+
+def check_number(value: object, field: str, low: float, high: float, *,
+                 low_inclusive: bool, unit: str = "seconds") -> float:
+    ok = (isinstance(value, int | float) and not isinstance(value, bool)
+          and math.isfinite(value) and value <= high
+          and (value >= low if low_inclusive else value > low))
+    if not ok:
+        bound = f"from {low:g}" if low_inclusive else f"more than {low:g}"
+        raise InvalidEndpoint(f"must be a number of {unit} {bound} up to {high:g}, "
+                              f"not {value!r}", field)
+    return float(value)  # type: ignore[arg-type]

@@ -1,0 +1,206 @@
+"""Endpoint definitions: everything `endpoints add` and `sync` accept, checked up front.
+
+An :class:`EndpointSpec` is the whole definition of one endpoint, validated
+in ``__post_init__``: a spec that exists is one the database and the
+dispatcher can use, so the commands can refuse bad input (exit 2) before
+they write anything. Defaults equal the column defaults of
+``outbox.endpoints`` in schema.sql.
+
+Event patterns are globs over event types: ``*`` matches any run of
+characters, dots included (``mail.*`` matches ``mail.received`` and
+``mail.received.v2``), ``?`` matches one character. Publishing matches with
+SQL ``LIKE``, so each spec also carries its patterns translated to LIKE.
+
+Secrets are ``whsec_<base64>`` or ``env:NAME``; :func:`decode_secret` turns
+either into HMAC key bytes, reading ``env:`` references from the environment
+mapping it is given (the dispatcher's snapshot), never from ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from outbox._shared.endpoint_defaults import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MIN_BACKOFF,
+    DEFAULT_TIMEOUT,
+)
+from outbox.durations import parse_duration
+from outbox.endpoints import _checks as checks
+from outbox.errors import InvalidEndpoint
+
+Format = Literal["standard-webhooks", "cloudevents"]
+FORMATS: tuple[Format, ...] = ("standard-webhooks", "cloudevents")
+
+# Upper bounds: generous for any real receiver, small enough to catch a typo
+# (a timeout of 3000 s where 30 was meant would pin a lease for an hour).
+MAX_ATTEMPTS = 100
+MAX_TIMEOUT = 300.0
+MAX_BACKOFF = 86400.0
+MAX_IN_FLIGHT = 1000
+MAX_RATE_LIMIT = 100_000.0
+MAX_BATCH = 1000
+
+_SECONDS_OPTIONS = ("timeout", "min_backoff", "max_backoff")
+_INT_OPTIONS = ("max_attempts", "max_in_flight", "max_batch")
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSpec:
+    """One endpoint as an operator defines it; invalid values raise InvalidEndpoint.
+
+    ``events`` and ``headers`` are normalised on construction: a tuple of
+    patterns, and a dict with lower-cased header names.
+    """
+
+    name: str
+    url: str
+    events: Sequence[str] = ("*",)
+    secret: str | None = None
+    """``whsec_<base64>``, ``env:NAME``, or None for unsigned requests."""
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds allowed for one HTTP attempt."""
+    min_backoff: float = DEFAULT_MIN_BACKOFF
+    max_backoff: float = DEFAULT_MAX_BACKOFF
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    rate_limit: float | None = None
+    """Requests per second, or None for no limit."""
+    max_batch: int = DEFAULT_MAX_BATCH
+    format: Format = "standard-webhooks"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: object) -> None:
+            object.__setattr__(self, name, value)
+
+        put("name", checks.check_name(self.name))
+        put("url", checks.check_url(self.url))
+        put("events", checks.check_patterns(self.events))
+        put("secret", checks.check_secret(self.secret))
+        put("max_attempts", checks.check_int(self.max_attempts, "max_attempts", 1, MAX_ATTEMPTS))
+        put("timeout", checks.check_number(self.timeout, "timeout", 0, MAX_TIMEOUT,
+                                           low_inclusive=False))
+        put("min_backoff", checks.check_number(self.min_backoff, "min_backoff", 0, MAX_BACKOFF,
+                                               low_inclusive=True))
+        put("max_backoff", checks.check_number(self.max_backoff, "max_backoff", 0, MAX_BACKOFF,
+                                               low_inclusive=False))
+        if self.min_backoff > self.max_backoff:
+            raise InvalidEndpoint(
+                f"min_backoff ({self.min_backoff:g} s) must not exceed max_backoff "
+                f"({self.max_backoff:g} s)")
+        put("max_in_flight", checks.check_int(self.max_in_flight, "max_in_flight", 1,
+                                              MAX_IN_FLIGHT))
+        if self.rate_limit is not None:
+            put("rate_limit", checks.check_number(self.rate_limit, "rate_limit", 0,
+                                                  MAX_RATE_LIMIT, low_inclusive=False,
+                                                  unit="requests per second"))
+        put("max_batch", checks.check_int(self.max_batch, "max_batch", 1, MAX_BATCH))
+        if self.format not in FORMATS:
+            raise InvalidEndpoint(
+                f"must be {' or '.join(FORMATS)}, not {self.format!r}", "format")
+        put("headers", checks.check_headers(self.headers))
+
+    @property
+    def events_like(self) -> tuple[str, ...]:
+        """The event patterns as SQL LIKE patterns, in the same order."""
+        return tuple(checks.glob_to_like(p) for p in self.events)
+
+    def columns(self) -> dict[str, Any]:
+        """The spec as ``outbox.endpoints`` column values (plain Python, not adapted)."""
+        return {
+            "name": self.name, "url": self.url, "events": list(self.events),
+            "events_like": list(self.events_like), "secret": self.secret,
+            "max_attempts": self.max_attempts, "timeout_seconds": self.timeout,
+            "min_backoff_seconds": self.min_backoff, "max_backoff_seconds": self.max_backoff,
+            "max_in_flight": self.max_in_flight, "rate_limit": self.rate_limit,
+            "max_batch": self.max_batch, "format": self.format, "headers": dict(self.headers),
+        }
+
+    @classmethod
+    def from_options(cls, name: str, options: Mapping[str, object]) -> EndpointSpec:
+        """A spec from loosely typed options, as a sync file or a command line gives them.
+
+        Keys are the field names; an unknown key is refused by name. Numbers
+        may be given as text, and the seconds options as durations (``90s``,
+        ``2m``); every other check is the constructor's.
+        """
+        known = {f.name for f in fields(cls)} - {"name"}
+        values: dict[str, Any] = {}
+        for key, value in options.items():
+            if key not in known:
+                raise InvalidEndpoint(
+                    f"is not a known option; the options are {', '.join(sorted(known))}", key)
+            values[key] = _coerce(key, value)
+        values.setdefault("url", None)  # the constructor says that it is required
+        return cls(name=name, **values)
+
+def _coerce(key: str, value: object) -> object:
+    """Text to the number it spells, for the numeric options; anything else unchanged."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        if key in _SECONDS_OPTIONS:
+            return parse_duration(text).total_seconds()
+        if key in _INT_OPTIONS:
+            return int(text)
+        if key == "rate_limit":
+            return float(text)
+    except ValueError:
+        what = ("a duration such as 30, 30s or 2m" if key in _SECONDS_OPTIONS
+                else "a whole number" if key in _INT_OPTIONS else "a number")
+        raise InvalidEndpoint(f"must be {what}, not {value!r}", key) from None
+    return value
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``NAME:VALUE`` (as ``--header`` takes it) -> (name, value), surrounding spaces dropped."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        # The text is not echoed: it may well be an Authorization header.
+        raise InvalidEndpoint("must be NAME:VALUE, such as 'Authorization: Bearer ...'",
+                              "header")
+    return name.strip(), value.strip(" \t")
+
+def generate_secret() -> str:
+    """A fresh ``whsec_`` secret: 32 random bytes, base64."""
+    return "whsec_" + base64.b64encode(os.urandom(32)).decode("ascii")
+
+def signing_label(secret: str | None) -> str | None:
+    """How a secret may be shown: ``"whsec"``, ``"env:NAME"``, or None; never the key."""
+    if secret is None:
+        return None
+    if secret.startswith("env:"):
+        return secret
+    return "whsec"
+
+def decode_secret(text: str, environ: Mapping[str, str]) -> bytes:
+    """The HMAC key of a secret: ``whsec_<base64>``, or ``env:NAME`` looked up in ``environ``.
+
+    The variable must hold a ``whsec_`` secret (the bare base64 part is
+    accepted too, as Standard Webhooks libraries do); surrounding whitespace
+    such as a trailing newline from a mounted file is ignored. Raises
+    InvalidEndpoint (field ``secret``) when the variable is missing or its
+    value is not a valid secret; the message names the variable, never its
+    value.
+    """
+    if text.startswith("env:"):
+        var = checks.check_env_name(text[4:])
+        value = environ.get(var, "").strip()
+        if not value:
+            raise InvalidEndpoint(
+                f"env:{var} refers to the environment variable {var}, which is not set "
+                "or empty", "secret")
+        encoded = value.removeprefix("whsec_")
+        return checks.key_bytes(encoded, f"the value of the environment variable {var}")
+    if text.startswith("whsec_"):
+        return checks.key_bytes(text[6:], "the whsec_ secret")
+    checks.check_secret(text)  # raises, saying what a secret looks like
+    raise AssertionError("unreachable")  # pragma: no cover

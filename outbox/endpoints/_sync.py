@@ -1,0 +1,121 @@
+"""``outbox endpoints sync``: read the TOML file, and work out what to add, change, remove.
+
+Both halves are pure: the file becomes a list of checked
+:class:`~outbox.endpoints.EndpointSpec` (any problem is an InvalidEndpoint
+naming the file and the key), and :func:`plan_sync` compares them with the
+stored rows. ``outbox.endpoints._store.sync_endpoints`` carries the plan out.
+
+The file::
+
+    [endpoints.workflow]
+    url = "https://workflow.internal/api/events"
+    events = ["mail.*", "order.created"]
+    secret = "env:WORKFLOW_WEBHOOK_SECRET"
+    max_attempts = 12
+    headers = { authorization = "Bearer ..." }
+
+An empty ``endpoints = {}`` removes every endpoint; a file without an
+``endpoints`` table at all is refused, as that is more likely a wrong file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from outbox.endpoints._spec import EndpointSpec
+from outbox.errors import InvalidEndpoint
+
+if TYPE_CHECKING:
+    from outbox.endpoints._store import StoredEndpoint
+
+# Column -> the option a user knows it by, for "changed billing: url, timeout".
+# events_like is derived from events and reported as events.
+_OPTION_OF_COLUMN = {
+    "url": "url", "events": "events", "events_like": "events", "secret": "secret",
+    "max_attempts": "max_attempts", "timeout_seconds": "timeout",
+    "min_backoff_seconds": "min_backoff", "max_backoff_seconds": "max_backoff",
+    "max_in_flight": "max_in_flight", "rate_limit": "rate_limit", "max_batch": "max_batch",
+    "format": "format", "headers": "headers",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPlan:
+    """The difference between the stored endpoints and the file."""
+
+    add: list[EndpointSpec] = field(default_factory=list)
+    change: dict[str, list[str]] = field(default_factory=dict)  # name -> changed options
+    remove: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
+def load_sync_file(path: str | Path) -> list[EndpointSpec]:
+    """The endpoints a sync file defines, checked; InvalidEndpoint for any problem."""
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as exc:
+        raise InvalidEndpoint(f"cannot read {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidEndpoint(f"{path} is not valid TOML: {exc}") from None
+    return specs_from_document(document, str(path))
+
+
+def specs_from_document(document: Mapping[str, Any], source: str) -> list[EndpointSpec]:
+    """Specs from an already parsed sync document; ``source`` prefixes every message."""
+    for key in document:
+        if key != "endpoints":
+            raise InvalidEndpoint(
+                f"{source}: unknown key {key!r}; write endpoints as [endpoints.NAME] tables")
+    if "endpoints" not in document:
+        raise InvalidEndpoint(
+            f"{source}: no [endpoints.NAME] tables; to remove every endpoint, "
+            "write `endpoints = {}`")
+    tables = document["endpoints"]
+    if not isinstance(tables, Mapping):
+        raise InvalidEndpoint(f"{source}: endpoints must be a table of [endpoints.NAME] tables")
+    specs = []
+    for name, options in tables.items():
+        if not isinstance(options, Mapping):
+            raise InvalidEndpoint(
+                f"{source}: endpoints.{name} must be a table ([endpoints.{name}])")
+        try:
+            specs.append(EndpointSpec.from_options(name, options))
+        except InvalidEndpoint as exc:
+            if exc.field is None or exc.field == "name":
+                raise InvalidEndpoint(f"{source}: endpoints.{name}: {exc}") from None
+            raise InvalidEndpoint(
+                f"{source}: endpoints.{name}.{exc.field} {exc.problem}") from None
+    return specs
+
+
+def plan_sync(stored: Sequence[StoredEndpoint], specs: Sequence[EndpointSpec]) -> SyncPlan:
+    """What to do so that the live endpoints become exactly ``specs``."""
+    plan = SyncPlan()
+    by_name = {s.name: s for s in stored}
+    for spec in specs:
+        current = by_name.get(spec.name)
+        if current is None:
+            plan.add.append(spec)
+            continue
+        changed = changed_options(current.columns, spec.columns())
+        if changed:
+            plan.change[spec.name] = changed
+        else:
+            plan.unchanged.append(spec.name)
+    wanted = {spec.name for spec in specs}
+    plan.remove.extend(s.name for s in stored if s.name not in wanted)
+    return plan
+
+
+def changed_options(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """The options whose stored value differs from the wanted one, each named once."""
+    names: list[str] = []
+    for column, option in _OPTION_OF_COLUMN.items():
+        if stored.get(column) != wanted.get(column) and option not in names:
+            names.append(option)
+    return names

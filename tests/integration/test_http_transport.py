@@ -1,0 +1,493 @@
+"""The HTTP transport against hand-written servers on 127.0.0.1: pooling, framing, TLS, SSRF.
+
+HttpSender's own behaviour over this transport is in test_http_sender.py;
+these tests drive the transport directly (and under httpx.AsyncClient), for
+what only a transport can show: which connection carried which request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from dispatcher.http.dial import AddrInfo
+from dispatcher.http.netguard import NetworkPolicy
+from dispatcher.http.sender import HttpSender
+from dispatcher.http.transport import BlockedAddress, H1Transport
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+
+@dataclass
+class Server:
+    """What a raw server saw: request heads per connection, in order."""
+
+    url: str
+    port: int
+    connections: list[list[bytes]] = field(default_factory=list)
+    closed: int = 0  # connections that ended
+
+    @property
+    def requests(self) -> list[bytes]:
+        return [head for conn in self.connections for head in conn]
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, list[bytes]], Awaitable[None]]
+
+
+@asynccontextmanager
+async def raw_server(handler: Handler, tls: ssl.SSLContext | None = None) -> AsyncIterator[Server]:
+    """A server on 127.0.0.1 whose handler writes raw bytes and appends request heads."""
+    tasks: set[asyncio.Task[Any]] = set()
+    state = Server("", 0)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)
+        heads: list[bytes] = []
+        state.connections.append(heads)
+        try:
+            await handler(reader, writer, heads)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            state.closed += 1
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=tls)
+    state.port = server.sockets[0].getsockname()[1]
+    state.url = f"{'https' if tls else 'http'}://127.0.0.1:{state.port}/"
+    try:
+        yield state
+    finally:
+        server.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+
+
+async def read_request(reader: asyncio.StreamReader, heads: list[bytes]) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            await reader.readexactly(int(line.split(b":", 1)[1]))
+    heads.append(head)
+    return head
+
+
+def answering(answer: bytes, close_after: bool = False) -> Handler:
+    """Answer every request with ``answer`` (and hang up after the first, if asked)."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      heads: list[bytes]) -> None:
+        while True:
+            await read_request(reader, heads)
+            writer.write(answer)
+            await writer.drain()
+            if close_after:
+                return
+    return handler
+
+
+async def post(transport: H1Transport, url: str, body: bytes = b"{}",
+               **options: Any) -> tuple[int, bytes]:
+    """One POST through the transport; status and the whole body."""
+    request = httpx.Request("POST", url, content=body, **options)
+    response = await transport.handle_async_request(request)
+    try:
+        return response.status_code, await response.aread()
+    finally:
+        await response.aclose()
+
+
+async def until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
+    """Poll ``condition`` every 10 ms until it holds, failing after ``seconds``."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(main())
+
+
+# -- framing and keep-alive --------------------------------------------------------
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nabcde",
+], ids=["chunked", "100-continue"])
+def test_chunked_and_interim_answers_are_read_and_the_connection_reused(answer: bytes) -> None:
+    """A chunked body, or a 100 Continue before the answer: read whole, then one connection."""
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(answering(answer)) as server:
+            assert [await post(transport, server.url) for _ in range(3)] == [(200, b"abcde")] * 3
+            assert [len(c) for c in server.connections] == [3]
+        await transport.aclose()
+    run(main)
+
+
+def test_body_until_close_is_read_and_the_connection_not_reused() -> None:
+    """An answer without length ends with the connection; the next request opens a new one."""
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(answering(b"HTTP/1.1 200 OK\r\n\r\nto the end",
+                                        close_after=True)) as server:
+            assert await post(transport, server.url) == (200, b"to the end")
+            assert await post(transport, server.url) == (200, b"to the end")
+            assert len(server.connections) == 2
+        await transport.aclose()
+    run(main)
+
+
+def test_large_bodies_stream_through_and_the_connection_is_reused() -> None:
+    """3 MiB bodies (past the read pause threshold) arrive intact over one connection."""
+    big = bytes(range(256)) * (3 * 4096)
+    answer = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(big), big)
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(answering(answer)) as server:
+            for _ in range(2):
+                request = httpx.Request("GET", server.url)
+                response = await transport.handle_async_request(request)
+                chunks = [chunk async for chunk in response.aiter_raw()]
+                await response.aclose()
+                assert b"".join(chunks) == big
+            assert [len(c) for c in server.connections] == [2]
+        await transport.aclose()
+    run(main)
+
+
+def test_idle_connection_closed_by_the_server_is_not_reused() -> None:
+    """The server hanging up an idle connection costs nothing: the next POST goes on a new one."""
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(answering(OK, close_after=True)) as server:
+            assert await post(transport, server.url) == (200, b"ok")
+            await until(lambda: transport.idle_connections() == 0)
+            assert await post(transport, server.url) == (200, b"ok")
+            assert [len(c) for c in server.connections] == [1, 1]
+        await transport.aclose()
+    run(main)
+
+
+def test_write_refused_on_a_reset_idle_connection_goes_once_on_a_new_one() -> None:
+    """A reused connection reset before our write (nothing sent) is replaced, not an error."""
+    opened = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      heads: list[bytes]) -> None:
+        nonlocal opened
+        opened += 1
+        first = opened == 1
+        while True:
+            await read_request(reader, heads)
+            writer.write(OK)
+            await writer.drain()
+            if first:  # close the first connection with RST right after its answer
+                writer.get_extra_info("socket").setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(handler) as server:
+            assert await post(transport, server.url) == (200, b"ok")
+            # No await in between: the reset is in the kernel, not yet seen by the loop.
+            assert await post(transport, server.url) == (200, b"ok")
+            assert [len(c) for c in server.connections] == [1, 1]
+        await transport.aclose()
+    run(main)
+
+
+def test_request_that_reached_the_server_is_never_resent() -> None:
+    """A reused connection closed after the server read the POST: ReadError, nothing resent."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      heads: list[bytes]) -> None:
+        await read_request(reader, heads)
+        writer.write(OK)
+        await writer.drain()
+        await read_request(reader, heads)  # then hang up without an answer
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(handler) as server:
+            assert await post(transport, server.url) == (200, b"ok")
+            with pytest.raises(httpx.ReadError, match="without a response"):
+                await post(transport, server.url)
+            assert [len(c) for c in server.connections] == [2]
+        await transport.aclose()
+    run(main)
+
+
+def test_idle_connections_expire() -> None:
+    """An idle connection is closed after the keep-alive expiry, without another request."""
+    async def main() -> None:
+        transport = H1Transport(keepalive_expiry=0.1)
+        async with raw_server(answering(OK)) as server:
+            assert await post(transport, server.url) == (200, b"ok")
+            await until(lambda: server.closed == 1)
+            assert transport.idle_connections() == 0
+            assert await post(transport, server.url) == (200, b"ok")
+            assert len(server.connections) == 2
+        await transport.aclose()
+    run(main)
+
+
+# -- limits, timeouts, cancellation ----------------------------------------------------
+
+def test_pool_never_opens_more_than_max_connections() -> None:
+    """Six concurrent POSTs with max_connections=2: all answered over at most two connections."""
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   heads: list[bytes]) -> None:
+        while True:
+            await read_request(reader, heads)
+            await asyncio.sleep(0.05)
+            writer.write(OK)
+            await writer.drain()
+
+    async def main() -> None:
+        transport = H1Transport(max_connections=2)
+        async with raw_server(slow) as server:
+            results = await asyncio.gather(*(post(transport, server.url) for _ in range(6)))
+            assert results == [(200, b"ok")] * 6
+            assert len(server.connections) == 2
+            assert len(server.requests) == 6
+        await transport.aclose()
+    run(main)
+
+
+def test_httpx_client_timeouts_apply() -> None:
+    """Under httpx.AsyncClient: a silent server is a ReadTimeout, a full pool a PoolTimeout."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      heads: list[bytes]) -> None:
+        while True:
+            head = await read_request(reader, heads)
+            if b"/slow" in head.split(b"\r\n", 1)[0]:
+                await asyncio.sleep(30)
+            writer.write(OK)
+            await writer.drain()
+
+    async def main() -> None:
+        timeout = httpx.Timeout(1.0, pool=0.1)
+        async with raw_server(handler) as server, httpx.AsyncClient(
+                transport=H1Transport(max_connections=1), timeout=timeout) as client:
+            response = await client.post(server.url, content=b"{}")
+            assert (response.status_code, response.text) == (200, "ok")
+            slow = asyncio.create_task(client.post(server.url + "slow", content=b"{}"))
+            await until(lambda: len(server.requests) == 2)
+            with pytest.raises(httpx.PoolTimeout):
+                await client.post(server.url, content=b"{}")
+            with pytest.raises(httpx.ReadTimeout):
+                await slow
+    run(main)
+
+
+def test_cancelled_request_closes_its_connection() -> None:
+    """A request cut off by a deadline closes its connection rather than pooling it."""
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     heads: list[bytes]) -> None:
+        await read_request(reader, heads)
+        await reader.read()  # until the client goes away
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(silent) as server:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await post(transport, server.url)
+            await until(lambda: server.closed == 1)
+            assert transport.idle_connections() == 0
+        await transport.aclose()
+    run(main)
+
+
+# -- what goes out ------------------------------------------------------------------
+
+def test_header_with_line_break_is_refused_before_sending() -> None:
+    """A header value carrying CR LF cannot smuggle a header in: nothing is sent."""
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(answering(OK)) as server:
+            with pytest.raises(httpx.LocalProtocolError):
+                await post(transport, server.url, headers={"x-a": "1\r\nx-b: 2"})
+            assert server.requests == []
+        await transport.aclose()
+    run(main)
+
+
+def test_url_credentials_become_basic_auth_and_streamed_bodies_get_a_length() -> None:
+    """user:pass@ in the URL is sent as Basic auth; a streamed body goes with Content-Length."""
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"ab"
+        yield b"cd"
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(answering(OK)) as server:
+            url = server.url.replace("//", "//bob:s3cret@")
+            request = httpx.Request("POST", url, content=chunks())
+            response = await transport.handle_async_request(request)
+            await response.aclose()
+            [head] = server.requests
+            lines = head.lower().split(b"\r\n")
+            assert b"authorization: basic Ym9iOnMzY3JldA==".lower() in lines
+            assert b"content-length: 4" in lines
+            assert not any(line.startswith(b"transfer-encoding") for line in lines)
+        await transport.aclose()
+    run(main)
+
+
+# -- the SSRF guard, through a fake resolver -------------------------------------------
+
+def fake_dns(*addresses: str) -> tuple[Callable[[str, int], Awaitable[list[AddrInfo]]],
+                                       list[str]]:
+    """A resolver answering every name with ``addresses``, and the names it was asked."""
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[AddrInfo]:
+        asked.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in addresses]
+    return resolve, asked
+
+
+def test_name_resolving_only_to_blocked_addresses_is_refused() -> None:
+    """With blocking on, a name whose addresses are all internal is BlockedAddress, unsent."""
+    async def main() -> None:
+        resolve, _ = fake_dns("127.0.0.2", "127.0.0.1")
+        transport = H1Transport(policy=NetworkPolicy.build(True), resolver=resolve)
+        async with raw_server(answering(OK)) as server:
+            blocked = (r"hooks.test resolves only to private or internal addresses"
+                       r" \(127.0.0.1, 127.0.0.2\)")
+            with pytest.raises(BlockedAddress, match=blocked):
+                await post(transport, f"http://hooks.test:{server.port}/")
+            assert server.connections == []
+        await transport.aclose()
+    run(main)
+
+
+@pytest.mark.parametrize("allow", ["127.0.0.1/32", "hooks.test"])
+def test_only_checked_addresses_are_dialled(allow: str) -> None:
+    """An allowed CIDR lets through only its address; an allowed name lets through all of them."""
+    async def main() -> None:
+        resolve, asked = fake_dns("127.0.0.1")
+        transport = H1Transport(policy=NetworkPolicy.build(True, [allow]), resolver=resolve)
+        async with raw_server(answering(OK)) as server:
+            assert await post(transport, f"http://hooks.test:{server.port}/") == (200, b"ok")
+            assert b"host: hooks.test:%d" % server.port in server.requests[0].lower()
+            assert asked == ["hooks.test"]
+        await transport.aclose()
+    run(main)
+
+
+def test_sender_reports_blocked_for_this_transport() -> None:
+    """HttpSender turns this transport's BlockedAddress into error_kind "blocked"."""
+    async def main() -> None:
+        resolve, _ = fake_dns("10.0.0.1")
+        sender = HttpSender(4, True, [], "test/1", transport=H1Transport(
+            policy=NetworkPolicy.build(True), resolver=resolve))
+        result = await sender.send("http://hooks.test/", [], b"{}", 5.0)
+        await sender.aclose()
+        assert (result.error_kind, result.status) == ("blocked", None)
+    run(main)
+
+
+@pytest.fixture
+def unanswering_address() -> Iterator[tuple[str, int]]:
+    """A loopback address whose connects hang: a listener with its accept queue full."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    address = listener.getsockname()
+    fillers = []
+    for _ in range(3):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(address)
+        fillers.append(filler)
+    yield address
+    for sock in [*fillers, listener]:
+        sock.close()
+
+
+def test_addresses_race_past_one_that_hangs_or_refuses(
+        unanswering_address: tuple[str, int]) -> None:
+    """Of three addresses the two dead ones (hanging, refusing) do not stop the live one."""
+    refusing = ("127.0.0.1", closed_port())
+
+    async def main() -> None:
+        async with raw_server(answering(OK)) as server:
+            live = ("127.0.0.1", server.port)
+
+            async def resolve(host: str, port: int) -> list[AddrInfo]:
+                return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", a)
+                        for a in (unanswering_address, refusing, live)]
+            transport = H1Transport(resolver=resolve)
+            async with asyncio.timeout(10):  # a hang would be a failure, not a stuck suite
+                assert await post(transport, f"http://hooks.test:{server.port}/") == (200, b"ok")
+            await transport.aclose()
+    run(main)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- TLS with a test CA -----------------------------------------------------------------
+
+def make_ca_and_cert(tmp: Path) -> tuple[Path, Path, Path]:
+    """A CA and a certificate it signed for DNS name hooks.test."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp)
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=test CA",
+            "-keyout", "ca.key", "-out", "ca.pem")
+    openssl("req", *ec, "-subj", "/CN=hooks.test", "-keyout", "srv.key", "-out", "srv.csr")
+    (tmp / "ext.cnf").write_text("subjectAltName=DNS:hooks.test\n")
+    openssl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-extfile", "ext.cnf", "-out", "srv.pem")
+    return tmp / "ca.pem", tmp / "srv.pem", tmp / "srv.key"
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls_verifies_the_name_sends_sni_and_keeps_alive(tmp_path: Path) -> None:
+    """Over TLS: the right name works (SNI sent, one connection); another name is refused."""
+    ca, cert, key = make_ca_and_cert(tmp_path)
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+
+    def remember(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+        names.append(name)
+    server_context.sni_callback = remember
+    client_context = ssl.create_default_context(cafile=str(ca))
+
+    async def main() -> None:
+        resolve, _ = fake_dns("127.0.0.1")
+        transport = H1Transport(resolver=resolve, tls_context=client_context)
+        async with raw_server(answering(OK), tls=server_context) as server:
+            url = f"https://hooks.test:{server.port}/"
+            assert [await post(transport, url) for _ in range(2)] == [(200, b"ok")] * 2
+            assert ([len(c) for c in server.connections], names) == ([2], ["hooks.test"])
+            with pytest.raises(httpx.ConnectError, match="certificate"):
+                await post(transport, f"https://other.test:{server.port}/")
+        await transport.aclose()
+    run(main)
