@@ -71,9 +71,11 @@ def build(config: DispatcherConfig) -> Parts:
                         block_private_networks=config.block_private_networks,
                         allow_networks=config.allow_networks,
                         user_agent=f"outbox-dispatcher/{__version__}")
-    completer = Completer(complete_db, leases, control.wake.set, control.give_up)
+    completer = Completer(complete_db, leases, control.wake.set, control.give_up,
+                          registry.describe)
     deliverer = Deliverer(sender, completer, metrics, complete_db, control.wake.set)
-    flights = Flights(config.concurrency, deliverer, control.wake.set)
+    flights = Flights(deliverer, free_slot=completer.free, hand_back=completer.hand_back,
+                      on_done=control.wake.set)
     claimer = Claimer(db=claim_db, registry=registry, flights=flights, leases=leases,
                       completer=completer, control=control, concurrency=config.concurrency,
                       batch_size=config.batch_size, poll_interval=config.poll_interval,
@@ -131,8 +133,7 @@ async def _dispatch(parts: Parts) -> None:
             log.info("dispatching (concurrency %d, batch size %d)",
                      config.concurrency, config.batch_size)
             await parts.claimer.run()
-        await drain(parts.flights, parts.completer, parts.leases, parts.databases[0],
-                    config.shutdown_grace)
+        await drain(parts.flights, parts.completer, config.shutdown_grace)
         parts.completer.close()
         try:
             await asyncio.wait_for(asyncio.shield(completer), config.shutdown_grace + 5)
@@ -158,6 +159,7 @@ async def run(config: DispatcherConfig) -> int:
                 return 1
         await _dispatch(parts)
     finally:
+        await parts.maintenance.resign()
         await parts.sender.aclose()
         for database in parts.databases:
             await database.close()

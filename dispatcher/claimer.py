@@ -1,15 +1,18 @@
 """The claim loop: take due deliveries in one statement, hand them to requests.
 
-Each claim is sized to the free request slots (``--concurrency`` overall,
-``--max-in-flight`` and ``--rate-limit`` per endpoint, see ``policy.quota``;
-an endpoint may hold a second round of claims waiting in memory, so that one
-claim serves several rounds) and its groups go to :class:`~dispatcher.flights.Flights`.
-Requests never run inside a transaction: the claim has committed before the
-first byte is sent, and every later write is guarded by the lease token.
+Each claim asks every active endpoint for what this dispatcher could use
+(``policy.quota``: request slots, a round of prefetch, a row cap) and the
+claim statement grants what the fleet's limits allow: slots under
+``--max-in-flight``, turns under ``--rate-limit``, one probe or none while a
+circuit is open. Groups that got a slot start at once (after their turn);
+the others wait in :class:`~dispatcher.flights.Flights` for a slot passed on
+by a request that ends. Requests never run inside a transaction: the claim
+has committed before the first byte is sent, and every later write is
+guarded by the lease token.
 
 The loop runs until told to stop, waking on a notification, a finished
-request, a retry coming due or the poll interval; with ``--once`` it ends
-when nothing it could still unblock is outstanding.
+request, a retry coming due, a rate limit's next turn or the poll interval;
+with ``--once`` it ends when nothing it could still unblock is outstanding.
 """
 
 from __future__ import annotations
@@ -20,15 +23,16 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.completer import Completer
 from dispatcher.control import Control
 from dispatcher.db import Database, DatabaseDown
-from dispatcher.flights import Flights
+from dispatcher.flights import Flights, Group
 from dispatcher.leases import Leases
-from dispatcher.policy.model import Delivery, EventData
-from dispatcher.policy.quota import PREFETCH, Quotas
+from dispatcher.policy.model import Delivery, EventData, Slot
+from dispatcher.policy.quota import Quotas
 from dispatcher.registry import Registry
 
 log = logging.getLogger("dispatcher")
@@ -36,16 +40,18 @@ log = logging.getLogger("dispatcher")
 # their key; they are parked, at most _PARK_BUDGET rows looked at a time.
 _PARK_AFTER = 0.05
 _PARK_BUDGET = 5000
+RATE_HORIZON = 0.25
+"""Seconds ahead a rate-limited endpoint's turns may be taken: its requests wait their
+turn, so that one claim keeps it busy until the claimer looks again."""
 
 
-def _delivery(row: Sequence[Any]) -> Delivery:
-    (delivery_id, endpoint_id, attempts, token, event_id, type_, key, payload,
-     headers, created_at) = row
-    return Delivery(id=delivery_id, endpoint_id=endpoint_id, attempts=attempts,
-                    lease_token=token,
-                    event=EventData(id=event_id, type=type_, key=key, payload=payload,
-                                    headers=json.loads(headers or "{}"),
-                                    created_at=created_at))
+@dataclass(slots=True)
+class _Claimed:
+    """One claim's rows, as the groups (requests) they form."""
+
+    groups: list[Group] = field(default_factory=list)
+    rows: dict[int, int] = field(default_factory=dict)  # per endpoint
+    throttled: float | None = None  # seconds until a busy rate-limited endpoint's next turn
 
 
 class Claimer:
@@ -64,41 +70,60 @@ class Claimer:
         self._batch_size = batch_size
         self._poll_interval = poll_interval
         self._once = once
-        self._quotas = Quotas(time.monotonic)
+        self._quotas = Quotas()
+        self._throttled: float | None = None
 
     async def claim_once(self) -> bool:
         """One claim; True when some endpoint filled its quota (more may be due)."""
         flights = self._flights
-        held = {ep_id: flights.held(ep_id) for ep_id in self._registry.by_id}
-        plan = self._quotas.plan(self._registry.active(), held,
-                                 PREFETCH * self._concurrency - sum(held.values()),
-                                 self._batch_size)
+        endpoints = self._registry.by_id
+        plan = self._quotas.plan(
+            self._registry.active(), {ep: flights.running(ep) for ep in endpoints},
+            {ep: flights.waiting(ep) for ep in endpoints}, self._concurrency, self._batch_size)
+        self._throttled = None
         if not plan.endpoint_ids:
             return False
         started = time.monotonic()
         rows = await self._db.fetch("claim", {
-            "endpoint_ids": plan.endpoint_ids, "limits": plan.limits,
-            "lease_seconds": self._leases.seconds()})
+            **plan.params(), "lease_seconds": self._leases.seconds(), "horizon": RATE_HORIZON})
         if time.monotonic() - started > _PARK_AFTER and await self._park(plan.endpoint_ids):
             self._control.wake.set()  # the next claim walks past what was just parked
-        by_endpoint: dict[int, list[Delivery]] = {}
+        claimed = self._group(rows)
+        self._throttled = claimed.throttled
+        for group in claimed.groups:
+            if group.slot is not None:
+                self._leases.hold_slot(group.slot)
+                flights.start(group)
+            else:
+                flights.queue(group)
+        return self._quotas.claimed(plan, claimed.rows)
+
+    def _group(self, rows: Sequence[Sequence[Any]]) -> _Claimed:
+        """The claim's rows as groups (they come ordered by endpoint and group)."""
+        claimed = _Claimed()
+        current: tuple[int, int] | None = None
         for row in rows:
-            delivery = _delivery(row)
+            (delivery_id, endpoint_id, attempts, token, event_id, type_, key, payload,
+             headers, created_at, grp, slot, slot_token, send_in, probe) = row
+            delivery = Delivery(
+                id=delivery_id, endpoint_id=endpoint_id, attempts=attempts, lease_token=token,
+                probe=probe,
+                event=EventData(id=event_id, type=type_, key=key, payload=payload,
+                                headers=json.loads(headers or "{}"), created_at=created_at))
             self._leases.hold(delivery)
-            by_endpoint.setdefault(delivery.endpoint_id, []).append(delivery)
-        for endpoint_id, deliveries in by_endpoint.items():
-            endpoint = self._registry.by_id[endpoint_id]
-            bucket = self._quotas.bucket(endpoint)
-            for start in range(0, len(deliveries), endpoint.max_batch):
-                group = deliveries[start:start + endpoint.max_batch]
-                if bucket is not None:
-                    # The token is taken now, not when the request runs, so that
-                    # the next claim already sees it gone.
-                    flights.start(endpoint, group, bucket.take())
-                else:
-                    flights.queue(endpoint, group)
-        flights.start_waiting()
-        return self._quotas.claimed(plan, {k: len(v) for k, v in by_endpoint.items()})
+            claimed.rows[endpoint_id] = claimed.rows.get(endpoint_id, 0) + 1
+            if current != (endpoint_id, grp):
+                current = (endpoint_id, grp)
+                endpoint = self._registry.by_id[endpoint_id]
+                claimed.groups.append(Group(
+                    endpoint, [], Slot(endpoint_id, slot, slot_token) if slot is not None
+                    else None, float(send_in)))
+                if endpoint.rate_limit is not None and slot is not None:
+                    turn = float(send_in) + 1 / endpoint.rate_limit - RATE_HORIZON
+                    if claimed.throttled is None or turn < claimed.throttled:
+                        claimed.throttled = turn
+            claimed.groups[-1].deliveries.append(delivery)
+        return claimed
 
     async def _park(self, endpoint_ids: list[int]) -> int:
         """Park keyed deliveries stuck behind their key (park_blocked in dispatch.sql)."""
@@ -111,10 +136,10 @@ class Claimer:
 
     def _once_done(self, more: bool, written_before: int) -> bool:
         """--once ends when a claim found nothing, and nothing it could unblock is outstanding:
-        no request, no result unwritten or written since that claim began, no rate-limit wait."""
+        no request, no result unwritten or written since that claim began, no rate-limit turn
+        to wait for."""
         return (not more and self._flights.idle() and not self._completer.pending()
-                and written_before == self._completer.written
-                and self._quotas.throttled is None)
+                and written_before == self._completer.written and self._throttled is None)
 
     async def run(self) -> None:
         control = self._control
@@ -138,8 +163,7 @@ class Claimer:
             if more and self._flights.requests() < self._concurrency:
                 continue
             wait = self._poll_interval
-            throttled = self._quotas.throttled
-            if throttled is not None:
-                wait = min(wait, max(throttled, 0.001))
+            if self._throttled is not None:
+                wait = min(wait, max(self._throttled, 0.001))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(control.wake.wait(), wait)

@@ -1,10 +1,12 @@
-"""Record attempt outcomes in batches: one guarded UPDATE for many deliveries.
+"""Record what requests did, in batches: one guarded statement for many results.
 
-A request finishing does not write to the database itself: it hands a
-``Record`` (``policy.model``) to the completer, which writes whatever has
-accumulated in one statement (the ``complete`` query) while the previous write runs. Under load
-this turns hundreds of commits per second into a few; when idle a record is
-written at once. While the database is down records wait here and are
+A request finishing does not write to the database itself. It hands the
+completer a ``Record`` (``policy.model``) per delivery, the slot it held when
+no waiting request takes it over, and what its answer says of the endpoint
+for the circuit breaker; the completer writes whatever has accumulated in one
+statement (the ``complete`` query) while the previous write runs. Under load
+this turns hundreds of commits per second into a few; when idle a result is
+written at once. While the database is down results wait here and are
 retried; their leases keep being extended meanwhile, since the dispatcher
 still holds them.
 """
@@ -16,39 +18,75 @@ import functools
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from dispatcher.db import Database, retry_until
-from dispatcher.leases import Leases
-from dispatcher.policy.model import Record
+from dispatcher.leases import Leases, slots_json
+from dispatcher.policy.model import CircuitVerdict, Delivery, Record, Slot
 
 log = logging.getLogger("dispatcher.completer")
 _MAX_BATCH = 1000
 
 
-class Completer:
-    """Writes records in batches; drops the leases of what was written, then calls ``wake``.
+@dataclass(slots=True)
+class _Batch:
+    records: list[Record] = field(default_factory=list)
+    slots: list[Slot] = field(default_factory=list)
+    verdicts: list[tuple[int, CircuitVerdict]] = field(default_factory=list)
 
-    ``written`` counts the records written so far (``--once`` watches it).
+    def __len__(self) -> int:
+        return len(self.records) + len(self.slots) + len(self.verdicts)
+
+    def circuits_json(self) -> str:
+        """Per endpoint: [endpoint_id, reset, failures] (see the complete query)."""
+        state: dict[int, tuple[bool, int]] = {}
+        for endpoint_id, verdict in self.verdicts:  # in the order the attempts ended
+            reset, failures = state.get(endpoint_id, (False, 0))
+            state[endpoint_id] = (True, 0) if verdict == "answered" else (reset, failures + 1)
+        return json.dumps([[ep, reset, failures] for ep, (reset, failures) in state.items()])
+
+
+class Completer:
+    """Writes results in batches; drops the leases of what was written, then calls ``wake``.
+
+    ``written`` counts the records written so far (``--once`` watches it);
+    ``describe`` names an endpoint by id for the log.
     """
 
     def __init__(self, db: Database, leases: Leases, wake: Callable[[], None],
-                 give_up: asyncio.Event) -> None:
+                 give_up: asyncio.Event, describe: Callable[[int], str] = str) -> None:
         self._db = db
         self._leases = leases
         self._wake = wake
         self._give_up = give_up
-        self.written = 0
-        self._queue: list[Record] = []
+        self._describe = describe
+        self._queue = _Batch()
         self._ready = asyncio.Event()
         self._closing = False
         self._writing = 0
+        self.written = 0
 
     def add(self, record: Record) -> None:
-        self._queue.append(record)
+        self._queue.records.append(record)
+        self._ready.set()
+
+    def hand_back(self, deliveries: list[Delivery]) -> None:
+        """Claims never sent: pending again at once, the attempt taken back, last error kept."""
+        for d in deliveries:
+            self.add(Record(d.id, d.lease_token, "released", refund=True))
+
+    def free(self, slot: Slot) -> None:
+        """Give a request slot back to the fleet."""
+        self._queue.slots.append(slot)
+        self._ready.set()
+
+    def judge(self, endpoint_id: int, verdict: CircuitVerdict) -> None:
+        """One attempt's word on its endpoint, for the circuit breaker."""
+        self._queue.verdicts.append((endpoint_id, verdict))
         self._ready.set()
 
     def pending(self) -> int:
-        """Records not yet written, including the batch being written now."""
+        """Results not yet written, including the batch being written now."""
         return len(self._queue) + self._writing
 
     def close(self) -> None:
@@ -60,8 +98,8 @@ class Completer:
         while True:
             await self._ready.wait()
             self._ready.clear()
-            while self._queue:
-                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+            while len(self._queue):
+                batch = self._take()
                 self._writing = len(batch)
                 try:
                     written = await retry_until(functools.partial(self._write, batch),
@@ -70,22 +108,41 @@ class Completer:
                     self._writing = 0
                 if written is None:
                     log.warning("could not record %d results before giving up; their leases "
-                                "will expire and they will be delivered again", len(batch))
+                                "will expire and they will be delivered again",
+                                len(batch.records))
                     return
                 self._done(batch, written)
             if self._closing:
                 return
 
-    def _done(self, batch: list[Record], written: set[int]) -> None:
-        self.written += len(batch)
-        self._leases.drop(record.delivery_id for record in batch)
-        if len(written) < len(batch):
+    def _take(self) -> _Batch:
+        """The next batch: records up to the cap, with every slot and verdict waiting."""
+        queue = self._queue
+        batch = _Batch(queue.records[:_MAX_BATCH], queue.slots, queue.verdicts)
+        self._queue = _Batch(queue.records[_MAX_BATCH:])
+        return batch
+
+    def _done(self, batch: _Batch, written: set[int]) -> None:
+        self.written += len(batch.records)
+        self._leases.drop(record.delivery_id for record in batch.records)
+        self._leases.drop_slots(batch.slots)
+        if len(written) < len(batch.records):
             log.info("%d results discarded: their leases had been taken over",
-                     len(batch) - len(written))
+                     len(batch.records) - len(written))
         self._wake()
 
-    async def _write(self, batch: list[Record]) -> set[int]:
+    async def _write(self, batch: _Batch) -> set[int]:
         results = json.dumps([[r.delivery_id, str(r.lease_token), r.state, r.delay, r.error,
-                               r.status] for r in batch])
-        rows = await self._db.fetch("complete", {"results": results})
-        return {int(row[0]) for row in rows}
+                               r.status, r.refund] for r in batch.records])
+        rows = await self._db.fetch("complete", {
+            "results": results, "slots": slots_json(batch.slots),
+            "circuits": batch.circuits_json()})
+        written: set[int] = set()
+        for row_id, was, now in rows:
+            if was is None:
+                written.add(int(row_id))
+            else:
+                level = logging.WARNING if now == "open" else logging.INFO
+                log.log(level, "circuit of endpoint %s: %s -> %s", self._describe(int(row_id)),
+                        was, now)
+        return written

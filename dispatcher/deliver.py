@@ -4,7 +4,8 @@
 pure decision of ``policy.outcome.decide`` to each delivery: the record goes
 to the completer (the database writer), the metrics and the log are told, a
 retry schedules a wake-up for when it comes due, and a ``410 Gone`` disables
-the endpoint.
+the endpoint. What the answer says of the endpoint goes to the circuit
+breaker, shared by the fleet through the completer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dispatcher.db import Database, DatabaseDown
 from dispatcher.http.sender import HttpSender
 from dispatcher.observe.metrics import Metrics
 from dispatcher.policy.model import AttemptResult, Delivery, Endpoint
-from dispatcher.policy.outcome import decide
+from dispatcher.policy.outcome import circuit_verdict, decide
 from dispatcher.policy.signing import encode
 
 log = logging.getLogger("dispatcher")
@@ -49,9 +50,13 @@ class Deliverer:
         self._wake = wake
         self.dead_lettered = 0
 
-    async def __call__(self, endpoint: Endpoint, deliveries: list[Delivery]) -> None:
+    async def __call__(self, endpoint: Endpoint, deliveries: list[Delivery]) -> bool:
+        """One request; True unless the endpoint failed retryably (the breaker's word)."""
         result = await attempt(self._sender, endpoint, deliveries)
         self._metrics.attempt(endpoint.name, result.duration)
+        verdict = circuit_verdict(result)
+        if verdict is not None:
+            self._completer.judge(endpoint.id, verdict)
         done = datetime.now(UTC)
         disable = False
         for delivery in deliveries:
@@ -74,6 +79,7 @@ class Deliverer:
             self._completer.add(decision.record)
         if disable:
             await self._disable(endpoint, "410 Gone")
+        return verdict != "failed"
 
     async def _disable(self, endpoint: Endpoint, why: str) -> None:
         reason = f"{why} at {datetime.now(UTC).isoformat(timespec='seconds')}"

@@ -1,14 +1,19 @@
-"""Requests in flight, and claimed requests waiting for a slot, per endpoint.
+"""Requests in flight, and claimed requests waiting in memory, per endpoint.
 
-A claim hands out groups of deliveries (one request each). A group either
-starts at once, after the wait its rate limit asks for, or waits here in
-memory (prefetch, see ``policy.quota``) until its endpoint has a free slot
-under ``--max-in-flight`` and the process one under ``--concurrency``. Each
-running request is one task; when it ends, the waiting groups move up.
+A claim hands out groups of deliveries (one request each). A group the claim
+granted a request slot to starts at once (after the wait its rate limit
+asks for); the others wait here (prefetch, see ``policy.quota``), holding no
+slot: the fleet's ``--max-in-flight`` counts only requests that run. When a
+request ends, its slot goes straight to the next waiting group of its
+endpoint, without a round trip, if the endpoint answered; otherwise the slot
+is given back to the fleet, and after a retryable failure (with a circuit
+breaker on) the waiting groups are handed back too, so that nothing more is
+sent until a claim has looked at the circuit again.
 
 On a graceful stop, :meth:`Flights.drain` sorts what is held: requests not
 sent yet are handed back, requests running get the grace period, and those
 still running when it ends are cancelled (they may have reached the endpoint).
+Every request that ends, however, gives its slot back.
 """
 
 from __future__ import annotations
@@ -20,12 +25,22 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from dispatcher.policy.model import Delivery, Endpoint
+from dispatcher.policy.model import Delivery, Endpoint, Slot
 
 log = logging.getLogger("dispatcher")
 
-Send = Callable[[Endpoint, list[Delivery]], Awaitable[None]]
-"""Makes one request for a group of deliveries and hands their results on."""
+Send = Callable[[Endpoint, list[Delivery]], Awaitable[bool]]
+"""Makes one request for a group and hands its results on; True when the endpoint answered."""
+
+
+@dataclass(slots=True)
+class Group:
+    """The deliveries of one request, and the slot it runs in (None while it waits)."""
+
+    endpoint: Endpoint
+    deliveries: list[Delivery]
+    slot: Slot | None = None
+    delay: float = 0.0  # seconds to wait for its turn under a rate limit
 
 
 @dataclass(slots=True)
@@ -37,65 +52,88 @@ class Drained:
 
 
 class Flights:
-    """Per endpoint: requests running and groups waiting; ``send`` makes each request."""
+    """Per endpoint: requests running and groups waiting; ``send`` makes each request.
 
-    def __init__(self, concurrency: int, send: Send, on_done: Callable[[], None]) -> None:
-        self._concurrency = concurrency
+    ``free_slot`` gives a slot back to the fleet, ``hand_back`` returns groups
+    never sent, ``on_done`` is called after every request.
+    """
+
+    def __init__(self, send: Send, *, free_slot: Callable[[Slot], None],
+                 hand_back: Callable[[list[Delivery]], None],
+                 on_done: Callable[[], None]) -> None:
         self._send = send
+        self._free_slot = free_slot
+        self._hand_back = hand_back
         self._on_done = on_done
         self._accepting = True
         self._running: dict[int, int] = {}  # requests started, per endpoint
-        self._waiting: dict[int, deque[tuple[Endpoint, list[Delivery]]]] = {}
-        self._tasks: dict[asyncio.Task[None], list[Delivery]] = {}
+        self._waiting: dict[int, deque[Group]] = {}
+        self._tasks: dict[asyncio.Task[None], Group] = {}
         self._sending: set[asyncio.Task[None]] = set()  # past their rate-limit wait
 
-    def held(self, endpoint_id: int) -> int:
-        """Requests of this endpoint running or waiting here."""
-        return self._running.get(endpoint_id, 0) + len(self._waiting.get(endpoint_id, ()))
+    def running(self, endpoint_id: int) -> int:
+        """Requests of this endpoint started (each holds a slot)."""
+        return self._running.get(endpoint_id, 0)
+
+    def waiting(self, endpoint_id: int) -> int:
+        """Groups of this endpoint waiting in memory for a running request's slot."""
+        return len(self._waiting.get(endpoint_id, ()))
 
     def requests(self) -> int:
-        """Requests running (or waiting for their rate-limit turn), over all endpoints."""
+        """Requests started, over all endpoints."""
         return len(self._tasks)
+
+    def waiting_total(self) -> int:
+        return sum(len(queue) for queue in self._waiting.values())
 
     def idle(self) -> bool:
         """Nothing running and nothing waiting."""
         return not self._tasks and not any(self._waiting.values())
 
-    def start(self, endpoint: Endpoint, group: list[Delivery], delay: float = 0.0) -> None:
-        """Start the request now; it sends after ``delay`` seconds (its rate-limit turn)."""
-        self._running[endpoint.id] = self._running.get(endpoint.id, 0) + 1
-        task = asyncio.create_task(self._run(endpoint, group, delay))
+    def start(self, group: Group) -> None:
+        """Start the group's request in its slot; it sends after ``group.delay`` seconds."""
+        endpoint_id = group.endpoint.id
+        self._running[endpoint_id] = self._running.get(endpoint_id, 0) + 1
+        task = asyncio.create_task(self._run(group))
         self._tasks[task] = group
-        task.add_done_callback(functools.partial(self._done, endpoint_id=endpoint.id))
+        task.add_done_callback(functools.partial(self._done, group=group))
 
-    def queue(self, endpoint: Endpoint, group: list[Delivery]) -> None:
-        """Hold the request until its endpoint and the process have a free slot."""
-        self._waiting.setdefault(endpoint.id, deque()).append((endpoint, group))
+    def queue(self, group: Group) -> None:
+        """Keep the group until a request of its endpoint ends and hands it its slot."""
+        self._waiting.setdefault(group.endpoint.id, deque()).append(group)
 
-    def start_waiting(self) -> None:
-        """Start waiting requests while their endpoints and the process have slots."""
-        for waiting in self._waiting.values():
-            while waiting and len(self._tasks) < self._concurrency:
-                endpoint, group = waiting[0]
-                if self._running.get(endpoint.id, 0) >= endpoint.max_in_flight:
-                    break
-                waiting.popleft()
-                self.start(endpoint, group)
-
-    async def _run(self, endpoint: Endpoint, group: list[Delivery], delay: float) -> None:
-        if delay > 0:
-            await asyncio.sleep(delay)
+    async def _run(self, group: Group) -> None:
+        if group.delay > 0:
+            await asyncio.sleep(group.delay)
         task = asyncio.current_task()
         assert task is not None
         self._sending.add(task)
-        await self._send(endpoint, group)
+        answered = await self._send(group.endpoint, group.deliveries)
+        if self._accepting:
+            self._pass_on(group, answered)
 
-    def _done(self, task: asyncio.Task[None], endpoint_id: int) -> None:
+    def _pass_on(self, group: Group, answered: bool) -> None:
+        """After a request: its slot to the next waiting group, or back to the fleet."""
+        endpoint = group.endpoint
+        waiting = self._waiting.get(endpoint.id)
+        healthy = answered or not endpoint.breaker_failures
+        if waiting and healthy and group.slot is not None:
+            following = waiting.popleft()
+            following.slot, group.slot = group.slot, None
+            self.start(following)
+            return
+        if waiting and not healthy:
+            handed = [d for g in waiting for d in g.deliveries]
+            waiting.clear()
+            self._hand_back(handed)
+
+    def _done(self, task: asyncio.Task[None], group: Group) -> None:
         self._tasks.pop(task, None)
         self._sending.discard(task)
-        self._running[endpoint_id] -= 1
-        if self._accepting:
-            self.start_waiting()
+        self._running[group.endpoint.id] -= 1
+        if group.slot is not None:  # not passed on: back to the fleet
+            self._free_slot(group.slot)
+            group.slot = None
         self._on_done()
         if not task.cancelled() and task.exception() is not None:
             log.error("delivery task failed", exc_info=task.exception())
@@ -105,9 +143,10 @@ class Flights:
         self._accepting = False
         drained = Drained()
         unsent = [task for task in self._tasks if task not in self._sending]
-        drained.unsent = [d for task in unsent for d in self._tasks[task]]
-        drained.unsent += [d for waiting in self._waiting.values()
-                           for _, group in waiting for d in group]
+        for task in unsent:
+            drained.unsent += self._tasks[task].deliveries
+        drained.unsent += [d for queue in self._waiting.values()
+                           for group in queue for d in group.deliveries]
         self._waiting.clear()
         for task in unsent:
             task.cancel()
@@ -116,7 +155,7 @@ class Flights:
             log.info("waiting up to %.0fs for %d requests in flight", grace, len(sending))
             _, late = await asyncio.wait(sending, timeout=grace)
             for task in late:
-                drained.cut_off += self._tasks[task]
+                drained.cut_off += self._tasks[task].deliveries
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
         await asyncio.gather(*unsent, return_exceptions=True)

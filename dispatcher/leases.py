@@ -1,30 +1,40 @@
-"""The claims this dispatcher holds, and how long their leases run.
+"""The claims and request slots this dispatcher holds, and how long their leases run.
 
 A delivery is held from its claim until its result is written (or it is
 handed back): while its request runs, and while its result waits for the
-database. Maintenance extends the leases of everything held, so a slow
-endpoint or a database outage never lets another dispatcher take over a
-delivery this one still works on.
+database. A request slot (``--max-in-flight``, shared by the fleet) is held
+from the claim that granted it until the request that used it ends and no
+waiting request takes it over. Maintenance extends the leases of everything
+held, so a slow endpoint or a database outage never lets another dispatcher
+take over what this one still works on; a dispatcher that dies stops
+extending, and both come back to the fleet when their leases run out.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterable
 
-from dispatcher.policy.model import Delivery
+from dispatcher.policy.model import Delivery, Slot
 
 LEASE_MARGIN = 15.0
 """Seconds a lease outlasts the longest endpoint timeout, whatever --lease says."""
 
 
+def slots_json(slots: Iterable[Slot]) -> str:
+    """Slots as the queries take them: a JSON array of [endpoint_id, slot, token]."""
+    return json.dumps([[s.endpoint_id, s.slot, str(s.token)] for s in slots])
+
+
 class Leases:
-    """Held deliveries (id -> lease token) and the lease length to claim and extend with."""
+    """Held deliveries (id -> lease token) and slots, and the lease length to use."""
 
     def __init__(self, configured: float, longest_timeout: Callable[[], float]) -> None:
         self._configured = configured
         self._longest_timeout = longest_timeout
         self._held: dict[int, uuid.UUID] = {}
+        self._slots: set[Slot] = set()
 
     def seconds(self) -> float:
         """--lease, but never less than the longest endpoint timeout plus a margin."""
@@ -33,14 +43,21 @@ class Leases:
     def hold(self, delivery: Delivery) -> None:
         self._held[delivery.id] = delivery.lease_token
 
+    def hold_slot(self, slot: Slot) -> None:
+        self._slots.add(slot)
+
     def drop(self, delivery_ids: Iterable[int]) -> None:
         """Forget deliveries whose result was written or which were handed back."""
         for delivery_id in delivery_ids:
             self._held.pop(delivery_id, None)
 
-    def held(self) -> tuple[list[int], list[uuid.UUID]]:
-        """Ids and tokens of everything held now, side by side (the extend_leases query)."""
-        return list(self._held), list(self._held.values())
+    def drop_slots(self, slots: Iterable[Slot]) -> None:
+        """Forget slots given back to the fleet."""
+        self._slots.difference_update(slots)
+
+    def held(self) -> tuple[list[int], list[uuid.UUID], str]:
+        """Ids and tokens of the deliveries held, side by side, and the slots as JSON."""
+        return list(self._held), list(self._held.values()), slots_json(self._slots)
 
     def __len__(self) -> int:
         return len(self._held)

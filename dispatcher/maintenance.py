@@ -1,13 +1,24 @@
-"""Background upkeep of a running dispatcher, each on its own period.
+"""Background upkeep of a running dispatcher: its own, and the fleet's by one of them.
+
+Each dispatcher keeps up what is its own:
 
 - endpoints: reload every few seconds, and at once when an endpoint command
   notifies a change (outbox_endpoints);
-- leases: extend those of every delivery still held (in flight, or finished
-  and waiting to be recorded), well before they expire;
-- rescue: expired leases of dead or frozen dispatchers back to pending;
-- retention: purge old finished rows in small batches.
+- leases: extend those of every delivery and request slot it holds, well
+  before they expire.
 
-Each step tolerates a database outage: it is skipped and tried next period.
+The fleet's upkeep is done by one dispatcher at a time, whoever holds the
+maintainer lease (``maintainer_lease`` in dispatch.sql: a row, renewed every
+few seconds on the database clock, taken over by another dispatcher once it
+expires, so within seconds of its holder dying or freezing; a lease rather
+than a session advisory lock, which a frozen process would keep for ever):
+
+- rescue: expired leases of dead or frozen dispatchers back to pending;
+- sweep: deliveries of removed endpoints buried, orphaned parked rows unparked;
+- retention: old finished rows purged in small batches.
+
+Fifty idle sidecars then cost one sidecar's sweeps, not fifty. Each step
+tolerates a database outage: it is skipped and tried next period.
 """
 
 from __future__ import annotations
@@ -16,7 +27,9 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import psycopg
 
@@ -32,6 +45,17 @@ from outbox.retention import apurge
 log = logging.getLogger("dispatcher.maintenance")
 ENDPOINT_REFRESH = 5.0
 RETENTION_PERIOD = 60.0
+MAINTAINER_LEASE = 10.0
+"""Seconds the maintainer lease lasts; renewed every MAINTAINER_RENEW seconds."""
+MAINTAINER_RENEW = 3.0
+
+
+@dataclass(slots=True)
+class _Step:
+    period: float
+    run: Callable[[], Awaitable[None]]
+    fleet: bool  # only the maintainer runs it
+    due: float = 0.0
 
 
 class Maintenance:
@@ -43,33 +67,59 @@ class Maintenance:
         self._metrics = metrics
         self._leases = leases
         self._control = control
+        self._me = uuid.uuid4()
+        self.maintainer = False
         lease = config.lease
-        self.periods: list[tuple[float, Callable[[], Awaitable[None]]]] = [
-            (ENDPOINT_REFRESH, self.refresh_endpoints),
-            (max(0.5, lease / 3), self.extend_leases),
-            (max(0.5, min(lease / 2, 10.0)), self.rescue),
+        self._steps = [
+            _Step(ENDPOINT_REFRESH, self.refresh_endpoints, fleet=False),
+            _Step(max(0.5, lease / 3), self.extend_leases, fleet=False),
+            _Step(MAINTAINER_RENEW, self.contend, fleet=False),
+            _Step(max(0.5, min(lease / 2, 10.0)), self.rescue, fleet=True),
+            _Step(ENDPOINT_REFRESH, self.sweep, fleet=True),
         ]
         if config.retention.total_seconds() > 0:
-            self.periods.append((RETENTION_PERIOD, self.purge))
+            self._steps.append(_Step(RETENTION_PERIOD, self.purge, fleet=True))
 
     async def refresh_endpoints(self) -> None:
-        await self._db.fetch("bury_removed")
-        if await self._db.fetch("unpark_orphans"):
-            self._control.wake.set()
         rows = await self._db.fetch("load_endpoints")
         self._registry.load(rows)
         self._metrics.known_endpoints(self._registry.names())
 
     async def extend_leases(self) -> None:
-        ids, tokens = self._leases.held()
-        if ids:
+        ids, tokens, slots = self._leases.held()
+        if ids or slots != "[]":
             await self._db.fetch("extend_leases", {
-                "ids": ids, "tokens": tokens, "lease_seconds": self._leases.seconds()})
+                "ids": ids, "tokens": tokens, "slots": slots,
+                "lease_seconds": self._leases.seconds()})
+
+    async def contend(self) -> None:
+        """Take or keep the maintainer lease; the fleet's steps run only while it is held."""
+        held = bool(await self._db.fetch("maintainer_lease", {
+            "me": self._me, "seconds": MAINTAINER_LEASE}))
+        if held != self.maintainer:
+            log.info("%s the fleet's maintainer", "now" if held else "no longer")
+            if held:  # a new maintainer catches up at once
+                for step in self._steps:
+                    if step.fleet:
+                        step.due = 0.0
+        self.maintainer = held
+
+    async def resign(self) -> None:
+        """Hand the maintainer lease on at once (a graceful stop)."""
+        if self.maintainer:
+            with contextlib.suppress(DatabaseDown):
+                await self._db.fetch("maintainer_resign", {"me": self._me})
+            self.maintainer = False
 
     async def rescue(self) -> None:
         rows = await self._db.fetch("rescue_expired")
         if rows:
             log.warning("%d deliveries had expired leases and are pending again", len(rows))
+            self._control.wake.set()
+
+    async def sweep(self) -> None:
+        await self._db.fetch("bury_removed")
+        if await self._db.fetch("unpark_orphans"):
             self._control.wake.set()
 
     async def purge(self) -> None:
@@ -85,22 +135,26 @@ class Maintenance:
                      result.deliveries, result.events)
 
     async def run(self) -> None:
-        """Run each step on its period until cancelled."""
-        due = [time.monotonic() + period for period, _ in self.periods]
+        """Run each step on its period until cancelled; the fleet's only as maintainer."""
+        start = time.monotonic()
+        for step in self._steps:
+            step.due = start if step.run == self.contend else start + step.period
         while True:
             now = time.monotonic()
-            for i, (period, step) in enumerate(self.periods):
-                if now >= due[i]:
-                    due[i] = now + period
+            for step in self._steps:
+                if now >= step.due and (self.maintainer or not step.fleet):
+                    step.due = now + step.period
                     try:
-                        await step()
+                        await step.run()
                     except DatabaseDown:
-                        pass
+                        if step.run == self.contend:
+                            self.maintainer = False  # cannot tell: assume another took over
                     except psycopg.Error:
-                        log.exception("maintenance step %s failed", step.__name__)
+                        log.exception("maintenance step %s failed", step.run.__name__)
             changed = self._control.endpoints_changed
+            due = [s.due for s in self._steps if self.maintainer or not s.fleet]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), max(0.05, min(due) - time.monotonic()))
             if changed.is_set():  # reload the endpoints now, not at their next period
                 changed.clear()
-                due[0] = 0.0
+                self._steps[0].due = 0.0

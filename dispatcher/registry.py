@@ -60,7 +60,8 @@ class Registry:
         enabled: dict[int, bool] = {}
         broken: dict[int, str] = {}
         for (ep_id, name, url, secret, previous, max_attempts, timeout, min_backoff,
-             max_backoff, max_in_flight, rate_limit, max_batch, fmt, headers, is_on) in rows:
+             max_backoff, max_in_flight, rate_limit, max_batch, fmt, headers, is_on,
+             breaker_failures) in rows:
             try:
                 keys = _keys(name, secret, previous, self._environ, now)
             except (ValueError, KeyError) as exc:
@@ -75,7 +76,7 @@ class Registry:
                 max_backoff=float(max_backoff), max_in_flight=max_in_flight,
                 rate_limit=float(rate_limit) if rate_limit is not None else None,
                 max_batch=max_batch, format=cast(Format, fmt),
-                headers=json.loads(headers or "{}"))
+                headers=json.loads(headers or "{}"), breaker_failures=breaker_failures)
             enabled[ep_id] = bool(is_on)
         self.by_id, self._enabled, self._broken = by_id, enabled, broken
 
@@ -85,6 +86,11 @@ class Registry:
 
     def names(self) -> list[str]:
         return [ep.name for ep in self.by_id.values()]
+
+    def describe(self, endpoint_id: int) -> str:
+        """The endpoint's name, for logs (its id when it is no longer loaded)."""
+        endpoint = self.by_id.get(endpoint_id)
+        return endpoint.name if endpoint is not None else f"#{endpoint_id}"
 
     def longest_timeout(self) -> float:
         """The longest request timeout of any live endpoint (leases must outlast it)."""

@@ -45,6 +45,8 @@ class EndpointStatus:
     dead: int
     oldest_pending_seconds: float
     """Age of the oldest pending delivery (by its created_at, database clock); 0 when none."""
+    circuit: str
+    """The circuit breaker, shared by the fleet: closed, open or half-open."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,8 @@ def status(conn: psycopg.Connection[Any]) -> Status:
     endpoints = [
         EndpointStatus(name=name, enabled=enabled, pending=pending, in_flight=in_flight,
                        delivered=delivered, dead=dead,
-                       oldest_pending_seconds=round(float(oldest), 3))
-        for (_, name, enabled, pending, in_flight, delivered, dead, oldest) in rows
+                       oldest_pending_seconds=round(float(oldest), 3), circuit=circuit)
+        for (_, name, enabled, pending, in_flight, delivered, dead, oldest, circuit) in rows
         if name is not None
     ]
     return Status(endpoints=endpoints, unrouted=int(rows[0][0]) if rows else 0)

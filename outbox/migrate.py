@@ -1,8 +1,9 @@
 """Apply the packaged schema and its numbered upgrade steps, recording the version.
 
-``schema.sql`` is idempotent (version 1); every later change is a file
-``sql/migrations/NNNN_name.sql`` applied once, in order, in one transaction
-with its version row. A transaction-scoped advisory lock serialises
+``schema.sql`` is idempotent and brings any earlier version up to its own
+(it adds what is missing); a change it cannot express that way (moving data,
+say) is a file ``sql/migrations/NNNN_name.sql`` applied once, in order, in
+one transaction with its version row. A transaction-scoped advisory lock serialises
 concurrent migrators (two pods starting at once).
 """
 
@@ -12,9 +13,9 @@ from typing import Any
 
 import psycopg
 
-from outbox.sql import migrations, queries, schema_text
+from outbox.sql import migrations, queries, schema_file_version, schema_text
 
-SCHEMA_VERSION = 1 + len(migrations())
+SCHEMA_VERSION = max([schema_file_version(), *(version for version, _ in migrations())])
 """The version this package's schema ends at."""
 
 
@@ -29,7 +30,7 @@ def migrate(conn: psycopg.Connection[Any]) -> tuple[int, int]:
         before = _current_version(conn)
         conn.execute(schema_text().encode())
         for version, sql in migrations():
-            if version > max(before, 1):
+            if version > max(before, schema_file_version()):
                 conn.execute(sql.encode())
                 conn.execute(queries["record_version"], {"version": version})
         after = _current_version(conn)

@@ -5,8 +5,9 @@ out once here and nowhere else. Two kinds of numbers:
 
 - Events the delivery loop reports as they happen (attempts, deliveries,
   failures, dead letters): counters and histograms, updated in memory.
-- The backlog (``outbox_pending``, ``outbox_oldest_pending_seconds``): a
-  property of the database, not of this process. A custom collector reports
+- The backlog (``outbox_pending``, ``outbox_oldest_pending_seconds``) and the
+  circuits (``outbox_circuit_open``): properties of the database, shared by
+  the whole fleet, not of this process. A custom collector reports
   it from a snapshot that :meth:`Metrics.refresh_backlog` takes with one cheap
   query just before each scrape, so the dispatch loop never pays for it. A
   snapshot older than ``stale_after`` is no longer reported: a frozen number
@@ -57,6 +58,7 @@ class BacklogRow:
     endpoint: str
     pending: int
     oldest_seconds: float
+    circuit: str = "closed"  # closed, open or half-open
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +106,15 @@ class _Backlog:
             "outbox_oldest_pending_seconds",
             "Age of the oldest waiting delivery per endpoint, on the database clock; 0 if none.",
             labels=["endpoint"])
+        circuit = GaugeMetricFamily(
+            "outbox_circuit_open",
+            "1 while the endpoint's circuit is open or half-open (the fleet sends nothing but "
+            "one probe per cool-down), else 0.", labels=["endpoint"])
         for row in rows:
             pending.add_metric([row.endpoint], float(row.pending))
             oldest.add_metric([row.endpoint], row.oldest_seconds)
-        return [pending, oldest]
+            circuit.add_metric([row.endpoint], 0.0 if row.circuit == "closed" else 1.0)
+        return [pending, oldest, circuit]
 
 
 class Metrics:
@@ -184,8 +191,8 @@ class Metrics:
         async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(queries["backlog"])
             rows = await cur.fetchall()
-        self.record_backlog(BacklogRow(str(name), int(pending), float(oldest))
-                            for name, pending, oldest in rows)
+        self.record_backlog(BacklogRow(str(name), int(pending), float(oldest), str(circuit))
+                            for name, pending, oldest, circuit in rows)
 
     def record_backlog(self, rows: Iterable[BacklogRow]) -> None:
         """Keep a backlog measurement for the next scrapes (until it grows stale)."""

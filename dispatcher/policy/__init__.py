@@ -4,7 +4,7 @@
 - ``signing``: the wire format, Standard Webhooks and CloudEvents, and signatures;
 - ``outcome``: what an attempt means for each delivery (delivered, retry, dead);
 - ``backoff``: when the next attempt is due;
-- ``quota``, ``ratelimit``: how many deliveries each endpoint may claim now.
+- ``quota``: what one claim asks each endpoint for (the fleet's limits decide in SQL).
 
 Every clock reading and random draw is passed in, so each rule is unit-tested
 without sleeping.

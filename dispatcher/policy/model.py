@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Literal
 
 from outbox._shared.endpoint_defaults import (
+    DEFAULT_BREAKER_FAILURES,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_BACKOFF,
     DEFAULT_MAX_BATCH,
@@ -25,6 +26,8 @@ from outbox._shared.endpoint_defaults import (
 Format = Literal["standard-webhooks", "cloudevents"]
 FailureReason = Literal["timeout", "connect", "http_4xx", "http_5xx", "other"]
 ErrorKind = Literal["timeout", "connect", "blocked", "other"]
+CircuitVerdict = Literal["answered", "failed"]
+"""What an attempt tells the circuit breaker: the endpoint answered, or failed retryably."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,7 @@ class Endpoint:
     max_batch: int = DEFAULT_MAX_BATCH
     format: Format = "standard-webhooks"
     headers: Mapping[str, str] = field(default_factory=dict)
+    breaker_failures: int = DEFAULT_BREAKER_FAILURES  # 0: no circuit breaker
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,16 @@ class Delivery:
     event: EventData
     attempts: int  # including the attempt about to be made
     lease_token: uuid.UUID
+    probe: bool = False  # sent as the probe of a circuit that was open
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A request slot of an endpoint (``--max-in-flight``), leased to this dispatcher."""
+
+    endpoint_id: int
+    slot: int
+    token: uuid.UUID
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +103,9 @@ class Record:
 
     delivery_id: int
     lease_token: uuid.UUID
-    state: Literal["delivered", "pending", "dead"]  # pending: to be retried
+    # pending: to be retried after delay; released: handed back, never sent
+    state: Literal["delivered", "pending", "dead", "released"]
     delay: float = 0.0  # seconds until the retry, for "pending"
     error: str | None = None
     status: int | None = None
+    refund: bool = False  # the attempt the claim charged is taken back

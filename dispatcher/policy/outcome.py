@@ -39,6 +39,7 @@ from typing import Final, Literal
 from dispatcher.policy.backoff import next_attempt_delay, parse_retry_after
 from dispatcher.policy.model import (
     AttemptResult,
+    CircuitVerdict,
     Delivery,
     Endpoint,
     ErrorKind,
@@ -132,6 +133,21 @@ def _status_error(result: AttemptResult, status: int) -> str:
     return text
 
 
+def circuit_verdict(result: AttemptResult) -> CircuitVerdict | None:
+    """What the attempt says of the endpoint: a retryable failure, or an answer.
+
+    Any HTTP answer that is not a retryable failure (2xx, a permanent 4xx, a
+    redirect) shows the endpoint up. An address refused before connecting
+    says nothing about it.
+    """
+    if result.status is not None:
+        verdict, _ = _status_rule(result.status)
+        return "failed" if verdict == "retry" else "answered"
+    if result.error_kind is None or ERROR_RULES[result.error_kind][0] == "retry":
+        return "failed"
+    return None
+
+
 def classify(result: AttemptResult, attempts: int, max_attempts: int, now: datetime) -> Outcome:
     """The outcome of an attempt, the ``attempts``-th of at most ``max_attempts``.
 
@@ -169,8 +185,15 @@ class Decision:
 
 def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: datetime,
            rand: Callable[[], float]) -> Decision:
-    """The record to write for one delivery after an attempt; ``rand`` draws the jitter."""
-    outcome = classify(result, delivery.attempts, endpoint.max_attempts, now)
+    """The record to write for one delivery after an attempt; ``rand`` draws the jitter.
+
+    A circuit's probe that fails retryably is not charged: the circuit was
+    open because the endpoint is down, not because of this delivery, so the
+    probe is retried (after its backoff, so the next probe may be another
+    delivery) with its attempts as they were, and never dead-lettered for it.
+    """
+    limit = delivery.attempts + 1 if delivery.probe else endpoint.max_attempts
+    outcome = classify(result, delivery.attempts, limit, now)
     if outcome.action == "delivered":
         return Decision(Record(delivery.id, delivery.lease_token, "delivered",
                                status=outcome.last_status), outcome)
@@ -179,5 +202,6 @@ def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: d
                                error=outcome.last_error, status=outcome.last_status), outcome)
     delay = next_attempt_delay(delivery.attempts, endpoint, outcome.retry_after, rand)
     return Decision(Record(delivery.id, delivery.lease_token, "pending", delay=delay,
-                           error=outcome.last_error, status=outcome.last_status),
+                           error=outcome.last_error, status=outcome.last_status,
+                           refund=delivery.probe),
                     outcome, delay)

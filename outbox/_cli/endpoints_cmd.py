@@ -30,7 +30,8 @@ from outbox.errors import InvalidEndpoint
 _MAX_OVERLAP = timedelta(days=365)
 # Options of `add` that map one to one onto EndpointSpec fields.
 _SCALAR_OPTIONS = ("url", "secret", "max_attempts", "timeout", "min_backoff", "max_backoff",
-                   "max_in_flight", "rate_limit", "max_batch", "format")
+                   "max_in_flight", "rate_limit", "max_batch", "format", "breaker_failures",
+                   "breaker_cooldown")
 
 
 def register(sub: Any) -> None:
@@ -56,6 +57,11 @@ def register(sub: Any) -> None:
                      help="default standard-webhooks")
     add.add_argument("--header", action="append", metavar="NAME:VALUE",
                      help="extra request header (repeatable)")
+    add.add_argument("--breaker-failures", metavar="N",
+                     help="consecutive retryable failures that open the circuit; 0: no "
+                     "breaker; default 10")
+    add.add_argument("--breaker-cooldown", metavar="SECONDS",
+                     help="how long the circuit stays open before one probe; default 30")
 
     listing = _command(commands, "list", _list, "show endpoints (never their secrets)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
@@ -145,6 +151,8 @@ def _as_json(e: store.StoredEndpoint) -> dict[str, Any]:
         "min_backoff": c["min_backoff_seconds"], "max_backoff": c["max_backoff_seconds"],
         "max_in_flight": c["max_in_flight"], "rate_limit": c["rate_limit"],
         "max_batch": c["max_batch"], "format": c["format"],
+        "breaker_failures": c["breaker_failures"],
+        "breaker_cooldown": c["breaker_cooldown_seconds"],
         # Header values are often credentials (Authorization): names only.
         "headers": dict.fromkeys(c["headers"], "(hidden)"),
         "enabled": e.enabled, "disabled_reason": e.disabled_reason,

@@ -14,7 +14,8 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "status", help="deliveries by state for each endpoint, and unrouted events",
         description="Per live endpoint: pending, in-flight, delivered and dead deliveries and "
-        "the age of the oldest pending one (0 when nothing is pending); then the number "
+        "the age of the oldest pending one (0 when nothing is pending), and the state of its "
+        "circuit breaker (closed, open, half-open); then the number "
         "of unrouted events (published while no endpoint subscribed to their type).")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common.add_dsn_option(parser)
@@ -31,8 +32,9 @@ def run(args: argparse.Namespace) -> int:
         })
         return common.EXIT_OK
     common.print_table(
-        ["endpoint", "state", "pending", "in flight", "delivered", "dead", "oldest pending"],
-        [(e.name, "enabled" if e.enabled else "disabled", e.pending, e.in_flight,
+        ["endpoint", "state", "circuit", "pending", "in flight", "delivered", "dead",
+         "oldest pending"],
+        [(e.name, "enabled" if e.enabled else "disabled", e.circuit, e.pending, e.in_flight,
           e.delivered, e.dead, format_age(e.oldest_pending_seconds) if e.pending else "-")
          for e in result.endpoints],
     )

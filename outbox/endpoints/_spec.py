@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from outbox._shared.endpoint_defaults import (
+    DEFAULT_BREAKER_COOLDOWN,
+    DEFAULT_BREAKER_FAILURES,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_BACKOFF,
     DEFAULT_MAX_BATCH,
@@ -47,9 +49,11 @@ MAX_BACKOFF = 86400.0
 MAX_IN_FLIGHT = 1000
 MAX_RATE_LIMIT = 100_000.0
 MAX_BATCH = 1000
+MAX_BREAKER_FAILURES = 1000
+MAX_BREAKER_COOLDOWN = 86400.0
 
-_SECONDS_OPTIONS = ("timeout", "min_backoff", "max_backoff")
-_INT_OPTIONS = ("max_attempts", "max_in_flight", "max_batch")
+_SECONDS_OPTIONS = ("timeout", "min_backoff", "max_backoff", "breaker_cooldown")
+_INT_OPTIONS = ("max_attempts", "max_in_flight", "max_batch", "breaker_failures")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,10 @@ class EndpointSpec:
     max_batch: int = DEFAULT_MAX_BATCH
     format: Format = "standard-webhooks"
     headers: Mapping[str, str] = field(default_factory=dict)
+    breaker_failures: int = DEFAULT_BREAKER_FAILURES
+    """Consecutive retryable failures that open the circuit; 0 turns the breaker off."""
+    breaker_cooldown: float = DEFAULT_BREAKER_COOLDOWN
+    """Seconds an open circuit waits before its one probe request."""
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -107,6 +115,11 @@ class EndpointSpec:
             raise InvalidEndpoint(
                 f"must be {' or '.join(FORMATS)}, not {self.format!r}", "format")
         put("headers", checks.check_headers(self.headers))
+        put("breaker_failures", checks.check_int(self.breaker_failures, "breaker_failures", 0,
+                                                 MAX_BREAKER_FAILURES))
+        put("breaker_cooldown", checks.check_number(self.breaker_cooldown, "breaker_cooldown",
+                                                    0, MAX_BREAKER_COOLDOWN,
+                                                    low_inclusive=False))
 
     @property
     def events_like(self) -> tuple[str, ...]:
@@ -122,6 +135,8 @@ class EndpointSpec:
             "min_backoff_seconds": self.min_backoff, "max_backoff_seconds": self.max_backoff,
             "max_in_flight": self.max_in_flight, "rate_limit": self.rate_limit,
             "max_batch": self.max_batch, "format": self.format, "headers": dict(self.headers),
+            "breaker_failures": self.breaker_failures,
+            "breaker_cooldown_seconds": self.breaker_cooldown,
         }
 
     @classmethod

@@ -57,7 +57,8 @@ class SyncReport:
 
 _OPTION_COLUMNS = ("name", "url", "events", "events_like", "secret", "max_attempts",
                    "timeout_seconds", "min_backoff_seconds", "max_backoff_seconds",
-                   "max_in_flight", "rate_limit", "max_batch", "format", "headers")
+                   "max_in_flight", "rate_limit", "max_batch", "format", "headers",
+                   "breaker_failures", "breaker_cooldown_seconds")
 
 
 def _lock(conn: Conn) -> None:

@@ -39,7 +39,8 @@ _OPTION_OF_COLUMN = {
     "max_attempts": "max_attempts", "timeout_seconds": "timeout",
     "min_backoff_seconds": "min_backoff", "max_backoff_seconds": "max_backoff",
     "max_in_flight": "max_in_flight", "rate_limit": "rate_limit", "max_batch": "max_batch",
-    "format": "format", "headers": "headers",
+    "format": "format", "headers": "headers", "breaker_failures": "breaker_failures",
+    "breaker_cooldown_seconds": "breaker_cooldown",
 }
 
 

@@ -54,6 +54,8 @@ QueryName = Literal[
     "extend_leases",
     "listen",
     "load_endpoints",
+    "maintainer_lease",
+    "maintainer_resign",
     "migrate_lock",
     "park_blocked",
     "ping",
@@ -63,7 +65,6 @@ QueryName = Literal[
     "purge_events_lock",
     "purge_start",
     "record_version",
-    "release",
     "rescue_expired",
     "schema_exists",
     "schema_version",
@@ -109,8 +110,16 @@ def schema_text() -> str:
     return resources.files(__package__).joinpath("schema.sql").read_text("utf-8")
 
 
+def schema_file_version() -> int:
+    """The version schema.sql brings a database to (its first line says it)."""
+    match = re.match(r"-- outbox-dispatcher schema, version (\d+)\.", schema_text())
+    if match is None:
+        raise RuntimeError("schema.sql does not start with its version line")
+    return int(match.group(1))
+
+
 def migrations() -> list[tuple[int, str]]:
-    """Numbered upgrade steps after version 1, as (version, sql), in order."""
+    """Numbered upgrade steps beyond what schema.sql does, as (version, sql), in order."""
     steps: list[tuple[int, str]] = []
     folder = resources.files(__package__).joinpath("migrations")
     for entry in folder.iterdir():
@@ -122,4 +131,4 @@ def migrations() -> list[tuple[int, str]]:
 
 queries: dict[QueryName, LiteralString] = _load()
 
-__all__ = ["QueryName", "migrations", "queries", "schema_text"]
+__all__ = ["QueryName", "migrations", "queries", "schema_file_version", "schema_text"]

@@ -68,7 +68,7 @@ def test_status_table_and_json(dsn: str, scene: dict[str, uuid.UUID]) -> None:
     """status prints a table, and --json the contract's shape with the right counts."""
     table = outbox(dsn, "status")
     assert table.returncode == 0, table.stderr
-    assert table.stdout.splitlines()[0].split()[:3] == ["ENDPOINT", "STATE", "PENDING"]
+    assert table.stdout.splitlines()[0].split()[:4] == ["ENDPOINT", "STATE", "CIRCUIT", "PENDING"]
     assert "unrouted events: 1" in table.stdout
 
     result = outbox(dsn, "status", "--json")
@@ -82,6 +82,7 @@ def test_status_table_and_json(dsn: str, scene: dict[str, uuid.UUID]) -> None:
     assert (mail["pending"], mail["in_flight"], mail["delivered"], mail["dead"]) == (1, 0, 1, 1)
     assert mail["oldest_pending_seconds"] >= 0
     assert mail["enabled"] is True
+    assert mail["circuit"] == "closed"
     assert by_name["orders"]["oldest_pending_seconds"] == 0
 
 

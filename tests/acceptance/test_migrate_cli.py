@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psycopg
 
+from outbox.migrate import SCHEMA_VERSION
 from tests.support.cli import run_outbox
 
 
@@ -24,7 +25,7 @@ def test_migrate_twice_exits_zero(empty_dsn: str) -> None:
     assert "Traceback" not in first.stderr + second.stderr
     with psycopg.connect(empty_dsn) as conn:
         row = conn.execute("SELECT max(version) FROM outbox.schema_version").fetchone()
-    assert row == (1,)
+    assert row == (SCHEMA_VERSION,)
 
 
 def test_migrate_unreachable_database_exits_one(tmp_path: Path) -> None:

@@ -113,26 +113,53 @@ def test_rate_limit_spreads_requests_over_time(
     assert busiest <= 12, f"{busiest} requests within one second at a limit of 10/s"
 
 
-def test_disabled_endpoint_receives_nothing_until_enabled(
+def test_disable_is_a_pause_that_keeps_what_is_published_meanwhile(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
-    """A disabled endpoint's deliveries wait while others flow, and go out once it is enabled."""
+    """Disabled: nothing is sent, events published meanwhile wait for it; enabled: all arrive."""
     add_endpoint(conn, "control", receiver.url + "control")
     add_endpoint(conn, "paused", receiver.url + "paused")
-    waiting = publish(conn, "order.created", {"n": 1})  # fanned out to both
+    before = publish(conn, "order.created", {"n": 1})  # fanned out to both
     set_enabled(conn, "paused", False)
     with Dispatcher(dsn) as dispatcher:
-        wait_for_state(conn, waiting, "delivered", endpoint="control", dispatcher=dispatcher)
-        later = publish(conn, "order.created", {"n": 2})  # only the enabled endpoint subscribes
-        wait_for_state(conn, later, "delivered", dispatcher=dispatcher)
-        assert delivery(conn, waiting, "paused")["state"] == "pending"
+        wait_for_state(conn, before, "delivered", endpoint="control", dispatcher=dispatcher)
+        during = publish(conn, "order.created", {"n": 2})  # kept for the paused endpoint too
+        wait_for_state(conn, during, "delivered", endpoint="control", dispatcher=dispatcher)
+        assert delivery(conn, before, "paused")["state"] == "pending"
+        assert delivery(conn, during, "paused")["state"] == "pending"
+        status = json.loads(outbox_cli(dsn, "status", "--json").stdout)
+        paused = next(e for e in status["endpoints"] if e["name"] == "paused")
+        assert (paused["pending"], paused["enabled"]) == (2, False)
         assert all(r.path == "/control" for r in receiver.snapshot())
 
-        set_enabled(conn, "paused", True)  # the dispatcher reloads endpoints every 5 s
-        receiver.wait_for(3, timeout=20)
+        assert outbox_cli(dsn, "endpoints", "enable", "paused").returncode == 0
+        receiver.wait_for(4, timeout=20)
         assert dispatcher.stop() == 0
-    assert delivery(conn, waiting, "paused")["state"] == "delivered"
-    paused = [r for r in receiver.snapshot() if r.path == "/paused"]
-    assert [r.header("webhook-id") for r in paused] == [str(waiting)]
+    arrived = [r.header("webhook-id") for r in receiver.snapshot() if r.path == "/paused"]
+    assert sorted(arrived) == sorted([str(before), str(during)])
+
+
+def test_410_gone_pauses_the_endpoint_and_enable_resumes_it(
+        conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
+    """410 disables the endpoint; what is published after waits, and arrives after enable."""
+    gone = True
+
+    def respond(_: Request) -> Response:
+        return Response(410 if gone else 200)
+
+    receiver.responder = respond
+    add_endpoint(conn, "moving", receiver.url)
+    first = publish(conn, "order.created", {"n": 1})
+    with Dispatcher(dsn) as dispatcher:
+        wait_for_state(conn, first, "dead", dispatcher=dispatcher)
+        row = conn.execute("SELECT enabled FROM outbox.endpoints WHERE name = 'moving'").fetchone()
+        conn.commit()
+        assert row == (False,)
+        later = publish(conn, "order.created", {"n": 2})
+        assert delivery(conn, later)["state"] == "pending"
+        gone = False
+        assert outbox_cli(dsn, "endpoints", "enable", "moving").returncode == 0
+        wait_for_state(conn, later, "delivered", dispatcher=dispatcher)
+    assert [r.header("webhook-id") for r in receiver.snapshot()] == [str(first), str(later)]
 
 
 def test_unrouted_event_is_delivered_only_after_replay(

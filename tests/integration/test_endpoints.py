@@ -104,14 +104,14 @@ def test_publish_routes_as_the_glob_says(conn: Conn, pattern: str, matches: list
 
 
 def test_disable_and_enable(conn: Conn) -> None:
-    """Disabling records a reason and stops routing; enabling clears the reason."""
+    """Disabling records a reason and pauses (new events still wait for it); enabling clears it."""
     endpoint_id = add(conn, "hooks")
     store.set_enabled(conn, "hooks", enabled=False, reason="by hand")
     conn.commit()
     assert (row(conn, "hooks")["enabled"], row(conn, "hooks")["disabled_reason"]) == \
         (False, "by hand")
     publish(conn, "mail.received")
-    assert states(conn, endpoint_id) == []
+    assert states(conn, endpoint_id) == [("pending", None)]
     store.set_enabled(conn, "hooks", enabled=True)
     conn.commit()
     assert (row(conn, "hooks")["enabled"], row(conn, "hooks")["disabled_reason"]) == (True, None)

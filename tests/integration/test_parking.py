@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -10,9 +9,9 @@ import psycopg
 
 import outbox
 from outbox.sql import queries
+from tests.support.claiming import claim, finish
 
 Conn = psycopg.Connection[Any]
-CLAIM = {"endpoint_ids": [1], "limits": [100], "lease_seconds": 30}
 
 
 def _setup(conn: Conn, keyed: int) -> list[uuid.UUID]:
@@ -29,15 +28,11 @@ def _parked(conn: Conn) -> int:
 
 
 def _claim(conn: Conn) -> list[tuple[Any, ...]]:
-    rows = conn.execute(queries["claim"], CLAIM).fetchall()
-    conn.commit()
-    return rows
+    return claim(conn, [1])
 
 
 def _finish(conn: Conn, row: tuple[Any, ...], state: str = "delivered") -> None:
-    results = json.dumps([[row[0], str(row[3]), state, 0.0, None, 200]])
-    conn.execute(queries["complete"], {"results": results})
-    conn.commit()
+    finish(conn, row, state)
 
 
 def test_blocked_rows_are_parked_and_unparked_one_by_one_in_order(conn: Conn) -> None:

@@ -34,14 +34,14 @@ def test_rollback_leaves_nothing(conn: psycopg.Connection[Any], dsn: str) -> Non
     assert delivery_count(dsn) == 0
 
 
-def test_commit_fans_out_to_subscribed_enabled_endpoints(
+def test_commit_fans_out_to_subscribed_live_endpoints(
         conn: psycopg.Connection[Any], dsn: str) -> None:
-    """Committed: one pending delivery per enabled, live, subscribed endpoint, none for others."""
+    """Committed: one pending delivery per live subscribed endpoint (disabled ones too)."""
     mail = add_endpoint(conn, "mail", ["mail.%"])
     everything = add_endpoint(conn, "everything", ["%"])
     twice = add_endpoint(conn, "twice", ["mail.%", "mail.received"])
     add_endpoint(conn, "orders", ["order.%"])
-    add_endpoint(conn, "disabled", ["mail.%"], enabled=False)
+    disabled = add_endpoint(conn, "disabled", ["mail.%"], enabled=False)
     add_endpoint(conn, "removed", ["mail.%"], removed=True)
 
     event_id = outbox.publish(conn, "mail.received", {"message_id": 42}, key="thread-7")
@@ -54,7 +54,7 @@ def test_commit_fans_out_to_subscribed_enabled_endpoints(
                           "JOIN outbox.events e ON e.id = d.event_id WHERE e.id = %s "
                           "ORDER BY d.endpoint_id", (event_id,))
     assert rows == [(endpoint, "pending", 0, "thread-7", True, False)
-                    for endpoint in sorted([mail, everything, twice])]
+                    for endpoint in sorted([mail, everything, twice, disabled])]
 
 
 def test_type_without_subscriber_is_stored_unrouted(
@@ -68,16 +68,21 @@ def test_type_without_subscriber_is_stored_unrouted(
     assert delivery_count(dsn) == 0
 
 
-def test_only_disabled_or_removed_subscribers_means_unrouted(
+def test_only_removed_subscribers_means_unrouted(
         conn: psycopg.Connection[Any], dsn: str) -> None:
-    """Subscribers disabled or removed at publish time get nothing: the event is unrouted."""
-    add_endpoint(conn, "paused", ["mail.%"], enabled=False)
+    """A removed subscriber gets nothing: the event is unrouted; a disabled one keeps it."""
     add_endpoint(conn, "gone", ["mail.%"], removed=True)
     event_id = outbox.publish(conn, "mail.received", {})
     conn.commit()
     assert committed(dsn, "SELECT unrouted FROM outbox.events WHERE id = %s",
                      (event_id,)) == [(True,)]
     assert delivery_count(dsn) == 0
+    add_endpoint(conn, "paused", ["mail.%"], enabled=False)
+    kept = outbox.publish(conn, "mail.received", {})
+    conn.commit()
+    assert committed(dsn, "SELECT unrouted FROM outbox.events WHERE id = %s",
+                     (kept,)) == [(False,)]
+    assert delivery_count(dsn) == 1
 
 
 def test_event_keeps_what_the_producer_gave(conn: psycopg.Connection[Any], dsn: str) -> None:

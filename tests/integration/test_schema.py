@@ -19,6 +19,11 @@ from tests.support.publishing import add_endpoint, committed
 ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
 
 
+V1_SCHEMA = Path(__file__).parents[1] / "fixtures" / "schema_v1.sql"
+TABLES = ["deliveries", "endpoint_slots", "endpoint_state", "endpoints", "events",
+          "maintainer", "schema_version"]
+
+
 def _tables(dsn: str) -> list[str]:
     return [r[0] for r in committed(
         dsn, "SELECT tablename FROM pg_tables WHERE schemaname = 'outbox' ORDER BY 1")]
@@ -35,7 +40,7 @@ def test_migrate_twice_on_a_new_database(empty_dsn: str) -> None:
     with psycopg.connect(empty_dsn) as conn:
         assert migrate(conn) == (0, SCHEMA_VERSION)
         assert migrate(conn) == (SCHEMA_VERSION, SCHEMA_VERSION)
-    assert _tables(empty_dsn) == ["deliveries", "endpoints", "events", "schema_version"]
+    assert _tables(empty_dsn) == TABLES
 
 
 def test_migrate_again_keeps_the_data(conn: psycopg.Connection[Any], dsn: str) -> None:
@@ -60,8 +65,8 @@ def test_schema_file_applied_twice_statement_by_statement(empty_dsn: str) -> Non
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         for _ in range(2):
             conn.execute(text.encode())  # no parameters: the simple query protocol
-    assert _tables(empty_dsn) == ["deliveries", "endpoints", "events", "schema_version"]
-    assert committed(empty_dsn, "SELECT version FROM outbox.schema_version") == [(1,)]
+    assert _tables(empty_dsn) == TABLES
+    assert committed(empty_dsn, "SELECT version FROM outbox.schema_version") == [(2,)]
 
 
 def _psql(cluster: Cluster) -> str | None:
@@ -75,7 +80,7 @@ def _psql(cluster: Cluster) -> str | None:
 
 
 def test_schema_file_applied_twice_with_psql(cluster: Cluster, empty_dsn: str) -> None:
-    """`psql -f schema.sql` twice succeeds, and migrate then finds version 1 in place."""
+    """`psql -f schema.sql` twice succeeds, and migrate then finds its version in place."""
     psql = _psql(cluster)
     if psql is None:
         pytest.skip("no psql that runs here")
@@ -85,7 +90,25 @@ def test_schema_file_applied_twice_with_psql(cluster: Cluster, empty_dsn: str) -
             capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode == 0, result.stderr
     with psycopg.connect(empty_dsn) as conn:
+        assert migrate(conn) == (SCHEMA_VERSION, SCHEMA_VERSION)
+
+
+def test_migrate_upgrades_a_version_1_database(empty_dsn: str) -> None:
+    """A database made by the version 1 schema, with data, is upgraded in place by migrate."""
+    with psycopg.connect(empty_dsn) as conn:
+        conn.execute(V1_SCHEMA.read_text("utf-8").encode())
+        conn.execute("INSERT INTO outbox.endpoints (name, url, max_in_flight) "
+                     "VALUES ('old', 'http://127.0.0.1/', 3)")
+        conn.commit()
         assert migrate(conn) == (1, SCHEMA_VERSION)
+        slots = conn.execute("SELECT count(*) FROM outbox.endpoint_slots").fetchone()
+        state = conn.execute("SELECT circuit, failures FROM outbox.endpoint_state").fetchall()
+        breaker = conn.execute(
+            "SELECT breaker_failures, breaker_cooldown_seconds FROM outbox.endpoints").fetchone()
+    assert slots == (3,)
+    assert state == [("closed", 0)]
+    assert breaker == (10, 30.0)
+    assert _tables(empty_dsn) == TABLES
 
 
 def test_endpoint_column_defaults_match_the_option_defaults(conn: psycopg.Connection[Any]) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import outbox
 from outbox.testing import Receiver
@@ -144,15 +145,12 @@ def add_endpoint(dsn: str, url: str, name: str = "sink", **columns: Any) -> int:
     """Insert an endpoint with fast test timings (overridable by column name); its id."""
     values: dict[str, Any] = {"timeout_seconds": 5.0, "min_backoff_seconds": 0.05,
                               "max_backoff_seconds": 0.2, "max_in_flight": 16,
-                              "max_attempts": 10, **columns}
+                              "max_attempts": 10, **columns, "name": name, "url": url}
+    query = sql.SQL("INSERT INTO outbox.endpoints ({}) VALUES ({}) RETURNING id").format(
+        sql.SQL(", ").join(map(sql.Identifier, values)),
+        sql.SQL(", ").join(map(sql.Placeholder, values)))
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "INSERT INTO outbox.endpoints (name, url, timeout_seconds, min_backoff_seconds,"
-            " max_backoff_seconds, max_in_flight, max_attempts, rate_limit, max_batch)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-            (name, url, values["timeout_seconds"], values["min_backoff_seconds"],
-             values["max_backoff_seconds"], values["max_in_flight"], values["max_attempts"],
-             values.get("rate_limit"), values.get("max_batch", 1))).fetchone()
+        row = conn.execute(query, values).fetchone()
     assert row is not None
     return int(row[0])
 

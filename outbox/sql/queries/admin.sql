@@ -11,10 +11,12 @@
 -- keeps one row (with a NULL name) when no live endpoint exists, so that the
 -- unrouted count always comes back.
 SELECT u.unrouted, ep.name, ep.enabled, ep.pending, ep.in_flight, ep.delivered, ep.dead,
-       ep.oldest_pending_seconds
+       ep.oldest_pending_seconds, ep.circuit
 FROM (SELECT count(*) AS unrouted FROM outbox.events WHERE unrouted) AS u
 LEFT JOIN LATERAL (
     SELECT e.name, e.enabled, p.pending, p.oldest_pending_seconds,
+           coalesce((SELECT s.circuit FROM outbox.endpoint_state s WHERE s.endpoint_id = e.id),
+                    'closed') AS circuit,
            (SELECT count(*) FROM outbox.deliveries d
             WHERE d.endpoint_id = e.id AND d.state = 'in_flight') AS in_flight,
            (SELECT count(*) FROM outbox.deliveries d

@@ -1,34 +1,117 @@
 -- name: claim
--- Claim due deliveries for several endpoints at once and lease them.
+-- Claim due deliveries for several endpoints at once, within the limits the
+-- whole fleet shares, and lease them. One statement, one round trip.
 --
--- * quota: how many rows each endpoint may take now (its free in-flight slots
---   times its batch size, computed by the dispatcher); endpoints disabled or
---   removed since the dispatcher last looked are dropped by the join.
--- * The LATERAL sub-select walks deliveries_pending of one endpoint, oldest
---   due first. A keyed delivery is eligible only when no earlier delivery of
---   its key (lower seq) for that endpoint is still pending or in flight: that
---   is the per-key ordering promise, enforced in the one place every
---   dispatcher goes through. Rows of the same key later in this very batch
---   see the earlier one as pending and are skipped too.
--- * FOR UPDATE SKIP LOCKED lets concurrent dispatchers take disjoint rows
---   without waiting. MATERIALIZED keeps the locking sub-select evaluated once:
---   a sub-select the planner may re-run (the `IN (SELECT ... LIMIT n)` shape)
---   can lock and claim more than n rows (PostgreSQL bug #15715).
+-- Inputs, per endpoint (parallel arrays): requests, the request slots this
+-- dispatcher could start now; held, its requests running beyond those
+-- waiting for a slot (each may take one waiting group when it ends); prefetch,
+-- how many groups it may keep waiting in memory; rows, a cap on rows. Then
+-- the lease length, and horizon: how far ahead a rate-limited endpoint's
+-- turns may be taken (those requests wait their turn before sending).
+--
+-- * wanted drops endpoints disabled or removed since the dispatcher looked,
+--   and reads each endpoint's shared state as of this statement's snapshot.
+-- * gated locks the state row (FOR NO KEY UPDATE SKIP LOCKED: another
+--   claimer holding it is working on it right now, so skip it) of endpoints
+--   whose row this claim must change: a rate limit's turns, or the one probe
+--   of a circuit whose cool-down is over. Locked, the row is its latest
+--   version, so two dispatchers never take the same turn or send two probes.
+-- * allowance: how many requests each endpoint may start. A closed circuit
+--   allows what was asked (rate-limited: the turns due within the horizon);
+--   a circuit due a probe allows one, marked as the probe; an open circuit
+--   in its cool-down, or one whose probe is out, allows none.
+-- * slots takes that many free slots (expired leases count as free) with
+--   FOR UPDATE SKIP LOCKED, so --max-in-flight holds for the fleet.
+-- * locked takes the deliveries: per endpoint, the oldest due first, enough
+--   for the slots granted plus the groups it may prefetch (which wait for a
+--   running request's slot in the dispatcher, holding none of their own). A
+--   keyed delivery is eligible only when no earlier delivery of its key (lower
+--   seq) for that endpoint is still pending or in flight: the per-key order,
+--   enforced in the one place every dispatcher goes through. Rows of one key
+--   later in this very batch see the earlier one as pending and are skipped.
+--   MATERIALIZED keeps the locking sub-selects evaluated once: a sub-select
+--   the planner may re-run (the `IN (SELECT ... LIMIT n)` shape) can lock and
+--   claim more than n rows (PostgreSQL bug #15715).
+-- * grouped numbers the requests: grp = row number / max_batch. Groups below
+--   the slots granted start now, with the slot of the same rank; the others
+--   wait. Slots beyond the groups found are left as they were (free).
+-- * The UPDATEs lease the deliveries (a token per row, every later write is
+--   guarded by it), lease the slots used, move a rate limit's next turn past
+--   the turns used, and put a probed circuit in half-open. (A data-modifying
+--   CTE runs to completion whether or not the query reads it.)
 -- * Runs in autocommit at READ COMMITTED: under REPEATABLE READ a row updated
 --   concurrently would abort the claim with 40001 instead of being skipped.
--- * Each row gets its own lease token; every later write is guarded by it.
-WITH quota AS (
-    SELECT q.endpoint_id, q.n
-    FROM unnest(%(endpoint_ids)s::bigint[], %(limits)s::int[]) AS q(endpoint_id, n)
-    JOIN outbox.endpoints e ON e.id = q.endpoint_id AND e.enabled AND e.removed_at IS NULL
+WITH wanted AS (
+    SELECT w.endpoint_id, w.requests, w.held, w.prefetch, w.rows, e.max_batch,
+           e.rate_limit, e.breaker_cooldown_seconds AS cooldown, s.circuit,
+           s.circuit = 'closed' AND e.rate_limit IS NULL AS free_running,
+           (s.circuit = 'open' AND s.opened_at
+                + make_interval(secs => e.breaker_cooldown_seconds) <= now())
+           OR (s.circuit = 'half-open' AND s.probe_until < now()) AS probe_due
+    FROM unnest(%(endpoint_ids)s::bigint[], %(requests)s::int[], %(held)s::int[],
+                %(prefetch)s::int[], %(rows)s::int[])
+         AS w(endpoint_id, requests, held, prefetch, rows)
+    JOIN outbox.endpoints e ON e.id = w.endpoint_id AND e.enabled AND e.removed_at IS NULL
+    JOIN outbox.endpoint_state s ON s.endpoint_id = w.endpoint_id
+),
+gated AS MATERIALIZED (
+    SELECT s.endpoint_id, s.next_turn,
+           s.circuit = 'closed' AS closed,
+           (s.circuit = 'open' AND s.opened_at
+                + make_interval(secs => w.cooldown) <= now())
+           OR (s.circuit = 'half-open' AND s.probe_until < now()) AS probe_due
+    FROM outbox.endpoint_state s
+    JOIN wanted w ON w.endpoint_id = s.endpoint_id
+    WHERE w.rate_limit IS NOT NULL OR w.probe_due
+    FOR NO KEY UPDATE OF s SKIP LOCKED
+),
+allowance AS (
+    SELECT w.endpoint_id, w.held, w.prefetch, w.rows, w.max_batch, w.rate_limit,
+           w.free_running, g.next_turn,
+           g.probe_due AND NOT g.closed AS probe,
+           CASE
+               WHEN w.free_running THEN w.requests
+               WHEN g.endpoint_id IS NULL THEN 0  -- gated, but another claimer holds it
+               WHEN g.probe_due AND NOT g.closed THEN least(w.requests, 1)
+               WHEN NOT g.closed THEN 0
+               WHEN w.rate_limit IS NULL THEN w.requests
+               ELSE least(w.requests, greatest(0, floor(
+                   extract(epoch FROM now() - greatest(g.next_turn, now()))
+                   * w.rate_limit + %(horizon)s * w.rate_limit + 1e-9)::int + 1))
+           END AS allowed
+    FROM wanted w
+    LEFT JOIN gated g ON g.endpoint_id = w.endpoint_id
+),
+slots AS MATERIALIZED (
+    SELECT a.endpoint_id, f.slot,
+           row_number() OVER (PARTITION BY a.endpoint_id ORDER BY f.slot) - 1 AS rank
+    FROM allowance a
+    CROSS JOIN LATERAL (
+        SELECT sl.slot
+        FROM outbox.endpoint_slots sl
+        WHERE sl.endpoint_id = a.endpoint_id AND sl.expires_at < now()
+        ORDER BY sl.slot
+        LIMIT a.allowed
+        FOR UPDATE OF sl SKIP LOCKED
+    ) f
+),
+limits AS (
+    SELECT a.*, coalesce(g.granted, 0) AS granted,
+           least(a.rows, a.max_batch * (coalesce(g.granted, 0)
+               + CASE WHEN a.free_running
+                      THEN least(a.prefetch, a.held + coalesce(g.granted, 0)) ELSE 0 END))
+               AS wanted_rows
+    FROM allowance a
+    LEFT JOIN (SELECT endpoint_id, count(*)::int AS granted FROM slots GROUP BY endpoint_id) g
+           ON g.endpoint_id = a.endpoint_id
 ),
 locked AS MATERIALIZED (
-    SELECT c.id
-    FROM quota q
+    SELECT c.id, c.endpoint_id, c.next_attempt_at, c.seq
+    FROM limits l
     CROSS JOIN LATERAL (
-        SELECT d.id
+        SELECT d.id, d.endpoint_id, d.next_attempt_at, d.seq
         FROM outbox.deliveries d
-        WHERE d.endpoint_id = q.endpoint_id
+        WHERE d.endpoint_id = l.endpoint_id
           AND d.state = 'pending'
           AND d.next_attempt_at <= now()
           AND (d.key IS NULL OR NOT EXISTS (
@@ -38,9 +121,45 @@ locked AS MATERIALIZED (
                   AND p.seq < d.seq
                   AND p.state IN ('pending', 'in_flight')))
         ORDER BY d.next_attempt_at
-        LIMIT q.n
+        LIMIT l.wanted_rows
         FOR UPDATE OF d SKIP LOCKED
     ) c
+),
+grouped AS MATERIALIZED (
+    SELECT k.id, k.endpoint_id, k.seq,
+           (row_number() OVER (PARTITION BY k.endpoint_id ORDER BY k.next_attempt_at, k.seq)
+            - 1) / l.max_batch AS grp
+    FROM locked k
+    JOIN limits l ON l.endpoint_id = k.endpoint_id
+),
+used AS MATERIALIZED (
+    SELECT l.endpoint_id, l.rate_limit, l.probe, l.next_turn,
+           least(l.granted, (SELECT count(DISTINCT g.grp) FROM grouped g
+                             WHERE g.endpoint_id = l.endpoint_id))::int AS groups
+    FROM limits l
+),
+leased_slots AS (
+    UPDATE outbox.endpoint_slots sl
+    SET lease_token = gen_random_uuid(),
+        expires_at = now() + make_interval(secs => %(lease_seconds)s)
+    FROM slots s
+    JOIN used u ON u.endpoint_id = s.endpoint_id
+    WHERE sl.endpoint_id = s.endpoint_id AND sl.slot = s.slot AND s.rank < u.groups
+    RETURNING sl.endpoint_id, sl.slot, sl.lease_token
+),
+turned AS (
+    UPDATE outbox.endpoint_state st
+    SET next_turn = CASE WHEN u.rate_limit IS NULL THEN st.next_turn
+                         ELSE greatest(st.next_turn, now())
+                              + make_interval(secs => u.groups / u.rate_limit) END,
+        circuit = CASE WHEN u.probe THEN 'half-open' ELSE st.circuit END,
+        probe_until = CASE WHEN u.probe
+                           THEN now() + make_interval(secs => %(lease_seconds)s)
+                           ELSE st.probe_until END
+    FROM used u
+    WHERE st.endpoint_id = u.endpoint_id AND u.groups > 0
+      AND (u.rate_limit IS NOT NULL OR u.probe)
+    RETURNING st.endpoint_id
 ),
 claimed AS (
     UPDATE outbox.deliveries d
@@ -55,33 +174,58 @@ claimed AS (
     RETURNING d.id, d.endpoint_id, d.event_id, d.attempts, d.lease_token, d.seq
 )
 SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key,
-       e.payload::text, e.headers::text, e.created_at
+       e.payload::text, e.headers::text, e.created_at, g.grp,
+       s.slot, ls.lease_token AS slot_token,
+       CASE WHEN u.rate_limit IS NULL OR ls.slot IS NULL THEN 0.0
+            ELSE greatest(0.0, extract(epoch FROM greatest(u.next_turn, now()) - now())
+                               + g.grp / u.rate_limit)::float8 END AS send_in,
+       coalesce(u.probe, false) AS probe
 FROM claimed c
 JOIN outbox.events e ON e.id = c.event_id
-ORDER BY c.endpoint_id, c.seq;
+JOIN grouped g ON g.id = c.id
+JOIN used u ON u.endpoint_id = c.endpoint_id
+LEFT JOIN slots s ON s.endpoint_id = c.endpoint_id AND s.rank = g.grp AND g.grp < u.groups
+LEFT JOIN leased_slots ls ON ls.endpoint_id = s.endpoint_id AND ls.slot = s.slot
+ORDER BY c.endpoint_id, g.grp, c.seq;
 
 -- name: complete
 -- Record the outcomes of finished attempts, many in one statement.
 -- Guarded by lease token and state: a dispatcher whose lease expired (and
 -- whose delivery another dispatcher took over) changes nothing here, so a
 -- late result can never overwrite the new owner's. Returns the rows written.
--- The batch travels as one JSON array of arrays: one C-level json.dumps in the
--- dispatcher instead of six Python-level array adaptations.
+-- The batch travels as JSON arrays of arrays: one C-level json.dumps in the
+-- dispatcher instead of many Python-level array adaptations.
+--
+-- results: [id, token, state, delay, error, status, refund]. 'released' is a
+-- hand-back (pending again, due now, last error kept); refund takes back the
+-- attempt the claim charged (a hand-back, or a failed circuit probe).
+-- slots: [endpoint_id, slot, token] of requests that ended: free again.
+-- circuits: [endpoint_id, reset, failures] per endpoint of the batch: reset
+-- when an answer other than a retryable failure came, then the retryable
+-- failures after the last such answer. The state rows are locked in
+-- endpoint order (two dispatchers' results cannot deadlock on them) and
+-- written only when something changes, so a healthy endpoint's results never
+-- touch its row. A closed circuit opens when its consecutive failures reach
+-- --breaker-failures; a half-open one closes on the probe's answer and opens
+-- again on its failure; an open one waits for its probe.
 WITH r AS (
     SELECT (e->>0)::bigint AS id, (e->>1)::uuid AS token, e->>2 AS state,
-           (e->>3)::float8 AS delay, e->>4 AS error, (e->>5)::int AS status
+           (e->>3)::float8 AS delay, e->>4 AS error, (e->>5)::int AS status,
+           (e->>6)::boolean AS refund
     FROM json_array_elements(%(results)s::json) AS e
 ),
 finished AS (
     UPDATE outbox.deliveries d
-    SET state = r.state,
+    SET state = CASE WHEN r.state = 'released' THEN 'pending' ELSE r.state END,
+        attempts = d.attempts - CASE WHEN r.refund THEN 1 ELSE 0 END,
         lease_token = NULL,
         lease_expires_at = NULL,
         next_attempt_at = CASE WHEN r.state = 'pending'
                                THEN now() + make_interval(secs => r.delay)
+                               WHEN r.state = 'released' THEN now()
                                ELSE d.next_attempt_at END,
-        last_error = r.error,
-        last_status = r.status,
+        last_error = CASE WHEN r.state = 'released' THEN d.last_error ELSE r.error END,
+        last_status = CASE WHEN r.state = 'released' THEN d.last_status ELSE r.status END,
         finished_at = CASE WHEN r.state IN ('delivered', 'dead') THEN now() END
     FROM r
     WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight'
@@ -101,8 +245,61 @@ unparked AS (
             FROM finished f
             WHERE f.key IS NOT NULL AND f.state IN ('delivered', 'dead')))
       AND n.state = 'pending' AND n.next_attempt_at = 'infinity'
+),
+freed AS (
+    UPDATE outbox.endpoint_slots sl
+    SET lease_token = NULL, expires_at = '-infinity'
+    FROM json_array_elements(%(slots)s::json) AS f
+    WHERE sl.endpoint_id = (f->>0)::bigint AND sl.slot = (f->>1)::int
+      AND sl.lease_token = (f->>2)::uuid
+),
+reported AS (
+    SELECT (c->>0)::bigint AS endpoint_id, (c->>1)::boolean AS reset,
+           (c->>2)::int AS failures
+    FROM json_array_elements(%(circuits)s::json) AS c
+),
+changing AS MATERIALIZED (
+    -- Locked, a row is its latest version: the new values are computed from
+    -- it, never from this statement's older snapshot.
+    SELECT s.endpoint_id, s.circuit, s.failures
+    FROM outbox.endpoint_state s
+    JOIN reported r ON r.endpoint_id = s.endpoint_id
+    JOIN outbox.endpoints e ON e.id = s.endpoint_id
+    WHERE s.circuit <> 'closed'
+       OR (e.breaker_failures > 0 AND (r.failures > 0 OR s.failures <> 0))
+    ORDER BY s.endpoint_id
+    FOR NO KEY UPDATE OF s
+),
+judged AS (
+    SELECT c.endpoint_id, c.circuit AS was, n.failures,
+           CASE
+               WHEN e.breaker_failures = 0 THEN 'closed'
+               WHEN c.circuit = 'half-open' AND r.failures > 0 THEN 'open'
+               WHEN c.circuit = 'half-open' AND r.reset THEN 'closed'
+               WHEN c.circuit = 'closed' AND n.failures >= e.breaker_failures THEN 'open'
+               ELSE c.circuit
+           END AS circuit
+    FROM changing c
+    JOIN reported r ON r.endpoint_id = c.endpoint_id
+    JOIN outbox.endpoints e ON e.id = c.endpoint_id
+    CROSS JOIN LATERAL (SELECT CASE WHEN r.reset THEN r.failures
+                                    ELSE c.failures + r.failures END AS failures) n
+),
+circuits AS (
+    UPDATE outbox.endpoint_state s
+    SET failures = j.failures,
+        circuit = j.circuit,
+        opened_at = CASE WHEN j.circuit = 'open' AND j.was <> 'open' THEN now()
+                         ELSE s.opened_at END,
+        probe_until = CASE WHEN j.circuit = 'half-open' THEN s.probe_until END
+    FROM judged j
+    WHERE s.endpoint_id = j.endpoint_id
+    RETURNING s.endpoint_id, j.was, s.circuit
 )
-SELECT id FROM finished;
+-- The deliveries written, then the circuits that changed (id, before, after).
+SELECT id, NULL::text, NULL::text FROM finished
+UNION ALL
+SELECT endpoint_id, was, circuit FROM circuits WHERE was <> circuit;
 
 -- name: park_blocked
 -- Keyed deliveries waiting behind an earlier event of their key cost every
@@ -177,19 +374,19 @@ UPDATE outbox.deliveries d
 SET next_attempt_at = now()
 WHERE d.id = ANY (ARRAY(SELECT id FROM heads))
   AND d.state = 'pending' AND d.next_attempt_at = 'infinity'
-RETURNING d.id;
-
--- name: release
--- Hand claims back without charging the attempt (shutdown before sending).
-UPDATE outbox.deliveries d
-SET state = 'pending', attempts = greatest(d.attempts - 1, 0),
-    lease_token = NULL, lease_expires_at = NULL, next_attempt_at = now()
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
-WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight';
+RETURNING d.id, pg_notify('outbox_wakeup', '');
 
 -- name: extend_leases
--- Keep the leases of deliveries still being worked on. Only lease_expires_at
--- changes and no index covers it, so this is a HOT update.
+-- Keep the leases of deliveries still being worked on, and of the request
+-- slots still held. Only the expiry changes and no index covers it, so both
+-- are HOT updates.
+WITH slots AS (
+    UPDATE outbox.endpoint_slots sl
+    SET expires_at = now() + make_interval(secs => %(lease_seconds)s)
+    FROM json_array_elements(%(slots)s::json) AS f
+    WHERE sl.endpoint_id = (f->>0)::bigint AND sl.slot = (f->>1)::int
+      AND sl.lease_token = (f->>2)::uuid
+)
 UPDATE outbox.deliveries d
 SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
@@ -199,11 +396,31 @@ WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight';
 -- Deliveries whose lease ran out (their dispatcher died or froze) go back to
 -- pending. The guard is state plus expiry, in one statement, so a delivery
 -- that was completed or re-leased meanwhile is never touched. The attempt
--- stays charged: it may have reached the endpoint.
-UPDATE outbox.deliveries
-SET state = 'pending', lease_token = NULL, lease_expires_at = NULL, next_attempt_at = now()
-WHERE state = 'in_flight' AND lease_expires_at < now()
-RETURNING id;
+-- stays charged: it may have reached the endpoint. Every dispatcher is woken
+-- (at commit): the maintainer that ran this is only one of them.
+WITH rescued AS (
+    UPDATE outbox.deliveries
+    SET state = 'pending', lease_token = NULL, lease_expires_at = NULL, next_attempt_at = now()
+    WHERE state = 'in_flight' AND lease_expires_at < now()
+    RETURNING id
+)
+SELECT id, (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM rescued))
+FROM rescued;
+
+-- name: maintainer_lease
+-- Take the fleet's maintenance lease when it is free or expired, or keep it
+-- when we hold it; a row comes back only to the holder. Two dispatchers
+-- racing for an expired lease: the second waits for the first's row lock,
+-- then finds the lease taken (READ COMMITTED re-checks the WHERE) and gets
+-- nothing. Times are the database's, never a dispatcher's clock.
+UPDATE outbox.maintainer
+SET holder = %(me)s, expires_at = now() + make_interval(secs => %(seconds)s)
+WHERE holder = %(me)s OR expires_at < now()
+RETURNING holder;
+
+-- name: maintainer_resign
+-- A dispatcher stopping hands the lease on at once instead of letting it expire.
+UPDATE outbox.maintainer SET expires_at = '-infinity' WHERE holder = %(me)s;
 
 -- name: bury_removed
 -- A publish that was already under way when its endpoint was removed can still
@@ -224,7 +441,7 @@ WHERE id = %(id)s AND removed_at IS NULL;
 -- name: load_endpoints
 SELECT id, name, url, secret, previous_secrets::text, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
-       format, headers::text, enabled
+       format, headers::text, enabled, breaker_failures
 FROM outbox.endpoints
 WHERE removed_at IS NULL
 ORDER BY id;

@@ -11,7 +11,8 @@ SELECT pg_advisory_xact_lock(7469813520412), pg_notify('outbox_endpoints', '');
 -- name: endpoints_live
 SELECT id, name, url, events, events_like, secret, previous_secrets, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
-       format, headers, enabled, disabled_reason, created_at, updated_at
+       format, headers, breaker_failures, breaker_cooldown_seconds, enabled, disabled_reason,
+       created_at, updated_at
 FROM outbox.endpoints
 WHERE removed_at IS NULL
 ORDER BY name;
@@ -27,12 +28,12 @@ FOR UPDATE;
 INSERT INTO outbox.endpoints
     (name, url, events, events_like, secret, max_attempts, timeout_seconds,
      min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
-     format, headers)
+     format, headers, breaker_failures, breaker_cooldown_seconds)
 VALUES
     (%(name)s, %(url)s, %(events)s::text[], %(events_like)s::text[], %(secret)s::text,
      %(max_attempts)s, %(timeout_seconds)s, %(min_backoff_seconds)s,
      %(max_backoff_seconds)s, %(max_in_flight)s, %(rate_limit)s::float8, %(max_batch)s,
-     %(format)s, %(headers)s::jsonb)
+     %(format)s, %(headers)s::jsonb, %(breaker_failures)s, %(breaker_cooldown_seconds)s)
 RETURNING id;
 
 -- name: endpoint_replace
@@ -58,6 +59,8 @@ UPDATE outbox.endpoints SET
     max_batch = %(max_batch)s,
     format = %(format)s,
     headers = %(headers)s::jsonb,
+    breaker_failures = %(breaker_failures)s,
+    breaker_cooldown_seconds = %(breaker_cooldown_seconds)s,
     updated_at = now()
 WHERE id = %(id)s;
 

@@ -1,5 +1,6 @@
 -- name: backlog
--- The backlog gauges, measured at scrape time: per live endpoint, how many
+-- The gauges of the fleet's shared state, measured at scrape time: per live
+-- endpoint, whether its circuit is open (or half-open), and how many
 -- deliveries wait (state 'pending') and how old, on the database clock, the
 -- oldest of them is (counted from when the delivery was created, so a
 -- delayed event's delay counts too). Disabled endpoints are included: their
@@ -12,8 +13,10 @@
 SELECT e.name,
        p.pending,
        greatest(coalesce(extract(epoch FROM clock_timestamp() - p.oldest), 0), 0)::float8
-           AS oldest_seconds
+           AS oldest_seconds,
+       coalesce(s.circuit, 'closed') AS circuit
 FROM outbox.endpoints AS e
+LEFT JOIN outbox.endpoint_state AS s ON s.endpoint_id = e.id
 CROSS JOIN LATERAL (
     SELECT count(*) AS pending, min(d.created_at) AS oldest
     FROM outbox.deliveries AS d

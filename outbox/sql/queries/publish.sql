@@ -1,6 +1,7 @@
 -- name: publish
--- One round trip writes a batch of events and fans each out to the enabled
--- endpoints whose patterns match its type.
+-- One round trip writes a batch of events and fans each out to the live
+-- endpoints whose patterns match its type, enabled or not: a disabled endpoint
+-- is paused, and what is published meanwhile waits for it (contract v2).
 -- The batch travels as parallel JSON arrays, one text parameter per column,
 -- zipped by ROWS FROM: it stays one prepared statement whatever its size,
 -- and no driver has to adapt thousands of values one by one.
@@ -13,6 +14,17 @@
 -- that sees a concurrent transaction's row once it has committed).
 -- pg_notify is queued until commit and deduplicated per transaction, so a
 -- rolled-back publish wakes nobody and a big batch sends one notification.
+-- Key order (contract v2): producers of one key take turns. key_locks takes a
+-- transaction-scoped advisory lock per distinct key of the batch, in key
+-- order (so that two batches cannot deadlock each other), before any event of
+-- the batch gets its seq: the inserted CTE joins it, so it is evaluated
+-- before the first row is inserted. A second transaction publishing the same
+-- key waits here until the first commits or rolls back, so seq order is the
+-- order in which the transactions of one key end, and a later event can
+-- never be delivered before an earlier one whose transaction was still open.
+-- The two-int form (a fixed class, the key's hash) keeps clear of the bigint
+-- advisory locks applications use; a hash collision only makes two keys take
+-- turns.
 WITH input AS (
     SELECT *
     FROM ROWS FROM (
@@ -25,12 +37,16 @@ WITH input AS (
         json_array_elements_text(%(delays)s::json)
     ) WITH ORDINALITY AS i(id, type, key, payload, headers, idempotency_key, delay, ord)
 ),
+key_locks AS MATERIALIZED (
+    SELECT count(pg_advisory_xact_lock(7469813, hashtext(k.key))) AS taken
+    FROM (SELECT DISTINCT key FROM input WHERE key IS NOT NULL ORDER BY key) AS k
+),
 clock AS (
-    SELECT clock_timestamp() AS at
+    SELECT clock_timestamp() AS at FROM key_locks
 ),
 targets AS (
     SELECT id, events_like FROM outbox.endpoints
-    WHERE enabled AND removed_at IS NULL
+    WHERE removed_at IS NULL
 ),
 inserted AS (
     INSERT INTO outbox.events AS ev

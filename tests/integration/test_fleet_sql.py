@@ -1,0 +1,270 @@
+"""The fleet's limits in the claim and complete statements, run by hand as dispatchers would.
+
+Slots, rate-limit turns and the circuit breaker live in PostgreSQL, so each
+promise is checked here on the statements themselves, with several
+connections standing for several dispatchers and time moved by back-dating
+rows, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import psycopg
+
+import outbox
+from outbox.sql import queries
+from tests.support.claiming import ENDPOINT, PROBE, SEND_IN, SLOT, claim, finish
+
+Conn = psycopg.Connection[Any]
+
+
+def _endpoint(conn: Conn, **columns: Any) -> int:
+    names = ", ".join(["name", "url", *columns])
+    marks = ", ".join(["%s"] * (2 + len(columns)))
+    row = conn.execute(f"INSERT INTO outbox.endpoints ({names}) VALUES ({marks}) RETURNING id",
+                       ["e", "http://127.0.0.1:9/", *columns.values()]).fetchone()
+    conn.commit()
+    assert row is not None
+    return int(row[0])
+
+
+def _publish(conn: Conn, count: int, **options: Any) -> None:
+    outbox.publish_many(conn, [outbox.Event("t", {"n": i}, **options) for i in range(count)])
+    conn.commit()
+
+
+def _state(conn: Conn, endpoint_id: int) -> tuple[Any, ...]:
+    row = conn.execute("SELECT circuit, failures FROM outbox.endpoint_state "
+                       "WHERE endpoint_id = %s", (endpoint_id,)).fetchone()
+    conn.commit()
+    assert row is not None
+    return tuple(row)
+
+
+def test_slots_follow_max_in_flight(conn: Conn) -> None:
+    """An endpoint has one slot row per --max-in-flight, kept in step when the option changes."""
+    endpoint_id = _endpoint(conn, max_in_flight=3)
+
+    def slots() -> list[int]:
+        rows = conn.execute("SELECT slot FROM outbox.endpoint_slots WHERE endpoint_id = %s "
+                            "ORDER BY slot", (endpoint_id,)).fetchall()
+        conn.commit()
+        return [r[0] for r in rows]
+
+    assert slots() == [0, 1, 2]
+    conn.execute("UPDATE outbox.endpoints SET max_in_flight = 5")
+    conn.commit()
+    assert slots() == [0, 1, 2, 3, 4]
+    conn.execute("UPDATE outbox.endpoints SET max_in_flight = 2")
+    conn.commit()
+    assert slots() == [0, 1]
+
+
+def test_two_claimers_never_hold_more_slots_than_max_in_flight(conn: Conn, dsn: str) -> None:
+    """Claims of several dispatchers together start at most --max-in-flight requests."""
+    endpoint_id = _endpoint(conn, max_in_flight=3)
+    _publish(conn, 20)
+    with psycopg.connect(dsn) as other:
+        first = claim(conn, [endpoint_id], rows=10)
+        second = claim(other, [endpoint_id], rows=10)
+    slotted = [r for r in first + second if r[SLOT] is not None]
+    assert len(slotted) == 3
+    assert len({r[SLOT] for r in slotted}) == 3
+
+
+def test_claims_racing_in_threads_share_the_slots(conn: Conn, dsn: str) -> None:
+    """Eight claims at once (eight connections) grant each slot once."""
+    endpoint_id = _endpoint(conn, max_in_flight=4)
+    _publish(conn, 100)
+    got: list[tuple[Any, ...]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def claimer() -> None:
+        with psycopg.connect(dsn) as mine:
+            start.wait()
+            rows = claim(mine, [endpoint_id], rows=10)
+            with lock:
+                got.extend(rows)
+
+    threads = [threading.Thread(target=claimer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    slots = [r[SLOT] for r in got if r[SLOT] is not None]
+    assert sorted(slots) == [0, 1, 2, 3]
+
+
+def test_a_freed_slot_is_granted_again_and_an_expired_one_too(conn: Conn) -> None:
+    """A slot comes back when its request ends, or by itself when its lease runs out."""
+    endpoint_id = _endpoint(conn, max_in_flight=1)
+    _publish(conn, 3)
+    first = claim(conn, [endpoint_id], rows=1)
+    assert [r[SLOT] for r in first] == [0]
+    assert claim(conn, [endpoint_id], rows=1) == []
+    finish(conn, first[0])
+    second = claim(conn, [endpoint_id], rows=1)
+    assert [r[SLOT] for r in second] == [0]
+    conn.execute("UPDATE outbox.endpoint_slots SET expires_at = now() - interval '1 second'")
+    conn.commit()  # the dispatcher holding it died: its lease ran out
+    assert [r[SLOT] for r in claim(conn, [endpoint_id], rows=1)] == [0]
+
+
+def test_prefetched_groups_hold_no_slot(conn: Conn) -> None:
+    """Rows claimed to wait in memory come without a slot; only running requests hold one."""
+    endpoint_id = _endpoint(conn, max_in_flight=2)
+    _publish(conn, 10)
+    rows = claim(conn, [endpoint_id], rows=10, requests=2, prefetch=2)
+    assert len(rows) == 4
+    assert sorted(r[SLOT] for r in rows if r[SLOT] is not None) == [0, 1]
+    assert sum(r[SLOT] is None for r in rows) == 2
+    leased = conn.execute("SELECT count(*) FROM outbox.endpoint_slots "
+                          "WHERE expires_at > now()").fetchone()
+    conn.commit()
+    assert leased == (2,)
+
+
+def test_rate_limit_turns_are_spaced_and_shared(conn: Conn, dsn: str) -> None:
+    """Turns go 1/rate apart from the shared clock; a second claimer gets the ones after."""
+    endpoint_id = _endpoint(conn, rate_limit=10.0, max_in_flight=100)
+    _publish(conn, 20)
+    first = claim(conn, [endpoint_id], rows=10, horizon=0.25)
+    assert [round(r[SEND_IN], 2) for r in first] == [0.0, 0.1, 0.2]
+    with psycopg.connect(dsn) as other:
+        second = claim(other, [endpoint_id], rows=10, horizon=0.25)
+    assert second == []  # the next turn is 0.3 s away, beyond the horizon
+    conn.execute("UPDATE outbox.endpoint_state SET next_turn = next_turn - interval '0.3 s'")
+    conn.commit()
+    third = claim(conn, [endpoint_id], rows=10, horizon=0.25)
+    assert [round(r[SEND_IN], 2) for r in third] == [0.0, 0.1, 0.2]
+
+
+def test_unused_turns_and_slots_are_not_taken(conn: Conn) -> None:
+    """A claim that finds fewer due rows than it was allowed keeps only what it uses."""
+    endpoint_id = _endpoint(conn, rate_limit=1.0, max_in_flight=5)
+    _publish(conn, 1)
+    rows = claim(conn, [endpoint_id], rows=5, horizon=10.0)
+    assert len(rows) == 1
+    state = conn.execute(
+        "SELECT extract(epoch FROM next_turn - now()) FROM outbox.endpoint_state").fetchone()
+    leased = conn.execute("SELECT count(*) FROM outbox.endpoint_slots "
+                          "WHERE expires_at > now()").fetchone()
+    conn.commit()
+    assert state is not None
+    assert 0.5 < state[0] <= 1.0  # one turn used, 1/rate on
+    assert leased == (1,)
+
+
+def test_breaker_opens_after_consecutive_failures_and_an_answer_resets_them(conn: Conn) -> None:
+    """Retryable failures count up across results; an answer resets; N in a row open it."""
+    endpoint_id = _endpoint(conn, breaker_failures=3, max_in_flight=10)
+    _publish(conn, 10)
+    rows = claim(conn, [endpoint_id], rows=10)
+    finish(conn, rows[0], "pending", verdict=False)
+    finish(conn, rows[1], "pending", verdict=False)
+    assert _state(conn, endpoint_id) == ("closed", 2)
+    finish(conn, rows[2], verdict=True)
+    assert _state(conn, endpoint_id) == ("closed", 0)
+    for row in rows[3:5]:
+        finish(conn, row, "pending", verdict=False)
+    changes = finish(conn, rows[5], "pending", verdict=False)
+    assert _state(conn, endpoint_id) == ("open", 3)
+    assert (endpoint_id, "closed", "open") in changes
+    conn.execute("UPDATE outbox.deliveries SET next_attempt_at = now() WHERE state = 'pending'")
+    conn.commit()
+    assert claim(conn, [endpoint_id], rows=10) == []  # open: nothing is claimed
+
+
+def test_one_probe_after_the_cooldown_even_with_two_claimers(conn: Conn, dsn: str) -> None:
+    """After the cool-down exactly one claim gets one delivery, marked as the probe."""
+    endpoint_id = _endpoint(conn, breaker_failures=1, breaker_cooldown_seconds=30)
+    _publish(conn, 5)
+    finish(conn, claim(conn, [endpoint_id], rows=1)[0], "pending", verdict=False)
+    assert _state(conn, endpoint_id)[0] == "open"
+    conn.execute("UPDATE outbox.endpoint_state SET opened_at = now() - interval '31 s'")
+    conn.execute("UPDATE outbox.deliveries SET next_attempt_at = now() WHERE state = 'pending'")
+    conn.commit()
+    with psycopg.connect(dsn) as other:
+        first = claim(conn, [endpoint_id], rows=5)
+        second = claim(other, [endpoint_id], rows=5)
+    assert len(first) == 1
+    assert first[0][PROBE] is True
+    assert second == []
+    assert _state(conn, endpoint_id)[0] == "half-open"
+    finish(conn, first[0], verdict=True)
+    assert _state(conn, endpoint_id) == ("closed", 0)
+    assert len(claim(conn, [endpoint_id], rows=5)) == 4
+
+
+def test_a_failed_probe_opens_the_circuit_again(conn: Conn) -> None:
+    """The probe's retryable failure opens the circuit for another cool-down."""
+    endpoint_id = _endpoint(conn, breaker_failures=1)
+    _publish(conn, 2)
+    finish(conn, claim(conn, [endpoint_id], rows=1)[0], "pending", verdict=False)
+    conn.execute("UPDATE outbox.endpoint_state SET opened_at = now() - interval '1 hour'")
+    conn.execute("UPDATE outbox.deliveries SET next_attempt_at = now() WHERE state = 'pending'")
+    conn.commit()
+    probe = claim(conn, [endpoint_id], rows=5)
+    assert [r[PROBE] for r in probe] == [True]
+    finish(conn, probe[0], "pending", verdict=False)
+    row = conn.execute("SELECT circuit, opened_at > now() - interval '1 minute' "
+                       "FROM outbox.endpoint_state").fetchone()
+    conn.commit()
+    assert row == ("open", True)
+
+
+def test_a_dead_probe_holder_lets_another_probe(conn: Conn) -> None:
+    """A half-open circuit whose probe's lease ran out sends another probe."""
+    endpoint_id = _endpoint(conn, breaker_failures=1)
+    _publish(conn, 3)
+    finish(conn, claim(conn, [endpoint_id], rows=1)[0], "pending", verdict=False)
+    conn.execute("UPDATE outbox.endpoint_state SET opened_at = now() - interval '1 hour'")
+    conn.execute("UPDATE outbox.deliveries SET next_attempt_at = now() WHERE state = 'pending'")
+    conn.commit()
+    assert len(claim(conn, [endpoint_id], rows=5)) == 1  # the probe, then its holder dies
+    assert claim(conn, [endpoint_id], rows=5) == []
+    conn.execute("UPDATE outbox.endpoint_state SET probe_until = now() - interval '1 s'")
+    conn.commit()
+    again = claim(conn, [endpoint_id], rows=5)
+    assert [r[PROBE] for r in again] == [True]
+
+
+def test_breaker_off_never_opens(conn: Conn) -> None:
+    """--breaker-failures 0: failures never open the circuit."""
+    endpoint_id = _endpoint(conn, breaker_failures=0, max_in_flight=20)
+    _publish(conn, 20)
+    for row in claim(conn, [endpoint_id], rows=20):
+        finish(conn, row, "pending", verdict=False)
+    assert _state(conn, endpoint_id)[0] == "closed"
+
+
+def test_a_refund_takes_back_the_attempt_and_a_release_keeps_the_last_error(conn: Conn) -> None:
+    """Handed back: pending, due now, attempt refunded, last_error kept from before."""
+    endpoint_id = _endpoint(conn)
+    _publish(conn, 1)
+    row = claim(conn, [endpoint_id], rows=1)[0]
+    conn.execute("UPDATE outbox.deliveries SET last_error = 'earlier'")
+    conn.commit()
+    conn.execute(queries["complete"], {
+        "results": json.dumps([[row[0], str(row[3]), "released", 0, None, None, True]]),
+        "slots": "[]", "circuits": "[]"})
+    conn.commit()
+    after = conn.execute("SELECT state, attempts, last_error, next_attempt_at <= now() "
+                         "FROM outbox.deliveries").fetchone()
+    conn.commit()
+    assert after == ("pending", 0, "earlier", True)
+    assert row[ENDPOINT] == endpoint_id
+
+
+def test_disabled_endpoints_are_not_claimed_but_keep_their_deliveries(conn: Conn) -> None:
+    """Events published to a disabled endpoint wait as pending; the claim skips it."""
+    endpoint_id = _endpoint(conn, enabled=False)
+    _publish(conn, 2)
+    assert claim(conn, [endpoint_id], rows=10) == []
+    count = conn.execute("SELECT count(*) FROM outbox.deliveries WHERE state = 'pending'")
+    assert count.fetchone() == (2,)
+    conn.commit()
