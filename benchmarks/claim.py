@@ -31,7 +31,8 @@ from outbox.migrate import migrate
 from outbox.sql import queries
 from outbox.testing import TemporaryPostgres
 
-PARAMS = {"endpoint_ids": [1], "limits": [100], "lease_seconds": 30}
+PARAMS = {"endpoint_ids": [1], "requests": [100], "held": [0], "prefetch": [0],
+          "rows": [100], "lease_seconds": 30, "horizon": 0.25}
 
 
 def claim_ms(conn: psycopg.Connection[Any], runs: int = 15) -> float:
@@ -66,7 +67,8 @@ def main() -> None:
     args = parser.parse_args()
     with TemporaryPostgres() as pg, psycopg.connect(pg.dsn) as conn:
         migrate(conn)
-        conn.execute("INSERT INTO outbox.endpoints (name, url) VALUES ('bench', 'http://127.0.0.1:9/')")
+        conn.execute("INSERT INTO outbox.endpoints (name, url, max_in_flight) "
+                     "VALUES ('bench', 'http://127.0.0.1:9/', 100)")
         conn.commit()
         publish(conn, 300)
         vacuum(conn)

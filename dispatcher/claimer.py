@@ -40,6 +40,10 @@ log = logging.getLogger("dispatcher")
 # their key; they are parked, at most _PARK_BUDGET rows looked at a time.
 _PARK_AFTER = 0.05
 _PARK_BUDGET = 5000
+CLAIM_GAP = 0.005
+"""Seconds at least between the starts of two claims of one dispatcher. Requests ending one
+by one would otherwise each wake a claim for a slot or two: the gap gathers them, so that
+a fleet of dispatchers makes few large claims rather than many small ones."""
 RATE_HORIZON = 0.25
 """Seconds ahead a rate-limited endpoint's turns may be taken: its requests wait their
 turn, so that one claim keeps it busy until the claimer looks again."""
@@ -84,18 +88,23 @@ class Claimer:
         if not plan.endpoint_ids:
             return False
         started = time.monotonic()
-        rows = await self._db.fetch("claim", {
-            **plan.params(), "lease_seconds": self._leases.seconds(), "horizon": RATE_HORIZON})
+        flights.claim_started()
+        try:
+            rows = await self._db.fetch("claim", {
+                **plan.params(), "lease_seconds": self._leases.seconds(),
+                "horizon": RATE_HORIZON})
+            claimed = self._group(rows)
+            for group in claimed.groups:
+                if group.slot is not None:
+                    self._leases.hold_slot(group.slot)
+                    flights.start(group)
+                else:
+                    flights.queue(group)
+        finally:
+            flights.claim_ended()
+        self._throttled = claimed.throttled
         if time.monotonic() - started > _PARK_AFTER and await self._park(plan.endpoint_ids):
             self._control.wake.set()  # the next claim walks past what was just parked
-        claimed = self._group(rows)
-        self._throttled = claimed.throttled
-        for group in claimed.groups:
-            if group.slot is not None:
-                self._leases.hold_slot(group.slot)
-                flights.start(group)
-            else:
-                flights.queue(group)
         return self._quotas.claimed(plan, claimed.rows)
 
     def _group(self, rows: Sequence[Sequence[Any]]) -> _Claimed:
@@ -143,9 +152,15 @@ class Claimer:
 
     async def run(self) -> None:
         control = self._control
+        loop = asyncio.get_running_loop()
         outage = 0.0
+        last = -CLAIM_GAP
         while not control.stopping.is_set():
             control.heartbeat.beat()
+            gap = last + CLAIM_GAP - loop.time()
+            if gap > 0:
+                await asyncio.sleep(gap)
+            last = loop.time()
             control.wake.clear()
             written = self._completer.written
             try:

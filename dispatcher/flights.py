@@ -70,6 +70,10 @@ class Flights:
         self._waiting: dict[int, deque[Group]] = {}
         self._tasks: dict[asyncio.Task[None], Group] = {}
         self._sending: set[asyncio.Task[None]] = set()  # past their rate-limit wait
+        # Slots of requests that ended while a claim was on its way, kept for the
+        # groups it brings (see claim_started).
+        self._claiming = False
+        self._spare: dict[int, list[Slot]] = {}
 
     def running(self, endpoint_id: int) -> int:
         """Requests of this endpoint started (each holds a slot)."""
@@ -102,6 +106,41 @@ class Flights:
         """Keep the group until a request of its endpoint ends and hands it its slot."""
         self._waiting.setdefault(group.endpoint.id, deque()).append(group)
 
+    def claim_started(self) -> None:
+        """A claim is on its way: slots of requests ending meanwhile wait for what it brings.
+
+        The claim asked for prefetched groups to follow the requests running
+        when it was sized; on a fast endpoint those requests may all end
+        before it returns. Their slots are then kept for the claim's round
+        trip (a few milliseconds) instead of going back to the fleet and
+        leaving the new groups nothing to start in.
+        """
+        self._claiming = True
+
+    def claim_ended(self) -> None:
+        """Spare slots to waiting groups, the rest back to the fleet; no group left stranded.
+
+        A waiting group starts only when a running request of its endpoint
+        ends and passes its slot on, so there must never be more of them
+        than requests running: the surplus goes back, uncharged, for any
+        dispatcher's next claim.
+        """
+        self._claiming = False
+        for endpoint_id, spare in self._spare.items():
+            waiting = self._waiting.get(endpoint_id)
+            while spare and waiting and self._accepting:
+                following = waiting.popleft()
+                following.slot = spare.pop()
+                self.start(following)
+            for slot in spare:
+                self._free_slot(slot)
+        self._spare.clear()
+        for endpoint_id, waiting in self._waiting.items():
+            surplus = len(waiting) - self._running.get(endpoint_id, 0)
+            if surplus > 0:
+                handed = [waiting.pop() for _ in range(surplus)]
+                self._hand_back([d for group in reversed(handed) for d in group.deliveries])
+
     async def _run(self, group: Group) -> None:
         if group.delay > 0:
             await asyncio.sleep(group.delay)
@@ -117,11 +156,16 @@ class Flights:
         endpoint = group.endpoint
         waiting = self._waiting.get(endpoint.id)
         healthy = answered or not endpoint.breaker_failures
-        if waiting and healthy and group.slot is not None:
-            following = waiting.popleft()
-            following.slot, group.slot = group.slot, None
-            self.start(following)
-            return
+        if healthy and group.slot is not None:
+            if waiting:
+                following = waiting.popleft()
+                following.slot, group.slot = group.slot, None
+                self.start(following)
+                return
+            if self._claiming:
+                self._spare.setdefault(endpoint.id, []).append(group.slot)
+                group.slot = None
+                return
         if waiting and not healthy:
             handed = [d for g in waiting for d in g.deliveries]
             waiting.clear()
@@ -141,6 +185,7 @@ class Flights:
     async def drain(self, grace: float) -> Drained:
         """Stop starting requests; give those sending ``grace`` seconds; sort the rest."""
         self._accepting = False
+        self.claim_ended()  # spare slots back to the fleet
         drained = Drained()
         unsent = [task for task in self._tasks if task not in self._sending]
         for task in unsent:

@@ -50,10 +50,27 @@ class EndpointStatus:
 
 
 @dataclass(frozen=True)
+class KeyWaits:
+    """Producers waiting to publish a key another open transaction has published."""
+
+    waiting: int
+    longest_wait_seconds: float
+    oldest_holder_seconds: float
+    """How long the oldest transaction they wait for has been open."""
+
+
+@dataclass(frozen=True)
 class Status:
     endpoints: list[EndpointStatus]
     unrouted: int
     """Events no endpoint subscribed to when they were published (and not replayed since)."""
+
+
+def key_waits(conn: psycopg.Connection[Any]) -> KeyWaits:
+    """Publishers queued behind an open transaction of the same key (see README, key order)."""
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        waiting, longest, holder = _row(cur.execute(queries["admin_key_waits"]))
+    return KeyWaits(int(waiting), round(float(longest), 3), round(float(holder), 3))
 
 
 @dataclass(frozen=True)
@@ -216,12 +233,14 @@ __all__ = [
     "DeadLetter",
     "EndpointStatus",
     "EventsNotFound",
+    "KeyWaits",
     "PurgeResult",
     "ReplayResult",
     "RetryResult",
     "Status",
     "apurge",
     "dead_letters",
+    "key_waits",
     "purge",
     "replay",
     "retry_dead",

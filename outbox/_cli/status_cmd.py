@@ -25,6 +25,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
         result = admin.status(conn)
+        waits = admin.key_waits(conn) if not args.json else None
     if args.json:
         common.print_json({
             "endpoints": [asdict(e) for e in result.endpoints],
@@ -39,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
          for e in result.endpoints],
     )
     print(f"unrouted events: {result.unrouted}")
+    if waits is not None and waits.waiting:
+        print(f"publishers waiting for a key: {waits.waiting} (longest "
+              f"{format_age(waits.longest_wait_seconds)}, behind a transaction open for "
+              f"{format_age(waits.oldest_holder_seconds)})")
     return common.EXIT_OK
 
 

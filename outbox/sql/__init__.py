@@ -24,6 +24,7 @@ from typing import Literal, LiteralString, cast, get_args
 QueryName = Literal[
     "admin_dead_list",
     "admin_endpoint_ever_existed",
+    "admin_key_waits",
     "admin_live_endpoint",
     "admin_missing_events",
     "admin_replay",

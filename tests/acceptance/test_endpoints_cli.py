@@ -60,7 +60,8 @@ def test_add_and_list(dsn: str) -> None:
     ok(outbox_cmd(dsn, "add", "workflow", "--url", URL, "--events", "mail.*",
                   "--events", "order.created", "--secret", "env:WF_SECRET",
                   "--max-attempts", "12", "--timeout", "30s", "--rate-limit", "5",
-                  "--format", "cloudevents", "--header", "X-Tenant: acme"))
+                  "--format", "cloudevents", "--header", "X-Tenant: acme",
+                  "--breaker-failures", "5", "--breaker-cooldown", "1m"))
     table = ok(outbox_cmd(dsn, "list"))
     assert "workflow" in table
     assert "mail.*,order.created" in table
@@ -71,6 +72,7 @@ def test_add_and_list(dsn: str) -> None:
     assert (listed["format"], listed["signing"]) == ("cloudevents", "env:WF_SECRET")
     assert (listed["enabled"], listed["disabled_reason"]) == (True, None)
     assert (listed["max_batch"], listed["max_in_flight"]) == (1, 16)
+    assert (listed["breaker_failures"], listed["breaker_cooldown"]) == (5, 60.0)
     assert list(listed["headers"]) == ["x-tenant"]
 
 
@@ -89,6 +91,9 @@ def test_add_and_list(dsn: str) -> None:
     ["--url", URL, "--rate-limit", "-1"],
     ["--url", URL, "--max-batch", "1001"],
     ["--url", URL, "--format", "json"],
+    ["--url", URL, "--breaker-failures", "-1"],
+    ["--url", URL, "--breaker-failures", "many"],
+    ["--url", URL, "--breaker-cooldown", "0"],
     ["--url", URL, "--header", "Content-Type: text/plain"],
     ["--url", URL, "--header", "X-A: 1", "--header", "x-a: 2"],
 ])

@@ -66,12 +66,10 @@ def test_rate_limit_holds_for_three_dispatchers(dsn: str, receiver: Receiver,
 def test_a_killed_dispatchers_slots_come_back_within_its_lease(
         dsn: str, receiver: Receiver, fleet: Fleet) -> None:
     """SIGKILLed while holding every slot: another dispatcher sends again once the lease ends."""
-    held = threading.Event()
     hang = True
 
     async def respond(_: Request) -> Response:
         if hang:
-            held.set()
             await asyncio.sleep(30)  # the first requests never end while their sender lives
         return Response(200)
 
@@ -156,6 +154,8 @@ def test_overlapping_transactions_on_one_key_deliver_in_publish_order(
         later = second_publisher(ready, done, 2)
         ready.wait(10)
         assert not done.wait(1.0), "the later publish did not wait for the earlier transaction"
+        status = run_outbox(dsn, "status").stdout
+        assert "publishers waiting for a key: 1 (longest" in status, status
         earlier.commit()
     later.join(10)
     assert done.is_set()

@@ -46,3 +46,25 @@ def test_last_attempt_or_permanent_failure_is_dead() -> None:
         assert decision.record.state == "dead"
         assert decision.record.status == status
         assert decision.retry_in is None
+
+
+def _probe(attempts: int) -> Delivery:
+    event = EventData(id=uuid.uuid4(), type="t", key=None, payload="{}", headers={},
+                      created_at=NOW)
+    return Delivery(id=8, endpoint_id=1, event=event, attempts=attempts,
+                    lease_token=uuid.uuid4(), probe=True)
+
+
+def test_a_failed_probe_is_refunded_and_never_dead_for_its_attempts() -> None:
+    """A circuit's probe failing retryably, even on its last attempt: pending, refunded."""
+    decision = decide(_probe(3), ENDPOINT, AttemptResult(status=503), NOW, lambda: 0.5)
+    assert decision.record.state == "pending"
+    assert decision.record.refund is True
+    assert decision.retry_in is not None
+
+
+def test_a_probe_answered_permanently_is_dead_like_any_delivery() -> None:
+    """A probe the endpoint refuses for good (404) is a dead letter, not refunded."""
+    decision = decide(_probe(1), ENDPOINT, AttemptResult(status=404), NOW, lambda: 0.5)
+    assert decision.record.state == "dead"
+    assert decision.record.refund is False

@@ -52,6 +52,8 @@ def test_defaults_match_the_schema_column_defaults() -> None:
     assert s.max_backoff == default("max_backoff_seconds")
     assert s.max_in_flight == default("max_in_flight")
     assert s.max_batch == default("max_batch")
+    assert s.breaker_failures == default("breaker_failures")
+    assert s.breaker_cooldown == default("breaker_cooldown_seconds")
     assert s.rate_limit is None
     assert s.format == "standard-webhooks"
     assert "DEFAULT 'standard-webhooks'" in text
@@ -303,6 +305,8 @@ def test_invalid_headers(headers: Any, message: str) -> None:
     ("max_in_flight", 0), ("max_in_flight", 1001),
     ("rate_limit", 0), ("rate_limit", -1), ("rate_limit", 1e9),
     ("max_batch", 0), ("max_batch", 1001),
+    ("breaker_failures", -1), ("breaker_failures", 1001), ("breaker_failures", 2.5),
+    ("breaker_cooldown", 0), ("breaker_cooldown", 86401), ("breaker_cooldown", math.nan),
     ("format", "json"), ("format", None),
 ])
 def test_invalid_numbers_and_format(option: str, value: Any) -> None:

@@ -43,6 +43,8 @@ rate_limit = 20
 max_batch = 50
 format = "cloudevents"
 headers = {{ Authorization = "Bearer t", x-tenant = "acme" }}
+breaker_failures = 0
+breaker_cooldown = "2m"
 
 [endpoints.audit]
 url = "http://audit.internal/"
@@ -52,7 +54,8 @@ url = "http://audit.internal/"
         name="workflow", url=URL, events=("mail.*", "order.created"),
         secret="env:WORKFLOW_WEBHOOK_SECRET", max_attempts=12, timeout=5.0, min_backoff=0.5,
         max_backoff=600.0, max_in_flight=4, rate_limit=20.0, max_batch=50,
-        format="cloudevents", headers={"authorization": "Bearer t", "x-tenant": "acme"})
+        format="cloudevents", headers={"authorization": "Bearer t", "x-tenant": "acme"},
+        breaker_failures=0, breaker_cooldown=120.0)
     assert audit == EndpointSpec(name="audit", url="http://audit.internal/")
 
 

@@ -36,6 +36,29 @@ LEFT JOIN LATERAL (
 ) AS ep ON true
 ORDER BY ep.name;
 
+-- name: admin_key_waits
+-- Producers waiting for a key: publish() takes a transaction-scoped advisory
+-- lock per key (class 7469813, see the publish query), so a transaction that
+-- published a key and stays open makes the next publisher of that key wait.
+-- How many wait now, the longest wait, and how long the oldest transaction
+-- they wait for has been open. pg_locks and pg_stat_activity show other
+-- users' sessions only to superusers and members of pg_read_all_stats.
+WITH key_locks AS (
+    SELECT l.classid, l.objid, l.granted, a.xact_start, a.state_change
+    FROM pg_locks l
+    JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.classid = 7469813 AND l.objsubid = 2
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+),
+waiting AS (SELECT * FROM key_locks WHERE NOT granted)
+SELECT (SELECT count(*) FROM waiting),
+       coalesce((SELECT max(extract(epoch FROM clock_timestamp() - state_change))
+                 FROM waiting), 0)::float8,
+       coalesce((SELECT max(extract(epoch FROM clock_timestamp() - h.xact_start))
+                 FROM key_locks h
+                 WHERE h.granted AND EXISTS (SELECT 1 FROM waiting w
+                                             WHERE w.objid = h.objid)), 0)::float8;
+
 -- name: admin_live_endpoint
 SELECT id, enabled FROM outbox.endpoints
 WHERE name = %(name)s AND removed_at IS NULL;
