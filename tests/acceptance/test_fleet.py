@@ -110,11 +110,14 @@ def test_breaker_holds_the_fleet_through_an_outage(dsn: str, receiver: Receiver,
     add_endpoint(dsn, receiver.url, max_attempts=3, breaker_failures=3,
                  breaker_cooldown_seconds=3.0, max_in_flight=4, min_backoff_seconds=0.5,
                  max_backoff_seconds=1.0)
-    publish(dsn, 30)
     dispatchers = [fleet.start() for _ in range(3)]
+    for dispatcher in dispatchers:
+        dispatcher.wait_status("/readyz", 200)
+    publish(dsn, 30)
     wait_until(lambda: _circuit(dsn) != "closed", 20, "the circuit to open")
     opened = time.monotonic()
-    assert any(d.metric("outbox_circuit_open") == 1 for d in dispatchers)
+    wait_until(lambda: all(d.metric("outbox_circuit_open") == 1 for d in dispatchers), 10,
+               "the gauge to show the circuit open")
     while time.monotonic() - opened < 30:
         assert states(dsn)["dead"] == 0, "a delivery died while the circuit was open"
         time.sleep(0.5)

@@ -145,7 +145,15 @@ leased_slots AS (
     FROM slots s
     JOIN used u ON u.endpoint_id = s.endpoint_id
     WHERE sl.endpoint_id = s.endpoint_id AND sl.slot = s.slot AND s.rank < u.groups
-    RETURNING sl.endpoint_id, sl.slot, sl.lease_token
+    RETURNING sl.endpoint_id, s.rank, sl.slot, sl.lease_token
+),
+-- Per endpoint, the slots in rank order: group n runs in element n + 1 (an array
+-- lookup, where a join of the rows with the slots would compare every pair).
+handed AS MATERIALIZED (
+    SELECT endpoint_id, array_agg(slot ORDER BY rank) AS slots,
+           array_agg(lease_token ORDER BY rank) AS tokens
+    FROM leased_slots
+    GROUP BY endpoint_id
 ),
 turned AS (
     UPDATE outbox.endpoint_state st
@@ -175,8 +183,8 @@ claimed AS (
 )
 SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key,
        e.payload::text, e.headers::text, e.created_at, g.grp,
-       s.slot, ls.lease_token AS slot_token,
-       CASE WHEN u.rate_limit IS NULL OR ls.slot IS NULL THEN 0.0
+       h.slots[g.grp + 1] AS slot, h.tokens[g.grp + 1] AS slot_token,
+       CASE WHEN u.rate_limit IS NULL OR h.slots[g.grp + 1] IS NULL THEN 0.0
             ELSE greatest(0.0, extract(epoch FROM greatest(u.next_turn, now()) - now())
                                + g.grp / u.rate_limit)::float8 END AS send_in,
        coalesce(u.probe, false) AS probe
@@ -184,8 +192,7 @@ FROM claimed c
 JOIN outbox.events e ON e.id = c.event_id
 JOIN grouped g ON g.id = c.id
 JOIN used u ON u.endpoint_id = c.endpoint_id
-LEFT JOIN slots s ON s.endpoint_id = c.endpoint_id AND s.rank = g.grp AND g.grp < u.groups
-LEFT JOIN leased_slots ls ON ls.endpoint_id = s.endpoint_id AND ls.slot = s.slot
+LEFT JOIN handed h ON h.endpoint_id = c.endpoint_id
 ORDER BY c.endpoint_id, g.grp, c.seq;
 
 -- name: complete
