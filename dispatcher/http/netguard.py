@@ -8,6 +8,13 @@ server could answer differently).
 
 ``--allow-network`` names the exceptions: a CIDR allows the addresses in it,
 a host name allows that host whatever it resolves to.
+
+IPv6 addresses that carry an IPv4 address on to an IPv4 host (NAT64
+``64:ff9b::/96``, 6to4 ``2002::/16``, Teredo ``2001::/32``) are judged by the
+IPv4 address they reach, for the block list and the allow-list alike: NAT64
+of a public address is as good as that address, NAT64 of 169.254.169.254 is
+the metadata service. Local-use NAT64 (``64:ff9b:1::/48``) maps prefixes of
+the operator's choosing, so its addresses cannot be judged and stay blocked.
 """
 
 from __future__ import annotations
@@ -42,17 +49,18 @@ _BLOCKED_V4 = tuple(ipaddress.IPv4Network(cidr) for cidr in (
 ))
 _BLOCKED_V6 = tuple(ipaddress.IPv6Network(cidr) for cidr in (
     "::/96",            # unspecified, loopback, deprecated IPv4-compatible
-    "64:ff9b::/96",     # NAT64: reaches any IPv4 address through a translator
-    "64:ff9b:1::/48",   # local-use NAT64
+    "64:ff9b:1::/48",   # local-use NAT64: the operator's own mapping, not judgeable
     "100::/64",         # discard
-    "2001::/32",        # Teredo
     "2001:db8::/32",    # documentation
-    "2002::/16",        # 6to4
     "fc00::/7",         # unique local, includes fd00:ec2::254
     "fe80::/10",        # link-local
     "fec0::/10",        # site-local (deprecated)
     "ff00::/8",         # multicast
 ))
+
+# Well-known NAT64 (RFC 6052): the IPv4 address is the last 32 bits.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
 
 def _normalise(ip: IPAddress) -> IPAddress:
     """``::ffff:a.b.c.d`` is the IPv4 address a.b.c.d as far as routing goes."""
@@ -61,9 +69,32 @@ def _normalise(ip: IPAddress) -> IPAddress:
     return ip
 
 
+def carried_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 host a NAT64, 6to4 or Teredo address reaches; None for other addresses.
+
+    Teredo names two IPv4 addresses: its server's and its client's; traffic
+    goes to the client's, so that is the one judged.
+    """
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return None
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    return None
+
+
+def _judged(ip: IPAddress) -> IPAddress:
+    """The address whose kind decides: IPv4-mapped and tunnelled addresses as their IPv4."""
+    address = _normalise(ip)
+    return carried_ipv4(address) or address
+
+
 def is_blocked_address(ip: IPAddress | str) -> bool:
     """Whether ``ip`` is loopback, private, link-local, metadata or otherwise internal."""
-    address = _normalise(ipaddress.ip_address(ip) if isinstance(ip, str) else ip)
+    address = _judged(ipaddress.ip_address(ip) if isinstance(ip, str) else ip)
     if isinstance(address, ipaddress.IPv4Address):
         return any(address in net for net in _BLOCKED_V4)
     return any(address in net for net in _BLOCKED_V6)
@@ -114,13 +145,19 @@ class NetworkPolicy:
         return normalise_host(host) in self.hosts
 
     def address_allowed(self, ip: IPAddress | str) -> bool:
-        """Whether we may connect to ``ip``: blocking off, on the allow-list, or not internal."""
+        """Whether we may connect to ``ip``: blocking off, on the allow-list, or not internal.
+
+        An allowed network admits an address written inside it, and a NAT64,
+        6to4 or Teredo address whose IPv4 host is inside it.
+        """
         if not self.block_private:
             return True
         address = _normalise(ipaddress.ip_address(ip) if isinstance(ip, str) else ip)
-        if any(address.version == net.version and address in net for net in self.networks):
+        judged = carried_ipv4(address) or address
+        if any(candidate.version == net.version and candidate in net
+               for candidate in {address, judged} for net in self.networks):
             return True
-        return not is_blocked_address(address)
+        return not is_blocked_address(judged)
 
     def refusal(self, host: str) -> str | None:
         """Why we must not connect to this IP-literal host; None if we may.
@@ -139,7 +176,11 @@ class NetworkPolicy:
             return None
         if self.address_allowed(address):
             return None
-        return f"{_normalise(address)} is a private or internal address"
+        address = _normalise(address)
+        carried = carried_ipv4(address)
+        if carried is not None:
+            return f"{address} reaches {carried}, a private or internal address"
+        return f"{address} is a private or internal address"
 
 
 def parse_allow_list(entries: Sequence[str]) -> tuple[tuple[IPNetwork, ...], frozenset[str]]:

@@ -8,6 +8,7 @@ import pytest
 
 from dispatcher.http.netguard import (
     NetworkPolicy,
+    carried_ipv4,
     is_blocked_address,
     literal_address,
     parse_allow_list,
@@ -19,20 +20,20 @@ BLOCKED = [
     "0.0.0.0", "0.1.2.3", "192.0.0.1", "198.18.0.1", "198.19.255.255", "240.0.0.1",
     "255.255.255.255", "224.0.0.1", "239.255.255.250",
     "::1", "::", "fe80::1", "febf::1", "fc00::1", "fd12:3456::1", "fd00:ec2::254",
-    "ff02::1", "64:ff9b::7f00:1", "64:ff9b::808:808", "2002:7f00:1::1", "2001:0:4136::1",
+    "ff02::1", "64:ff9b::7f00:1", "64:ff9b:1::808:808", "2002:7f00:1::1", "2001:0:4136::1",
     "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1",
 ]
 PUBLIC = [
     "8.8.8.8", "1.1.1.1", "93.184.216.34", "100.63.255.255", "100.128.0.0",
     "172.15.255.255", "172.32.0.0", "192.0.1.1", "198.17.255.255", "223.255.255.255",
     "2606:4700:4700::1111", "2a00:1450:4001::200e", "2001:4860:4860::8888",
-    "::ffff:8.8.8.8",
+    "::ffff:8.8.8.8", "64:ff9b::808:808",
 ]
 
 
 @pytest.mark.parametrize("address", BLOCKED)
 def test_internal_addresses_are_blocked(address: str) -> None:
-    """Loopback, private, link-local, CGNAT, metadata, NAT64, 6to4, Teredo, multicast: blocked."""
+    """Loopback, private, link-local, CGNAT, metadata, multicast, tunnels to those: blocked."""
     assert is_blocked_address(address)
     assert is_blocked_address(ipaddress.ip_address(address))
 
@@ -117,3 +118,78 @@ def test_bad_allow_list_entry_is_refused_with_its_name(entry: str) -> None:
     """An entry that is neither a CIDR nor a host name is a ValueError naming it."""
     with pytest.raises(ValueError, match="--allow-network"):
         NetworkPolicy.build(True, [entry])
+
+
+# -- NAT64, 6to4 and Teredo: judged by the IPv4 address they carry ------------------
+
+TUNNELS = ["nat64", "6to4", "teredo"]
+PUBLIC_V4 = ["8.8.8.8", "93.184.216.34"]
+PRIVATE_V4 = ["169.254.169.254", "10.1.2.3", "127.0.0.1", "192.168.0.1", "100.64.0.1"]
+
+
+def tunnelled(kind: str, ipv4: str) -> str:
+    """The IPv6 address of ``kind`` that reaches ``ipv4``."""
+    v4 = int(ipaddress.IPv4Address(ipv4))
+    if kind == "nat64":  # 64:ff9b::a.b.c.d
+        return str(ipaddress.IPv6Address((0x64FF9B << 96) | v4))
+    if kind == "6to4":  # 2002:AABB:CCDD::1
+        return str(ipaddress.IPv6Address((0x2002 << 112) | (v4 << 80) | 1))
+    # Teredo: 2001:0, server 65.54.227.120, flags and port, the client's address inverted
+    return str(ipaddress.IPv6Address(
+        (0x20010000 << 96) | (0x4136E378 << 64) | (0x800063BF << 32) | (v4 ^ 0xFFFFFFFF)))
+
+
+@pytest.mark.parametrize("kind", TUNNELS)
+def test_tunnelled_addresses_carry_their_ipv4_host(kind: str) -> None:
+    """NAT64, 6to4 and Teredo addresses name the IPv4 host they reach; others carry none."""
+    for ipv4 in PUBLIC_V4 + PRIVATE_V4:
+        carried = carried_ipv4(ipaddress.IPv6Address(tunnelled(kind, ipv4)))
+        assert carried == ipaddress.IPv4Address(ipv4)
+    assert carried_ipv4(ipaddress.IPv6Address("2606:4700:4700::1111")) is None
+    assert carried_ipv4(ipaddress.IPv4Address("8.8.8.8")) is None
+
+
+@pytest.mark.parametrize("kind", TUNNELS)
+@pytest.mark.parametrize("ipv4", PUBLIC_V4)
+def test_tunnel_to_a_public_ipv4_address_is_allowed(kind: str, ipv4: str) -> None:
+    """A NAT64, 6to4 or Teredo address of a public IPv4 host passes, as that host does."""
+    address = tunnelled(kind, ipv4)
+    assert not is_blocked_address(address)
+    policy = NetworkPolicy.build(True)
+    assert policy.address_allowed(address)
+    assert policy.refusal(f"[{address}]") is None
+
+
+@pytest.mark.parametrize("kind", TUNNELS)
+@pytest.mark.parametrize("ipv4", PRIVATE_V4)
+def test_tunnel_to_an_internal_ipv4_address_is_blocked(kind: str, ipv4: str) -> None:
+    """A NAT64, 6to4 or Teredo address of metadata, private or loopback IPv4 is refused."""
+    address = tunnelled(kind, ipv4)
+    assert is_blocked_address(address)
+    policy = NetworkPolicy.build(True)
+    assert not policy.address_allowed(address)
+    refusal = policy.refusal(f"[{address}]")
+    assert refusal == f"{address} reaches {ipv4}, a private or internal address"
+
+
+@pytest.mark.parametrize("kind", TUNNELS)
+def test_allowed_ipv4_network_admits_tunnels_to_it(kind: str) -> None:
+    """--allow-network 10.1.0.0/16 admits a tunnel to 10.1.2.3, not one to 10.2.0.1."""
+    policy = NetworkPolicy.build(True, ["10.1.0.0/16"])
+    assert policy.address_allowed(tunnelled(kind, "10.1.2.3"))
+    assert not policy.address_allowed(tunnelled(kind, "10.2.0.1"))
+    assert not policy.address_allowed(tunnelled(kind, "169.254.169.254"))
+
+
+def test_allowed_ipv6_network_admits_tunnel_addresses_written_inside_it() -> None:
+    """An allowed IPv6 CIDR still admits the addresses written in it, whatever they carry."""
+    policy = NetworkPolicy.build(True, ["64:ff9b::/96"])
+    assert policy.address_allowed(tunnelled("nat64", "10.1.2.3"))
+    assert not policy.address_allowed(tunnelled("6to4", "10.1.2.3"))
+
+
+@pytest.mark.parametrize("address", ["64:ff9b:1::808:808", "64:ff9b:1:2::a00:1"])
+def test_local_use_nat64_stays_blocked(address: str) -> None:
+    """Local-use NAT64 (64:ff9b:1::/48) maps as its operator chooses: blocked wholesale."""
+    assert is_blocked_address(address)
+    assert not NetworkPolicy.build(True).address_allowed(address)
