@@ -1,6 +1,7 @@
 """CPU per request and requests/s of the HTTP clients the dispatcher could use.
 
-    python benchmarks/http_client.py [--requests 4000] [--runs 5]
+    python benchmarks/http_client.py [--requests 4000] [--runs 5] [--only TEXT]...
+                                     [--baseline DIR]
 
 Small POSTs (a webhook-sized JSON body and signature headers), 16 in flight,
 to the lean test receiver (``outbox.testing.Receiver``, not recording) running
@@ -10,12 +11,20 @@ the table shows medians. CPU per request = process CPU time / requests.
 The aiohttp rows run when aiohttp (and httpx-aiohttp) are installed; they are
 not dependencies of the project. The bare asyncio protocol row is the floor:
 a fixed request and no parsing beyond finding the end of the head.
+
+``--baseline DIR`` adds the ``HttpSender`` of another checkout (a directory
+holding its ``dispatcher`` package, e.g. ``git archive REV dispatcher | tar
+-x -C DIR``), loaded beside this tree's and measured in the same run,
+interleaved with it: a change to the wire is then judged by a ratio taken
+under the same load.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import importlib
 import importlib.util
 import statistics
 import subprocess
@@ -23,6 +32,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 import httpx
 
@@ -124,9 +134,10 @@ async def bare_protocol(stack: AsyncExitStack, url: str) -> Post:
     return post
 
 
-async def http_sender(stack: AsyncExitStack, url: str, *, block: bool = False) -> Post:
+async def http_sender(stack: AsyncExitStack, url: str, *, block: bool = False,
+                      sender_class: type[HttpSender] = HttpSender) -> Post:
     allow = ["127.0.0.1/32"] if block else []
-    sender = HttpSender(IN_FLIGHT, block, allow, "bench/1")
+    sender = sender_class(IN_FLIGHT, block, allow, "bench/1")
     stack.push_async_callback(sender.aclose)
 
     async def post() -> None:
@@ -140,15 +151,41 @@ async def http_sender_guarded(stack: AsyncExitStack, url: str) -> Post:
     return await http_sender(stack, url, block=True)
 
 
+CHOSEN = "HttpSender.send over dispatcher.http.transport (chosen)"
 CLIENTS: dict[str, Factory] = {
     "httpx, default transport (httpcore)": httpx_default,
     "httpx + httpx-aiohttp transport": httpx_aiohttp_package,
     "aiohttp alone": aiohttp_alone,
     "bare asyncio protocol (floor)": bare_protocol,
     "httpx.AsyncClient + dispatcher.http.transport": httpx_h1,
-    "HttpSender.send over dispatcher.http.transport (chosen)": http_sender,
+    CHOSEN: http_sender,
     "HttpSender.send over dispatcher.http.transport, guarded": http_sender_guarded,
 }
+
+
+def baseline_sender(tree: str) -> type[HttpSender]:
+    """``HttpSender`` from the ``dispatcher`` package in ``tree``, loaded beside ours.
+
+    Our modules step aside in ``sys.modules`` while the other tree's import
+    (they keep references to their own modules), then come back.
+    """
+    def ours(name: str) -> bool:
+        return name == "dispatcher" or name.startswith("dispatcher.")
+    saved = {name: module for name, module in sys.modules.items() if ours(name)}
+    for name in saved:
+        del sys.modules[name]
+    sys.path.insert(0, tree)
+    try:
+        module = importlib.import_module("dispatcher.http.sender")
+        if not module.__file__ or not module.__file__.startswith(tree):
+            raise SystemExit(f"--baseline {tree}: no dispatcher package there")
+        sender_class: type[HttpSender] = module.HttpSender
+    finally:
+        sys.path.remove(tree)
+        for name in [name for name in sys.modules if ours(name)]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+    return sender_class
 
 
 async def measure(factory: Factory, url: str, requests: int) -> tuple[float, float]:
@@ -180,24 +217,40 @@ def serve() -> None:
         sys.stdin.read()
 
 
-async def run(args: argparse.Namespace, url: str) -> None:
-    names = [n for n in CLIENTS
+async def run(args: argparse.Namespace, url: str,
+              baseline: type[HttpSender] | None = None) -> None:
+    clients = dict(CLIENTS)
+    if baseline is not None:
+        clients["HttpSender.send, --baseline tree"] = functools.partial(
+            http_sender, sender_class=baseline)
+        clients["HttpSender.send, --baseline tree, guarded"] = functools.partial(
+            http_sender, block=True, sender_class=baseline)
+    names = [n for n in clients
              if ("httpx-aiohttp" not in n or importlib.util.find_spec("httpx_aiohttp"))
              and ("aiohttp alone" not in n or importlib.util.find_spec("aiohttp"))
-             and (not args.only or any(o.lower() in n.lower() for o in args.only))]
+             and (not args.only or "--baseline" in n
+                  or any(o.lower() in n.lower() for o in args.only))]
     results: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for _ in range(args.runs):
         for name in names:
-            results[name].append(await measure(CLIENTS[name], url, args.requests))
+            results[name].append(await measure(clients[name], url, args.requests))
     sniffio = "installed" if importlib.util.find_spec("sniffio") else "NOT installed"
     print(f"{args.requests} POSTs x {args.runs} runs, {IN_FLIGHT} in flight; "
-          f"httpx {httpx.__version__}, sniffio {sniffio}\n")
-    print(f"| {'client':<52} | CPU ms/request | requests/s |")
-    print(f"| {'-' * 52} | -------------: | ---------: |")
+          f"httpx {httpx.__version__}, sniffio {sniffio}"
+          + (f"; --baseline {args.baseline}" if baseline is not None else "") + "\n")
+    # CPU against the chosen client's in the same round: a ratio the machine's
+    # other work moves far less than either figure.
+    reference = results.get(CHOSEN)
+    print(f"| {'client':<58} | CPU ms/request | CPU x chosen | requests/s |")
+    print(f"| {'-' * 58} | -------------: | -----------: | ---------: |")
     for name, samples in results.items():
         cpu = statistics.median(s[0] for s in samples)
         rate = statistics.median(s[1] for s in samples)
-        print(f"| {name:<52} | {cpu:14.3f} | {rate:10,.0f} |")
+        ratio = f"{'-':>12}"
+        if reference:
+            pairs = zip(samples, reference, strict=True)
+            ratio = f"{statistics.median(s[0] / r[0] for s, r in pairs):12.2f}"
+        print(f"| {name:<58} | {cpu:14.3f} | {ratio} | {rate:10,.0f} |")
 
 
 def main() -> None:
@@ -206,11 +259,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs per client (medians shown)")
     parser.add_argument("--only", action="append", metavar="TEXT",
                         help="run only the clients whose name contains TEXT (repeatable)")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also measure the HttpSender of the dispatcher package in DIR")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve()
         return
+    baseline = baseline_sender(str(Path(args.baseline).resolve())) if args.baseline else None
     # The receiver's own shutdown chatter is not ours to show.
     child = subprocess.Popen([sys.executable, __file__, "--serve"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -219,7 +275,7 @@ def main() -> None:
         url = child.stdout.readline().strip()
         if not url:
             raise SystemExit("the receiver did not start")
-        asyncio.run(run(args, url))
+        asyncio.run(run(args, url, baseline))
     finally:
         assert child.stdin is not None
         child.stdin.close()
