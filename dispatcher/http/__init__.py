@@ -3,7 +3,8 @@
 - ``sender``: ``HttpSender``, one attempt under one deadline, never an exception;
 - ``transport``: the HTTP/1.1 client under httpx's types (respx plugs in here);
 - ``connection``, ``parse``, ``pool``: a keep-alive connection, its response
-  parser, and the pool that hands connections out;
+  parser (llhttp through httptools, with our limits), and the pool that
+  hands connections out;
 - ``dial``: DNS, the SSRF check of every resolved address, TCP and TLS;
 - ``netguard``: which addresses ``--block-private-networks`` refuses.
 

@@ -1,36 +1,50 @@
-"""HTTP/1.1 response parsing for the transport: bytes in, status, headers and body out.
+"""HTTP/1.1 responses, read by llhttp through httptools: bytes in, status, headers, body out.
 
-Pure and incremental (no I/O, no clock): the connection feeds whatever the
-socket delivered, split anywhere, and reads back the head once ``head_done``
-and the body bytes as they are framed. That keeps every framing rule
-testable with plain bytes.
+llhttp is Node.js's HTTP parser, generated from a state machine and fuzzed
+continuously; every byte of an answer goes through it, once, in the order it
+arrived. It is strict by default and none of its leniencies is switched on:
+bare LF line ends, obsolete folded header lines (a continued
+``Transfer-Encoding`` or ``Content-Length`` included), both framing headers
+at once, repeated or malformed ``Content-Length``, bad chunk framing and
+bytes after ``Connection: close`` are refused, where a lenient parser would
+guess at the framing.
 
-Lenient where servers are sloppy, strict where leniency could misframe a
-response (RFC 9112): CRLF or bare LF line ends; obsolete folded header lines
-joined with a space; 1xx interim heads skipped (101 refused: we never ask
-for an upgrade); the body framed in the RFC's order: none after HEAD, 1xx,
-204 and 304; chunked when it is the last transfer coding; any other transfer
-coding, or no length at all, read until the server closes; else
-Content-Length (equal repeats allowed, differing ones refused). Anything
-else raises ``httpx.RemoteProtocolError`` ("malformed response: ..."); the
-connection ending before the response does is ``httpx.ReadError``.
+This adapter keeps only what llhttp cannot know, because it depends on what
+we asked and what we can afford:
+
+- limits: at most ``MAX_HEAD_BYTES`` before the final head has ended
+  (interim heads included), at most ``MAX_INTERIM`` interim (1xx)
+  responses, and at most ``MAX_FRAMING_BYTES`` of chunk framing (a chunk-size
+  line with its extensions, or the trailers) between two chunks. Input is
+  handed to llhttp in slices of at most ``_SLICE`` bytes and checked after
+  each, so the limits hold however large or small the reads are;
+- what the request implies: the answer to HEAD ends with its head, 101 is
+  refused (we never ask for an upgrade), and only HTTP/1.0 and HTTP/1.1;
+- reuse: llhttp's keep-alive verdict, except that an HTTP/1.0 answer with
+  ``Transfer-Encoding`` (chunked is not HTTP/1.0: faulty framing, RFC 9112
+  section 6.1), an answer to HEAD, and one followed by stray bytes are
+  never reused;
+- the connection's end: httptools cannot tell llhttp about EOF, so a body
+  framed by the connection's end (no length, no chunking) ends here.
+
+Errors: ``httpx.RemoteProtocolError`` ("malformed response: ...") for
+anything llhttp or a limit refuses; ``httpx.ReadError`` when the server
+closes before the response has ended.
 """
 
 from __future__ import annotations
 
-import re
-
+import httptools
 import httpx
 
-MAX_HEAD_BYTES = 64 * 1024  # a status line and headers, and again for trailers
-MAX_LINE_BYTES = 8 * 1024   # one chunk-size or trailer line
+MAX_HEAD_BYTES = 64 * 1024    # everything before the final head ends, 1xx heads included
+MAX_INTERIM = 10              # interim (1xx) responses before the final one
+MAX_FRAMING_BYTES = 8 * 1024  # chunk framing (a size line and its extensions, or trailers)
+_SLICE = 8 * 1024             # bytes handed to llhttp between two checks of the limits
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
-_NO_BODY_STATUS = frozenset((204, 304))
 
-# Parser states: where the next byte belongs.
-_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
+class _Stop(Exception):
+    """Raised in a callback to stop llhttp: the response we wanted has ended."""
 
 
 def _malformed(what: str) -> httpx.RemoteProtocolError:
@@ -38,11 +52,15 @@ def _malformed(what: str) -> httpx.RemoteProtocolError:
 
 
 class ResponseParser:
-    """One response to one request; make a new parser for the next request."""
+    """One response to one request; make a new parser for the next request.
 
-    __slots__ = ("_chunks", "_head_request", "_remaining", "_rest", "_state", "_trailer_bytes",
-                 "done", "head_done", "headers", "keep_alive", "pending", "reason", "received",
-                 "status", "version")
+    The ``on_*`` methods are llhttp's callbacks, called from inside ``feed``.
+    """
+
+    __slots__ = ("_body_bytes", "_chunked", "_chunks", "_framing", "_has_length",
+                 "_has_transfer_coding", "_head_request", "_interim", "_llhttp", "_new_chunk",
+                 "_reason", "done", "head_done", "headers", "keep_alive", "pending", "reason",
+                 "received", "status", "version")
 
     def __init__(self, head_request: bool = False) -> None:
         """``head_request``: the request was HEAD, so the response has no body."""
@@ -57,10 +75,16 @@ class ResponseParser:
         self.pending = 0         # body bytes framed and not yet taken
         self._chunks: list[bytes] = []
         self._head_request = head_request
-        self._state = _HEAD
-        self._remaining = 0      # of the Content-Length body, or of the current chunk
-        self._rest = b""         # an incomplete head or framing line, kept for the next feed
-        self._trailer_bytes = 0
+        self._reason: list[bytes] = []
+        self._interim = 0                 # 1xx heads so far
+        self._body_bytes = 0
+        self._has_length = False          # Content-Length in the final head
+        self._has_transfer_coding = False  # Transfer-Encoding in the final head
+        self._chunked = False             # llhttp has read a chunk-size line
+        self._new_chunk = False           # ... in the slice being fed
+        self._framing = 0                 # chunk framing bytes since the last chunk began
+        # Dropped once the response ends: it holds our callbacks, and we it.
+        self._llhttp: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
 
     def take(self) -> bytes:
         """The body bytes framed since the last call (b"" if none)."""
@@ -73,188 +97,164 @@ class ResponseParser:
 
     def feed(self, data: bytes) -> None:
         """Parse the next bytes from the connection."""
-        self.received += len(data)
-        if self._rest:
-            data, self._rest = self._rest + data, b""
-        pos, end = 0, len(data)
-        while pos < end:
-            state = self._state
-            if state in (_LENGTH, _CHUNK_DATA):
-                n = min(end - pos, self._remaining)
-                self._body(data if n == end else data[pos:pos + n])
-                pos += n
-                self._remaining -= n
-                if not self._remaining:
-                    if state == _LENGTH:
-                        self._finish()
-                    else:
-                        self._state = _CHUNK_END
-            elif state == _HEAD:
-                pos = self._head(data, pos)
-            elif state == _UNTIL_CLOSE:
-                self._body(data[pos:] if pos else data)
-                return
-            elif state == _DONE:
-                # Bytes after a complete response (we never pipeline): the
-                # connection is out of step with the server, never reuse it.
-                self.keep_alive = False
-                return
-            else:
-                pos = self._chunk_framing(data, pos)
-            if pos < 0:  # an incomplete line, kept in _rest
+        if self._llhttp is None:
+            # Bytes after a complete response (we never pipeline), or after an
+            # error: the connection is out of step with the server.
+            self.received += len(data)
+            self.keep_alive = False
+            return
+        if len(data) <= _SLICE:
+            self._feed(data)
+            return
+        view = memoryview(data)
+        for start in range(0, len(data), _SLICE):
+            self._feed(view[start:start + _SLICE])
+            if self._llhttp is None:
                 return
 
     def feed_eof(self) -> None:
-        """The server closed its side: the end of a read-until-close body, else an error."""
+        """The server closed its side: the end of a body framed by it, else an error."""
         self.keep_alive = False
-        if self._state == _UNTIL_CLOSE:
-            self._finish()
-        elif not self.done:
-            if not self.received:
-                raise httpx.ReadError("server closed the connection without a response")
-            raise httpx.ReadError("server closed the connection before the response ended")
+        if self.done:
+            return
+        self._llhttp = None
+        if self.head_done and self._ends_with_connection():
+            self.done = True
+            return
+        if not self.received:
+            raise httpx.ReadError("server closed the connection without a response")
+        raise httpx.ReadError("server closed the connection before the response ended")
 
-    def _body(self, piece: bytes) -> None:
+    # -- llhttp's callbacks ----------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.done:  # a second response, unasked for
+            self.keep_alive = False
+            raise _Stop
+        self._reason = []
+        self.headers = []
+        self._has_length = self._has_transfer_coding = False
+
+    def on_status(self, piece: bytes) -> None:
+        self._reason.append(piece)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.head_done:
+            return  # a trailer: counted as framing, not kept
+        self.headers.append((name, value))
+        lower = name.lower()
+        if lower == b"content-length":
+            self._has_length = True
+        elif lower == b"transfer-encoding":
+            self._has_transfer_coding = True
+
+    def on_headers_complete(self) -> None:
+        llhttp = self._llhttp
+        assert llhttp is not None
+        status = llhttp.get_status_code()
+        version = llhttp.get_http_version()
+        if version not in ("1.1", "1.0"):
+            raise _malformed(f"HTTP/{version} is not HTTP/1.x")
+        if status < 100:
+            raise _malformed(f"status {status:03d}")
+        if status < 200:
+            if status == 101:
+                raise _malformed("101 Switching Protocols, but no upgrade was asked for")
+            self._interim += 1
+            if self._interim > MAX_INTERIM:
+                raise _malformed(f"more than {MAX_INTERIM} interim (1xx) responses")
+            return
+        self.status = status
+        self.reason = b"".join(self._reason)
+        self.head_done = True
+        if version == "1.0":
+            self.version = b"HTTP/1.0"
+            self.keep_alive = llhttp.should_keep_alive() and not self._has_transfer_coding
+        else:
+            self.keep_alive = llhttp.should_keep_alive()
+        if self._head_request:
+            # llhttp would read the body the headers describe; after HEAD
+            # there is none. Where the head ended in this read is not known,
+            # so whatever follows cannot be told from garbage: no reuse.
+            self.keep_alive = False
+            self._end()
+            raise _Stop
+
+    def on_body(self, piece: bytes) -> None:
+        if not self.head_done:
+            raise _malformed("an interim (1xx) response with a body")
         self._chunks.append(piece)
         self.pending += len(piece)
+        self._body_bytes += len(piece)
 
-    def _finish(self) -> None:
-        self._state = _DONE
-        self.done = True
+    def on_chunk_header(self) -> None:
+        self._chunked = self._new_chunk = True
 
-    def _head(self, data: bytes, pos: int) -> int:
-        """Parse one head at ``pos``; where the body starts, or -1 if the head is incomplete."""
-        end = data.find(b"\r\n\r\n", pos)
-        bare = data.find(b"\n\n", pos, end if end >= 0 else len(data))
-        if bare >= 0:  # bare LF line ends (or mixed): the earlier terminator wins
-            end, after = bare, bare + 2
-        elif end >= 0:
-            after = end + 4
-        else:
-            if len(data) - pos > MAX_HEAD_BYTES:
-                raise _malformed("head longer than 64 KiB")
-            self._rest = data[pos:]
-            return -1
-        if end - pos > MAX_HEAD_BYTES:
-            raise _malformed("head longer than 64 KiB")
-        head = data[pos:end]
-        lines = head.split(b"\r\n")
-        if head.count(b"\n") >= len(lines) or head.count(b"\r") >= len(lines):
-            lines = [line.removesuffix(b"\r") for line in head.split(b"\n")]
-            if any(b"\r" in line for line in lines):
-                raise _malformed("stray CR in the head")
-        if b"\0" in head:
-            raise _malformed("NUL in the head")
-        self._status_line(lines[0])
-        if 100 <= self.status < 200:
-            if self.status == 101:
-                raise _malformed("101 Switching Protocols, but no upgrade was asked for")
-            return after  # an interim response (100 Continue): the real one follows
-        self._headers(lines)
-        return after
+    def on_message_complete(self) -> None:
+        if not self.head_done:
+            return  # an interim response ended; the final one follows
+        llhttp = self._llhttp
+        assert llhttp is not None
+        self.keep_alive = self.keep_alive and llhttp.should_keep_alive()
+        self._end()
 
-    def _status_line(self, line: bytes) -> None:
-        version, _, rest = line.partition(b" ")
-        if version != b"HTTP/1.1":
-            if not (len(version) == 8 and version.startswith(b"HTTP/1.")
-                    and version[7:].isdigit()):
-                raise _malformed(f"status line {line[:40]!r}")
-            self.version = b"HTTP/1.0" if version == b"HTTP/1.0" else b"HTTP/1.1"
-        code = rest[:3]
-        if len(code) != 3 or not code.isdigit() or rest[3:4] not in (b"", b" "):
-            raise _malformed(f"status line {line[:40]!r}")
-        self.status = int(code)
-        self.reason = rest[4:]
+    # -- the limits, and the end -------------------------------------------------
 
-    def _headers(self, lines: list[bytes]) -> None:
-        """Header fields, then the framing they imply."""
-        headers: list[tuple[bytes, bytes]] = []
-        lengths: list[bytes] = []
-        codings: list[bytes] = []
-        options: list[bytes] = []
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not _TOKEN.fullmatch(name):
-                if line[:1] in (b" ", b"\t") and headers:  # obs-fold: a continued value
-                    previous, earlier = headers[-1]
-                    headers[-1] = (previous, earlier + b" " + line.strip(b" \t"))
-                    continue
-                raise _malformed(f"header line {line[:40]!r}")
-            value = value.strip(b" \t")
-            headers.append((name, value))
-            lower = name.lower()
-            if lower == b"content-length":
-                lengths.append(value)
-            elif lower == b"transfer-encoding":
-                codings += (c.strip(b" \t").lower() for c in value.split(b","))
-            elif lower == b"connection":
-                options += (o.strip(b" \t").lower() for o in value.split(b","))
-        self.headers = headers
-        self.head_done = True
-        self._framing(lengths, codings, options)
-
-    def _framing(self, lengths: list[bytes], codings: list[bytes], options: list[bytes]) -> None:
-        """Keep-alive, and how the body is delimited (RFC 9112, section 6.3)."""
-        if self.version == b"HTTP/1.0":
-            self.keep_alive = b"keep-alive" in options
-        else:
-            self.keep_alive = b"close" not in options
-        if self._head_request or self.status in _NO_BODY_STATUS:
-            self._finish()
-        elif codings:
-            if lengths:  # both: a smuggling attempt or a broken proxy; never reuse
+    def _feed(self, piece: bytes | memoryview) -> None:
+        """Hand one slice to llhttp, then check the limits."""
+        llhttp = self._llhttp
+        assert llhttp is not None
+        head_was_done = self.head_done
+        body_before = self._body_bytes
+        self.received += len(piece)
+        try:
+            llhttp.feed_data(piece)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if not isinstance(cause, _Stop):
+                self._llhttp = None
+                raise (cause or _malformed(str(exc))) from None
+            return
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._llhttp = None
+            if self.done:  # llhttp refusing bytes after the end, e.g. after Connection: close
                 self.keep_alive = False
-            if codings[-1] == b"chunked":
-                self._state = _CHUNK_SIZE
+                return
+            text = str(exc) or type(exc).__name__
+            raise _malformed(text[:1].lower() + text[1:]) from None
+        if self.done:
+            return
+        if not self.head_done:
+            if self.received > MAX_HEAD_BYTES:
+                self._llhttp = None
+                raise _malformed(f"more than {MAX_HEAD_BYTES // 1024} KiB before the head ended")
+        elif head_was_done:
+            # What was not body in this slice was chunk framing (or trailers).
+            # A slice where a chunk began starts the count again: so no
+            # framing line passes the limit by much, whatever the read size.
+            if self._new_chunk:
+                self._new_chunk = False
+                self._framing = 0
             else:
-                self._state = _UNTIL_CLOSE
-                self.keep_alive = False
-        elif lengths:
-            self._remaining = _content_length(lengths)
-            self._state = _LENGTH
-            if not self._remaining:
-                self._finish()
+                self._framing += len(piece) - (self._body_bytes - body_before)
+                if self._framing > MAX_FRAMING_BYTES:
+                    self._llhttp = None
+                    raise _malformed(f"chunk-size line or trailers longer than"
+                                     f" {MAX_FRAMING_BYTES // 1024} KiB")
         else:
-            self._state = _UNTIL_CLOSE
-            self.keep_alive = False
+            self._new_chunk = False  # the head ended in this slice: counting starts now
 
-    def _chunk_framing(self, data: bytes, pos: int) -> int:
-        """A chunk-size line, the CRLF after a chunk, or a trailer line; -1 if incomplete."""
-        eol = data.find(b"\n", pos)
-        if eol < 0:
-            if len(data) - pos > MAX_LINE_BYTES:
-                raise _malformed("chunk framing line longer than 8 KiB")
-            self._rest = data[pos:]
-            return -1
-        line = data[pos:eol].removesuffix(b"\r")
-        if self._state == _CHUNK_END:
-            if line:
-                raise _malformed("chunk data not followed by CRLF")
-            self._state = _CHUNK_SIZE
-        elif self._state == _CHUNK_SIZE:
-            size = line.partition(b";")[0].strip(b" \t")
-            if not _HEX.fullmatch(size):
-                raise _malformed(f"chunk size {line[:40]!r}")
-            self._remaining = int(size, 16)
-            self._state = _CHUNK_DATA if self._remaining else _TRAILER
-        elif not line:  # the empty line after the trailers ends the response
-            self._finish()
-        else:
-            self._trailer_bytes += len(line)
-            if self._trailer_bytes > MAX_HEAD_BYTES:
-                raise _malformed("trailers longer than 64 KiB")
-        return eol + 1
+    def _ends_with_connection(self) -> bool:
+        """Whether llhttp framed this body by the connection's end (RFC 9112 section 6.3).
 
+        No Content-Length and no Transfer-Encoding; or a Transfer-Encoding
+        whose last coding is not chunked, which shows as body bytes without
+        a chunk-size line before them.
+        """
+        if self._has_length or self._chunked:
+            return False
+        return not self._has_transfer_coding or self._body_bytes > 0
 
-def _content_length(values: list[bytes]) -> int:
-    """The one length that every Content-Length value (or list element) agrees on."""
-    if len(values) == 1 and values[0].isdigit():
-        text = values[0]
-    else:
-        given = {v.strip(b" \t") for value in values for v in value.split(b",")}
-        if len(given) != 1:
-            raise _malformed(f"conflicting Content-Length values {sorted(given)[:4]!r}")
-        text = given.pop()
-    if not text.isdigit() or len(text) > 18:
-        raise _malformed(f"Content-Length {text[:20]!r}")
-    return int(text)
+    def _end(self) -> None:
+        self.done = True
+        self._llhttp = None  # nothing more to parse; breaks the cycle through our callbacks
