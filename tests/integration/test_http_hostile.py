@@ -1,0 +1,206 @@
+"""Hostile endpoints, built for real on 127.0.0.1: each answer below once hurt the dispatcher.
+
+Endpoints may be run by anyone, so every answer is untrusted input. Each
+test runs a raw server that misbehaves in one way and checks that the
+attempt ends as an ``AttemptResult`` error at once (not at its deadline),
+that the misbehaviour costs no one else anything, and that a connection is
+reused only when that is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httptools
+import pytest
+
+from dispatcher.http.parse import MAX_HEAD_BYTES
+from dispatcher.http.sender import HttpSender
+from dispatcher.policy.model import AttemptResult
+from tests.integration.test_http_transport import (
+    OK,
+    Handler,
+    Server,
+    answering,
+    raw_server,
+    read_request,
+    run,
+)
+
+# Long enough that an attempt ending at its deadline would fail the test (as
+# "timeout", or by the hang guard below), never a bound on how fast it must be.
+DEADLINE = 30.0
+HANG_GUARD = 60.0
+
+
+@asynccontextmanager
+async def sender(**options: Any) -> AsyncIterator[HttpSender]:
+    client = HttpSender(16, False, [], "outbox-test/1", **options)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def malformed(result: AttemptResult, what: str) -> bool:
+    return (result.status, result.error_kind) == (None, "other") and result.error.startswith(
+        f"malformed response: {what}")
+
+
+def then_stay(answer: bytes) -> Handler:
+    """Answer each request with ``answer``, then keep the connection open, silent."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      heads: list[bytes]) -> None:
+        await read_request(reader, heads)
+        writer.write(answer)
+        await writer.drain()
+        await reader.read()  # until the client goes away
+    return handler
+
+
+# -- interim (1xx) floods ---------------------------------------------------------------
+
+async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                heads: list[bytes]) -> None:
+    """100 Continue heads, without end."""
+    await read_request(reader, heads)
+    while True:
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" * 64)
+        await writer.drain()
+
+
+def test_endless_interim_responses_end_the_attempt_at_once() -> None:
+    """A server sending 100 Continue heads without end fails the attempt, not at its deadline."""
+    async def main() -> AttemptResult:
+        async with raw_server(flood) as server, sender() as client:
+            return await client.send(server.url, [], b"{}", DEADLINE)
+    result = run_for(main)
+    assert malformed(result, "more than 10 interim (1xx) responses")
+
+
+def test_flooding_neighbour_does_not_hold_up_a_healthy_endpoint() -> None:
+    """Requests to a healthy server all complete while another task talks to a flooding one."""
+    async def main() -> tuple[list[AttemptResult], list[AttemptResult]]:
+        async with raw_server(flood) as bad, raw_server(answering(OK)) as good, \
+                sender() as client:
+            async def flooded() -> list[AttemptResult]:
+                return [await client.send(bad.url, [], b"{}", DEADLINE) for _ in range(20)]
+
+            async def healthy() -> list[AttemptResult]:
+                return list(await asyncio.gather(
+                    *(client.send(good.url, [], b"{}", DEADLINE) for _ in range(400))))
+            return await asyncio.gather(flooded(), healthy())
+    flooded, healthy = run_for(main)
+    assert [r.status for r in healthy] == [200] * 400
+    assert all(malformed(r, "more than 10 interim") for r in flooded)
+
+
+# -- heads dribbled, or too long ---------------------------------------------------------
+
+def dribbling(answer: bytes, piece: int = 1) -> Handler:
+    """Write ``answer`` ``piece`` bytes at a time, one write per event loop turn."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      heads: list[bytes]) -> None:
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await read_request(reader, heads)
+        for start in range(0, len(answer), piece):
+            writer.write(answer[start:start + piece])
+            await writer.drain()
+            await asyncio.sleep(0)  # the client reads what we wrote before we write more
+        await reader.read()
+    return handler
+
+
+def test_head_dribbled_a_byte_per_read_is_parsed_once_per_byte(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 24 KiB head sent a byte per write is read whole, each byte handed to llhttp once."""
+    fed: list[int] = []
+
+    class Counting(httptools.HttpResponseParser):
+        def feed_data(self, data: Any) -> None:
+            fed.append(len(data))
+            super().feed_data(data)
+
+    monkeypatch.setattr(httptools, "HttpResponseParser", Counting)
+    answer = (b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"p" * 24_000 + b"\r\n"
+              + b"Content-Length: 2\r\n\r\nok")
+
+    async def main() -> AttemptResult:
+        async with raw_server(dribbling(answer)) as server, sender() as client:
+            return await client.send(server.url, [], b"{}", DEADLINE)
+    result = run_for(main)
+    assert (result.status, result.body_excerpt) == (200, "ok")
+    assert sum(fed) == len(answer)  # no byte parsed twice
+    assert len(fed) > len(answer) // 4  # and it did arrive in pieces
+
+
+def test_head_over_64_kib_dribbled_is_refused() -> None:
+    """A head that grows past 64 KiB in small reads is refused, not buffered to the deadline."""
+    answer = b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"p" * (MAX_HEAD_BYTES + 1000)
+
+    async def main() -> AttemptResult:
+        async with raw_server(dribbling(answer, piece=64)) as server, sender() as client:
+            return await client.send(server.url, [], b"{}", DEADLINE)
+    assert malformed(run_for(main), "more than 64 KiB before the head ended")
+
+
+# -- leniencies that once misframed or hung ---------------------------------------------
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip,\r\n chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n 0\r\n\r\n0123456789",
+], ids=["transfer-encoding", "content-length"])
+def test_folded_framing_header_is_refused(answer: bytes) -> None:
+    """A Transfer-Encoding or Content-Length continued on a folded line is malformed."""
+    async def main() -> AttemptResult:
+        async with raw_server(then_stay(answer)) as server, sender() as client:
+            return await client.send(server.url, [], b"{}", DEADLINE)
+    assert malformed(run_for(main), "")
+
+
+def test_head_ending_lf_crlf_is_refused_at_once() -> None:
+    """A head ending "\\n\\r\\n" is refused as it arrives, not waited on until the deadline."""
+    async def main() -> AttemptResult:
+        async with raw_server(then_stay(b"HTTP/1.1 200 OK\r\nContent-Length: 2\n\r\nok")) \
+                as server, sender() as client:
+            return await client.send(server.url, [], b"{}", DEADLINE)
+    assert malformed(run_for(main), "missing expected CR")
+
+
+def test_long_chunk_extension_in_one_write_is_refused() -> None:
+    """A 100 KB chunk extension arriving in one write is refused, whatever the read size."""
+    answer = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"2;ext=" + b"e" * 100_000 + b"\r\nok\r\n0\r\n\r\n")
+
+    async def main() -> AttemptResult:
+        async with raw_server(then_stay(answer)) as server, sender() as client:
+            return await client.send(server.url, [], b"{}", DEADLINE)
+    assert malformed(run_for(main), "chunk-size line or trailers longer than 8 KiB")
+
+
+def test_http_1_0_keep_alive_chunked_connection_is_not_reused() -> None:
+    """An HTTP/1.0 answer with keep-alive and chunked is read, then its connection closed."""
+    answer = (b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"2\r\nok\r\n0\r\n\r\n")
+
+    async def main() -> tuple[list[AttemptResult], Server]:
+        async with raw_server(answering(answer)) as server, sender() as client:
+            return [await client.send(server.url, [], b"{}", DEADLINE) for _ in range(2)], server
+    results, server = run_for(main)
+    assert [(r.status, r.body_excerpt) for r in results] == [(200, "ok")] * 2
+    assert [len(c) for c in server.connections] == [1, 1]
+
+
+def run_for(main: Callable[[], Any]) -> Any:
+    """Run ``main`` under the hang guard: a hang fails the test instead of stalling the suite."""
+    outcome: list[Any] = []
+
+    async def guarded() -> None:
+        async with asyncio.timeout(HANG_GUARD):
+            outcome.append(await main())
+    run(guarded)
+    return outcome[0]
