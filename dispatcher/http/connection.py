@@ -21,6 +21,7 @@ PoolKey = tuple[str, str, int]  # scheme, host (ASCII), port
 # Body bytes buffered before we stop reading the socket until the reader catches up.
 _HIGH_WATER = 256 * 1024
 
+
 class Connection(asyncio.Protocol):
     """A keep-alive connection: ``send`` a request, then read its head and body."""
 
@@ -92,6 +93,17 @@ class Connection(asyncio.Protocol):
         """Open, with no EOF or error seen: fit to carry a request."""
         return not self.closed and self.transport is not None and not self.transport.is_closing()
 
+    def reusable(self) -> bool:
+        """Fit for the next request: its whole request written, its whole response read.
+
+        A server may answer before it has read the body (a 413, say); what is
+        still unsent of that body would reach it as the start of our next
+        request, so such a connection is closed however its answer ended.
+        """
+        parser, transport = self.parser, self.transport
+        return (parser is not None and parser.done and parser.keep_alive and self.alive()
+                and transport is not None and _unsent(transport) == 0)
+
     def unsent(self) -> bool:
         """After ``send`` on an idle connection: its first write failed outright.
 
@@ -155,3 +167,17 @@ class Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+def _unsent(transport: asyncio.Transport) -> int:
+    """Bytes written to ``transport`` that the kernel has not taken yet.
+
+    asyncio's TLS transport counts only what it has not yet encrypted; the
+    ciphertext waits in the TCP transport beneath it, which it does not
+    expose, so that one is looked up (and skipped where it is not there).
+    """
+    unsent = transport.get_write_buffer_size()
+    beneath = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
+    if isinstance(beneath, asyncio.WriteTransport):
+        unsent += beneath.get_write_buffer_size()
+    return unsent

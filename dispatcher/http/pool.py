@@ -61,9 +61,8 @@ class Pool:
                 await self._wait_for_room(pool_timeout)
 
     def release(self, conn: Connection) -> None:
-        """Back to the pool after a response read to its end; closed if it may not stay."""
-        parser = conn.parser
-        if not conn.alive() or parser is None or not parser.done or not parser.keep_alive:
+        """Back to the pool if its request was written and its response read whole; else closed."""
+        if not conn.reusable():
             self.drop(conn)
             return
         loop = asyncio.get_running_loop()

@@ -10,9 +10,12 @@ reused only when that is safe.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httptools
@@ -20,12 +23,15 @@ import pytest
 
 from dispatcher.http.parse import MAX_HEAD_BYTES
 from dispatcher.http.sender import HttpSender
+from dispatcher.http.transport import H1Transport
 from dispatcher.policy.model import AttemptResult
 from tests.integration.test_http_transport import (
     OK,
     Handler,
     Server,
     answering,
+    fake_dns,
+    make_ca_and_cert,
     raw_server,
     read_request,
     run,
@@ -192,6 +198,70 @@ def test_http_1_0_keep_alive_chunked_connection_is_not_reused() -> None:
             return [await client.send(server.url, [], b"{}", DEADLINE) for _ in range(2)], server
     results, server = run_for(main)
     assert [(r.status, r.body_excerpt) for r in results] == [(200, "ok")] * 2
+    assert [len(c) for c in server.connections] == [1, 1]
+
+
+# -- a connection is reused only once its whole request was written ------------------------
+
+BIG = 16 * 1024 * 1024  # more than the kernel's socket buffers take while nobody reads
+
+
+def answering_early(server: list[Server]) -> Handler:
+    """Answer a big POST with 413 before reading its body; read the body only afterwards.
+
+    Once the client has had its answer (and opened another connection, or
+    not), the rest of the body is read and the connection serves on, as a
+    server that drains an unwanted body does.
+    """
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      heads: list[bytes]) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            heads.append(head)
+            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            if length < BIG:
+                await reader.readexactly(length)
+                writer.write(OK)
+                await writer.drain()
+                continue
+            writer.write(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\n\r\n")
+            await writer.drain()
+            for _ in range(500):  # until the next request went elsewhere, or 5 s
+                if len(server[0].connections) > 1:
+                    break
+                await asyncio.sleep(0.01)
+            await reader.readexactly(length)
+    return handler
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+def test_connection_answered_before_its_body_was_sent_is_not_reused(
+        tls: bool, tmp_path: Path) -> None:
+    """A 413 sent before the server read a 16 MiB body: the next POST goes on a new connection."""
+    if tls and shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    options: dict[str, Any] = {}
+    server_tls = None
+    if tls:
+        ca, cert, key = make_ca_and_cert(tmp_path)
+        server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_tls.load_cert_chain(cert, key)
+        resolve, _ = fake_dns("127.0.0.1")
+        options["transport"] = H1Transport(
+            resolver=resolve, tls_context=ssl.create_default_context(cafile=str(ca)))
+    holder: list[Server] = []
+
+    async def main() -> tuple[list[int | None], Server]:
+        async with raw_server(answering_early(holder), tls=server_tls) as server, \
+                sender(**options) as client:
+            holder.append(server)
+            url = f"https://hooks.test:{server.port}/" if tls else server.url
+            big = await client.send(url, [], b"x" * BIG, DEADLINE)
+            small = await client.send(url, [], b"{}", DEADLINE)
+            return [big.status, small.status], server
+    statuses, server = run_for(main)
+    assert statuses == [413, 200]
     assert [len(c) for c in server.connections] == [1, 1]
 
 
