@@ -6,6 +6,7 @@
   parser (llhttp through httptools, with our limits), and the pool that
   hands connections out;
 - ``dial``: DNS, the SSRF check of every resolved address, TCP and TLS;
+- ``resolve``: host name lookups on threads of their own, one per name at a time;
 - ``netguard``: which addresses ``--block-private-networks`` refuses.
 
 Nothing here knows the database or the delivery loop.

@@ -1,5 +1,8 @@
 """Opening a connection for ``dispatcher.http.transport``: DNS, the SSRF guard, TCP, then TLS.
 
+Names are looked up by the resolver given (``resolve.HostResolver`` unless
+a test brings its own).
+
 The SSRF rule of ``netguard`` holds here: with the policy on, an IP-literal
 host is judged before anything else, a host name is resolved once, every
 address it resolves to is checked, and the socket connects only to an
@@ -18,28 +21,18 @@ import asyncio
 import ipaddress
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
 
 import httpx
 
 from dispatcher.http.connection import Connection
 from dispatcher.http.netguard import NetworkPolicy
-
-AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]  # as loop.getaddrinfo returns them
-Resolver = Callable[[str, int], Awaitable[list[AddrInfo]]]
+from dispatcher.http.resolve import AddrInfo, Resolver
 
 _ATTEMPT_DELAY = 0.25  # seconds before racing the next address (RFC 8305: 250 ms)
 
 
 class BlockedAddress(httpx.ConnectError):
     """The network policy refused to connect to this host."""
-
-
-async def system_resolver(host: str, port: int) -> list[AddrInfo]:
-    """The operating system's answer, through the loop's resolver thread."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return cast("list[AddrInfo]", infos)
 
 
 async def open_connection(conn: Connection, host: str, port: int, *, tls: ssl.SSLContext | None,

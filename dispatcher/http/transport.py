@@ -36,9 +36,10 @@ import certifi
 import httpx
 
 from dispatcher.http.connection import Connection
-from dispatcher.http.dial import BlockedAddress, Resolver, open_connection, system_resolver
+from dispatcher.http.dial import BlockedAddress, open_connection
 from dispatcher.http.netguard import NetworkPolicy
 from dispatcher.http.pool import Pool
+from dispatcher.http.resolve import HostResolver, Resolver
 
 __all__ = ["BlockedAddress", "H1Transport", "ReadBody"]
 
@@ -54,13 +55,17 @@ class H1Transport(httpx.AsyncBaseTransport):
                  tls_context: ssl.SSLContext | None = None) -> None:
         """``resolver`` replaces the system's DNS and ``tls_context`` certifi's CAs (tests).
 
-        The policy checks whatever the resolver answers.
+        The policy checks whatever the resolver answers. Without one, names are
+        looked up by a ``HostResolver`` of this transport's own, closed with it.
         """
         # A keep-alive expiry shorter than the 5 s idle timeout of common
         # servers (Node.js), so we do not send on a connection being closed.
         self._pool = Pool(max_connections, max_connections_per_host, keepalive_expiry)
         self._policy = policy if policy is not None and policy.block_private else None
-        self._resolve = resolver or system_resolver
+        self._own_resolver: HostResolver | None = None
+        if resolver is None:
+            resolver = self._own_resolver = HostResolver()
+        self._resolve = resolver
         self._tls = tls_context
 
     def idle_connections(self) -> int:
@@ -108,8 +113,10 @@ class H1Transport(httpx.AsyncBaseTransport):
             extensions={"http_version": parser.version, "reason_phrase": parser.reason})
 
     async def aclose(self) -> None:
-        """Close every connection, idle or not."""
+        """Close every connection, idle or not, and the lookup threads."""
         self._pool.close()
+        if self._own_resolver is not None:
+            self._own_resolver.close()
         await asyncio.sleep(0)  # let the transports finish closing
 
     async def _open(self, conn: Connection) -> None:

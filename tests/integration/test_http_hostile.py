@@ -13,6 +13,7 @@ import asyncio
 import shutil
 import socket
 import ssl
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ import httptools
 import pytest
 
 from dispatcher.http.parse import MAX_HEAD_BYTES
+from dispatcher.http.resolve import AddrInfo, HostResolver
 from dispatcher.http.sender import HttpSender
 from dispatcher.http.transport import H1Transport
 from dispatcher.policy.model import AttemptResult
@@ -263,6 +265,96 @@ def test_connection_answered_before_its_body_was_sent_is_not_reused(
     statuses, server = run_for(main)
     assert statuses == [413, 200]
     assert [len(c) for c in server.connections] == [1, 1]
+
+
+# -- a DNS server that stalls for one host name -----------------------------------------
+
+def stalling_lookup(stalled: str) -> tuple[Callable[[str], list[AddrInfo]], list[str],
+                                           threading.Event]:
+    """A blocking lookup that hangs for ``stalled`` until released, else answers 127.0.0.1."""
+    asked: list[str] = []
+    release = threading.Event()
+
+    def lookup(host: str) -> list[AddrInfo]:
+        asked.append(host)
+        if host == stalled:
+            release.wait(HANG_GUARD)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0))]
+    return lookup, asked, release
+
+
+def test_lookups_of_one_host_name_share_one_thread() -> None:
+    """Concurrent lookups of one name make one call; each gets the port it asked for."""
+    lookup, asked, release = stalling_lookup("stalled.test")
+    resolver = HostResolver(lookup, threads=2)
+
+    async def main() -> list[list[AddrInfo]]:
+        waiting = [asyncio.create_task(resolver("stalled.test", port)) for port in (80, 443)]
+        await asyncio.sleep(0.05)
+        release.set()
+        return list(await asyncio.gather(*waiting))
+    try:
+        answers = run_for(main)
+    finally:
+        release.set()
+        resolver.close()
+    assert asked == ["stalled.test"]
+    assert [[info[4] for info in infos] for infos in answers] == [
+        [("127.0.0.1", 80)], [("127.0.0.1", 443)]]
+
+
+def test_stalling_dns_for_one_host_holds_up_no_other_host() -> None:
+    """A name whose lookup hangs costs one thread: lookups and POSTs to other names go through."""
+    lookup, asked, release = stalling_lookup("stalled.test")
+    resolver = HostResolver(lookup, threads=2)
+
+    async def main() -> tuple[list[AttemptResult], list[AttemptResult], list[str], AttemptResult]:
+        async with raw_server(answering(OK)) as server, sender(transport=H1Transport(
+                max_connections=200, resolver=resolver)) as client:
+            def url(host: str) -> str:
+                return f"http://{host}:{server.port}/"
+            # Deliveries to the stalled name: each gives up at its deadline,
+            # the next wave joins the lookup still running.
+            waves = [await asyncio.gather(*(client.send(url("stalled.test"), [], b"{}", 0.5)
+                                            for _ in range(20))) for _ in range(2)]
+            stalled = [result for wave in waves for result in wave]
+            others = asyncio.gather(*(client.send(url(f"h{i}.test"), [], b"{}", DEADLINE)
+                                      for i in range(100)))
+            healthy = list(await others)
+            asked_while_stalled = list(asked)
+            release.set()
+            after = await client.send(url("stalled.test"), [], b"{}", DEADLINE)
+            return stalled, healthy, asked_while_stalled, after
+    try:
+        stalled, healthy, asked_while_stalled, after = run_for(main)
+    finally:
+        release.set()
+        resolver.close()
+    assert {(r.status, r.error_kind) for r in stalled} == {(None, "timeout")}
+    assert [r.status for r in healthy] == [200] * 100
+    # One lookup for all 40 stalled attempts, one for each other name.
+    others = [f"h{i}.test" for i in range(100)]
+    assert sorted(asked_while_stalled) == sorted(["stalled.test", *others])
+    assert after.status == 200  # and once the DNS server answers, so does the name
+
+
+def test_default_transport_looks_names_up_on_threads_of_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a resolver given, lookups run on the transport's own threads, not asyncio's pool."""
+    threads: list[str] = []
+    real = socket.getaddrinfo
+
+    def recording(host: str, *args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real("127.0.0.1" if host == "hooks.test" else host, *args, **kwargs)
+    monkeypatch.setattr(socket, "getaddrinfo", recording)
+
+    async def main() -> AttemptResult:
+        async with raw_server(answering(OK)) as server, sender() as client:
+            return await client.send(f"http://hooks.test:{server.port}/", [], b"{}", DEADLINE)
+    assert run_for(main).status == 200
+    assert len(threads) == 1
+    assert threads[0].startswith("lookup")
 
 
 def run_for(main: Callable[[], Any]) -> Any:

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from dispatcher.http.dial import AddrInfo
 from dispatcher.http.netguard import NetworkPolicy
+from dispatcher.http.resolve import AddrInfo
 from dispatcher.http.sender import HttpSender
 from dispatcher.http.transport import BlockedAddress, H1Transport
 
