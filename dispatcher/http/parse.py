@@ -15,9 +15,11 @@ we asked and what we can afford:
 - limits: at most ``MAX_HEAD_BYTES`` before the final head has ended
   (interim heads included), at most ``MAX_INTERIM`` interim (1xx)
   responses, and at most ``MAX_FRAMING_BYTES`` of chunk framing (a chunk-size
-  line with its extensions, or the trailers) between two chunks. Input is
-  handed to llhttp in slices of at most ``_SLICE`` bytes and checked after
-  each, so the limits hold however large or small the reads are;
+  line with its extensions, or the trailers) counted after the slice in
+  which the last chunk began. Input is handed to llhttp in slices of at
+  most ``_SLICE`` bytes and checked after each, so the limits hold however
+  large or small the reads are: no framing line longer than three slices
+  (24 KiB) passes;
 - what the request implies: the answer to HEAD ends with its head, 101 is
   refused (we never ask for an upgrade), and only HTTP/1.0 and HTTP/1.1;
 - reuse: llhttp's keep-alive verdict, except that an HTTP/1.0 answer with
@@ -201,7 +203,24 @@ class ResponseParser:
     # -- the limits, and the end -------------------------------------------------
 
     def _feed(self, piece: bytes | memoryview) -> None:
-        """Hand one slice to llhttp, then check the limits."""
+        """Hand one slice to llhttp, but no byte past the head limit before the head ends.
+
+        A head of exactly ``MAX_HEAD_BYTES`` passes; one byte more does not.
+        """
+        room = MAX_HEAD_BYTES - self.received
+        if self.head_done or len(piece) <= room:
+            self._parse(piece)
+            return
+        if room > 0:
+            self._parse(piece[:room])
+        if not self.head_done:
+            self._llhttp = None
+            raise _malformed(f"more than {MAX_HEAD_BYTES // 1024} KiB before the head ended")
+        if self._llhttp is not None:
+            self._parse(piece[room:])
+
+    def _parse(self, piece: bytes | memoryview) -> None:
+        """llhttp reads ``piece``; its errors become ours; then the framing limit."""
         llhttp = self._llhttp
         assert llhttp is not None
         head_was_done = self.head_done
@@ -222,27 +241,26 @@ class ResponseParser:
                 return
             text = str(exc) or type(exc).__name__
             raise _malformed(text[:1].lower() + text[1:]) from None
-        if self.done:
+        if self.head_done and not self.done:
+            framing = len(piece) - (self._body_bytes - body_before) if head_was_done else 0
+            self._count_framing(framing)
+
+    def _count_framing(self, framing: int) -> None:
+        """What was not body in a slice was chunk framing (or trailers): keep it in bounds.
+
+        A slice in which a chunk began starts the count again (what followed
+        that chunk's start in it is not known), so no framing line passes
+        ``MAX_FRAMING_BYTES`` by more than two slices, whatever the reads.
+        """
+        if self._new_chunk:
+            self._new_chunk = False
+            self._framing = 0
             return
-        if not self.head_done:
-            if self.received > MAX_HEAD_BYTES:
-                self._llhttp = None
-                raise _malformed(f"more than {MAX_HEAD_BYTES // 1024} KiB before the head ended")
-        elif head_was_done:
-            # What was not body in this slice was chunk framing (or trailers).
-            # A slice where a chunk began starts the count again: so no
-            # framing line passes the limit by much, whatever the read size.
-            if self._new_chunk:
-                self._new_chunk = False
-                self._framing = 0
-            else:
-                self._framing += len(piece) - (self._body_bytes - body_before)
-                if self._framing > MAX_FRAMING_BYTES:
-                    self._llhttp = None
-                    raise _malformed(f"chunk-size line or trailers longer than"
-                                     f" {MAX_FRAMING_BYTES // 1024} KiB")
-        else:
-            self._new_chunk = False  # the head ended in this slice: counting starts now
+        self._framing += framing
+        if self._framing > MAX_FRAMING_BYTES:
+            self._llhttp = None
+            raise _malformed(f"chunk-size line or trailers longer than"
+                             f" {MAX_FRAMING_BYTES // 1024} KiB")
 
     def _ends_with_connection(self) -> bool:
         """Whether llhttp framed this body by the connection's end (RFC 9112 section 6.3).

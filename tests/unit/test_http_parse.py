@@ -253,6 +253,17 @@ def test_long_head_in_one_read_is_refused() -> None:
         parse(head)
 
 
+def test_head_of_exactly_64_kib_passes_and_one_byte_more_does_not() -> None:
+    """The head limit is exact, whether the head comes in one read or with its body."""
+    def head(size: int) -> bytes:
+        start, end = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Filler: ", b"\r\n\r\n"
+        return start + b"f" * (size - len(start) - len(end)) + end
+    assert parse(head(MAX_HEAD_BYTES) + b"ok").take() == b"ok"
+    assert parse(head(MAX_HEAD_BYTES), b"ok").take() == b"ok"
+    with pytest.raises(httpx.RemoteProtocolError, match="more than 64 KiB before the head ended"):
+        parse(head(MAX_HEAD_BYTES + 1) + b"ok")
+
+
 def test_head_dribbled_byte_by_byte_reaches_llhttp_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 60 KiB head fed a byte at a time is parsed with each byte handed to llhttp once."""
     fed: list[int] = []
@@ -279,6 +290,16 @@ def test_long_chunk_extension_in_one_read_is_refused() -> None:
                    (CHUNKED_HEAD, *(line[i:i + 100] for i in range(0, len(line), 100)))):
         with pytest.raises(httpx.RemoteProtocolError, match="chunk-size line or trailers longer"):
             parse(*pieces)
+
+
+def test_chunk_extension_under_the_limit_passes_however_it_arrives() -> None:
+    """A chunk-size line of almost 8 KiB passes, in one read, in 100-byte reads or bytewise."""
+    line = b"2;ext=" + b"e" * (MAX_FRAMING_BYTES - 100) + b"\r\nok\r\n0\r\n\r\n"
+    for pieces in ((CHUNKED_HEAD + line,), (CHUNKED_HEAD, *(line[i:i + 100]
+                                                            for i in range(0, len(line), 100))),
+                   (CHUNKED_HEAD, *(line[i:i + 1] for i in range(len(line))))):
+        parser = parse(*pieces)
+        assert (parser.done, parser.take()) == (True, b"ok")
 
 
 def test_long_chunk_extension_hidden_among_small_chunks_is_refused() -> None:
