@@ -3,18 +3,19 @@
 The dispatcher's wire. It keeps httpx's types and exceptions, so respx mocks
 the very path production runs, and puts our own asyncio client under them
 at a fraction of a general-purpose client's CPU per request (BENCHMARKS.md,
-"HTTP client"): one write per request, the response parsed in the protocol
-callback (``connection``, ``parse``), connections opened by ``dial``
-(DNS, SSRF guard, TLS), and nothing a webhook POST does not need: no
-redirects, cookies, proxies, decompression or environment.
+"HTTP client"): one write per request, the response parsed by llhttp in the
+protocol callback (``connection``, ``parse``), connections opened by
+``dial`` (DNS on threads of its own, SSRF guard, TLS), and nothing a webhook
+POST does not need: no redirects, cookies, proxies, decompression or
+environment.
 
 Connections are kept alive in ``pool``. One goes back to the pool only
-once its response was read to the end; a body left unread is cheaper to
-drop with its connection than to drain. An idle connection the server
-closed is noticed (EOF) and never reused. A request is never resent once a
-byte of it may have reached the server (a POST is not idempotent): only when
-the very first write on a reused connection failed outright does it go once
-more, on a new connection.
+once its request was written whole and its response read to the end; a
+body left unread is cheaper to drop with its connection than to drain. An
+idle connection the server closed is noticed (EOF) and never reused. A
+request is never resent once a byte of it may have reached the server (a
+POST is not idempotent): only when the very first write on a reused
+connection failed outright does it go once more, on a new connection.
 
 Errors, all httpx ones: ``BlockedAddress`` (a ``ConnectError``) when the
 policy refuses the host; ``ConnectError`` (refused, DNS, TLS);
