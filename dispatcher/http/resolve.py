@@ -62,7 +62,10 @@ class HostResolver:
                 for family, kind, proto, name, address in infos]
 
     def close(self) -> None:
-        """Stop the threads once their lookups end; nothing waits for them here."""
+        """Stop the threads once their lookups end; nothing waits for them here.
+
+        Lookups not yet started are cancelled: close it when nothing waits any more.
+        """
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
