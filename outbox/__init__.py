@@ -3,13 +3,19 @@
 >>> event_id = outbox.publish(conn, "mail.received", {"message_id": 42}, key="thread-7")
 
 The event exists exactly when the caller's transaction commits; the
-``outbox-dispatcher`` sidecar then delivers it over HTTP to every enabled
-endpoint subscribed to its type, at least once.
+``outbox-dispatcher`` sidecar then delivers it over HTTP to every endpoint
+subscribed to its type, at least once.
 """
 
 from outbox._event import MAX_PAYLOAD_BYTES, Event
 from outbox._publish import apublish, apublish_many, publish, publish_many
-from outbox.errors import InvalidEvent, OutboxError, PayloadTooLarge, SchemaMissing
+from outbox.errors import (
+    BacklogFull,
+    InvalidEvent,
+    OutboxError,
+    PayloadTooLarge,
+    SchemaMissing,
+)
 
 
 def __getattr__(name: str) -> str:
@@ -31,6 +37,7 @@ def __getattr__(name: str) -> str:
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
+    "BacklogFull",
     "Event",
     "InvalidEvent",
     "OutboxError",

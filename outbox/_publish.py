@@ -22,7 +22,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from outbox._event import MAX_PAYLOAD_BYTES, Batch, Event, build_batch
-from outbox.errors import OutboxError, SchemaMissing
+from outbox.errors import BacklogFull, OutboxError, SchemaMissing
 from outbox.sql import queries
 
 Step = tuple[str, dict[str, Any]]
@@ -47,6 +47,9 @@ def _plan(batch: Batch) -> Plan:
     if not batch.ids:
         return []
     rows = yield queries["publish"], batch.params()
+    if len(rows) == 1 and _values(rows[0])[0] is None:  # refused, nothing written
+        _, _, endpoint, bound, backlog = _values(rows[0])
+        raise BacklogFull(str(endpoint), int(bound), int(backlog))
     if len(rows) == len(batch.ids):  # one row per event inserted: no key met an older event
         return batch.uuids
     # Some rows met an idempotency key already stored (or earlier in this

@@ -47,6 +47,8 @@ class EndpointStatus:
     """Age of the oldest pending delivery (by its created_at, database clock); 0 when none."""
     circuit: str
     """The circuit breaker, shared by the fleet: closed, open or half-open."""
+    max_pending: int | None
+    """The --max-pending bound on pending plus in-flight deliveries; None: no bound."""
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,10 @@ def status(conn: psycopg.Connection[Any]) -> Status:
     endpoints = [
         EndpointStatus(name=name, enabled=enabled, pending=pending, in_flight=in_flight,
                        delivered=delivered, dead=dead,
-                       oldest_pending_seconds=round(float(oldest), 3), circuit=circuit)
-        for (_, name, enabled, pending, in_flight, delivered, dead, oldest, circuit) in rows
+                       oldest_pending_seconds=round(float(oldest), 3), circuit=circuit,
+                       max_pending=bound)
+        for (_, name, enabled, pending, in_flight, delivered, dead, oldest, circuit, bound)
+        in rows
         if name is not None
     ]
     return Status(endpoints=endpoints, unrouted=int(rows[0][0]) if rows else 0)

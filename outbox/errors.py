@@ -4,6 +4,7 @@
 
     OutboxError                     anything raised on purpose by this package
     ├── InvalidEvent (ValueError)   bad type, payload, key, headers, delay...
+    │   └── BacklogFull             an endpoint's --max-pending bound is reached
     ├── PayloadTooLarge             serialized payload over the limit
     ├── SchemaMissing               the outbox schema is not in the database
     ├── InvalidEndpoint (ValueError)  bad endpoint name, URL, pattern, secret, option
@@ -29,6 +30,24 @@ class OutboxError(Exception):
 
 class InvalidEvent(OutboxError, ValueError):
     """The event cannot be published as given (type, payload, key, headers...)."""
+
+
+class BacklogFull(InvalidEvent):
+    """An endpoint the event is routed to holds ``bound`` or more undelivered deliveries.
+
+    Raised by publish() after a look at the database, unlike the other
+    InvalidEvent cases (the contract lists it among them, hence the class),
+    and having written nothing: the caller's transaction goes on unharmed,
+    with or without the event. ``endpoint`` is the endpoint's name, ``bound``
+    its ``--max-pending``, ``backlog`` what it held.
+    """
+
+    def __init__(self, endpoint: str, bound: int, backlog: int) -> None:
+        super().__init__(f"endpoint {endpoint!r} holds {backlog} undelivered deliveries, at "
+                         f"or past its bound of {bound} (--max-pending): nothing was published")
+        self.endpoint = endpoint
+        self.bound = bound
+        self.backlog = backlog
 
 
 class PayloadTooLarge(OutboxError):

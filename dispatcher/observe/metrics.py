@@ -59,6 +59,7 @@ class BacklogRow:
     pending: int
     oldest_seconds: float
     circuit: str = "closed"  # closed, open or half-open
+    max_pending: int | None = None  # the --max-pending bound, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +111,17 @@ class _Backlog:
             "outbox_circuit_open",
             "1 while the endpoint's circuit is open or half-open (the fleet sends nothing but "
             "one probe per cool-down), else 0.", labels=["endpoint"])
+        bound = GaugeMetricFamily(
+            "outbox_max_pending",
+            "The endpoint's --max-pending bound (publish() refuses events past it); absent "
+            "when it has none.", labels=["endpoint"])
         for row in rows:
             pending.add_metric([row.endpoint], float(row.pending))
             oldest.add_metric([row.endpoint], row.oldest_seconds)
             circuit.add_metric([row.endpoint], 0.0 if row.circuit == "closed" else 1.0)
-        return [pending, oldest, circuit]
+            if row.max_pending is not None:
+                bound.add_metric([row.endpoint], float(row.max_pending))
+        return [pending, oldest, circuit, bound]
 
 
 class Metrics:
@@ -191,8 +198,9 @@ class Metrics:
         async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(queries["backlog"])
             rows = await cur.fetchall()
-        self.record_backlog(BacklogRow(str(name), int(pending), float(oldest), str(circuit))
-                            for name, pending, oldest, circuit in rows)
+        self.record_backlog(BacklogRow(str(name), int(pending), float(oldest), str(circuit),
+                                       None if bound is None else int(bound))
+                            for name, pending, oldest, circuit, bound in rows)
 
     def record_backlog(self, rows: Iterable[BacklogRow]) -> None:
         """Keep a backlog measurement for the next scrapes (until it grows stale)."""

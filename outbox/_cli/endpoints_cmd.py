@@ -31,7 +31,7 @@ _MAX_OVERLAP = timedelta(days=365)
 # Options of `add` that map one to one onto EndpointSpec fields.
 _SCALAR_OPTIONS = ("url", "secret", "max_attempts", "timeout", "min_backoff", "max_backoff",
                    "max_in_flight", "rate_limit", "max_batch", "format", "breaker_failures",
-                   "breaker_cooldown")
+                   "breaker_cooldown", "max_pending")
 
 
 def register(sub: Any) -> None:
@@ -62,6 +62,9 @@ def register(sub: Any) -> None:
                      "breaker; default 10")
     add.add_argument("--breaker-cooldown", metavar="SECONDS",
                      help="how long the circuit stays open before one probe; default 30")
+    add.add_argument("--max-pending", metavar="N",
+                     help="publish() refuses events for this endpoint while it holds N "
+                     "undelivered deliveries; default: no bound")
 
     listing = _command(commands, "list", _list, "show endpoints (never their secrets)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
@@ -153,6 +156,7 @@ def _as_json(e: store.StoredEndpoint) -> dict[str, Any]:
         "max_batch": c["max_batch"], "format": c["format"],
         "breaker_failures": c["breaker_failures"],
         "breaker_cooldown": c["breaker_cooldown_seconds"],
+        "max_pending": c["max_pending"],
         # Header values are often credentials (Authorization): names only.
         "headers": dict.fromkeys(c["headers"], "(hidden)"),
         "enabled": e.enabled, "disabled_reason": e.disabled_reason,

@@ -15,7 +15,8 @@ def register(sub: Any) -> None:
         "status", help="deliveries by state for each endpoint, and unrouted events",
         description="Per live endpoint: pending, in-flight, delivered and dead deliveries and "
         "the age of the oldest pending one (0 when nothing is pending), and the state of its "
-        "circuit breaker (closed, open, half-open); then the number "
+        "circuit breaker (closed, open, half-open) and its --max-pending bound with the "
+        "pending and in-flight deliveries held against it; then the number "
         "of unrouted events (published while no endpoint subscribed to their type).")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common.add_dsn_option(parser)
@@ -33,10 +34,11 @@ def run(args: argparse.Namespace) -> int:
         })
         return common.EXIT_OK
     common.print_table(
-        ["endpoint", "state", "circuit", "pending", "in flight", "delivered", "dead",
+        ["endpoint", "state", "circuit", "pending", "in flight", "bound", "delivered", "dead",
          "oldest pending"],
         [(e.name, "enabled" if e.enabled else "disabled", e.circuit, e.pending, e.in_flight,
-          e.delivered, e.dead, format_age(e.oldest_pending_seconds) if e.pending else "-")
+          _bound(e), e.delivered, e.dead,
+          format_age(e.oldest_pending_seconds) if e.pending else "-")
          for e in result.endpoints],
     )
     print(f"unrouted events: {result.unrouted}")
@@ -45,6 +47,14 @@ def run(args: argparse.Namespace) -> int:
               f"{format_age(waits.longest_wait_seconds)}, behind a transaction open for "
               f"{format_age(waits.oldest_holder_seconds)})")
     return common.EXIT_OK
+
+
+def _bound(e: admin.EndpointStatus) -> str:
+    """Undelivered against the --max-pending bound, as a percentage of it; "-" if none."""
+    if e.max_pending is None:
+        return "-"
+    undelivered = e.pending + e.in_flight
+    return f"{undelivered}/{e.max_pending} ({100 * undelivered // e.max_pending}%)"
 
 
 def format_age(seconds: float) -> str:

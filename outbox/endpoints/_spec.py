@@ -50,10 +50,12 @@ MAX_IN_FLIGHT = 1000
 MAX_RATE_LIMIT = 100_000.0
 MAX_BATCH = 1000
 MAX_BREAKER_FAILURES = 1000
+MAX_PENDING = 1_000_000_000
 MAX_BREAKER_COOLDOWN = 86400.0
 
 _SECONDS_OPTIONS = ("timeout", "min_backoff", "max_backoff", "breaker_cooldown")
-_INT_OPTIONS = ("max_attempts", "max_in_flight", "max_batch", "breaker_failures")
+_INT_OPTIONS = ("max_attempts", "max_in_flight", "max_batch", "breaker_failures",
+                "max_pending")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,9 @@ class EndpointSpec:
     """Consecutive retryable failures that open the circuit; 0 turns the breaker off."""
     breaker_cooldown: float = DEFAULT_BREAKER_COOLDOWN
     """Seconds an open circuit waits before its one probe request."""
+    max_pending: int | None = None
+    """publish() refuses events for the endpoint while it holds this many undelivered
+    deliveries; None for no bound."""
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -120,6 +125,9 @@ class EndpointSpec:
         put("breaker_cooldown", checks.check_number(self.breaker_cooldown, "breaker_cooldown",
                                                     0, MAX_BREAKER_COOLDOWN,
                                                     low_inclusive=False))
+        if self.max_pending is not None:
+            put("max_pending", checks.check_int(self.max_pending, "max_pending", 1,
+                                                MAX_PENDING))
 
     @property
     def events_like(self) -> tuple[str, ...]:
@@ -137,6 +145,7 @@ class EndpointSpec:
             "max_batch": self.max_batch, "format": self.format, "headers": dict(self.headers),
             "breaker_failures": self.breaker_failures,
             "breaker_cooldown_seconds": self.breaker_cooldown,
+            "max_pending": self.max_pending,
         }
 
     @classmethod

@@ -58,7 +58,7 @@ class SyncReport:
 _OPTION_COLUMNS = ("name", "url", "events", "events_like", "secret", "max_attempts",
                    "timeout_seconds", "min_backoff_seconds", "max_backoff_seconds",
                    "max_in_flight", "rate_limit", "max_batch", "format", "headers",
-                   "breaker_failures", "breaker_cooldown_seconds")
+                   "breaker_failures", "breaker_cooldown_seconds", "max_pending")
 
 
 def _lock(conn: Conn) -> None:

@@ -64,6 +64,9 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     breaker_failures     integer NOT NULL DEFAULT 10 CHECK (breaker_failures >= 0),
     breaker_cooldown_seconds double precision NOT NULL DEFAULT 30
                          CHECK (breaker_cooldown_seconds > 0),
+    -- publish() refuses events for this endpoint while it holds this many
+    -- undelivered deliveries; NULL: no bound (version 2).
+    max_pending          bigint CHECK (max_pending > 0),
     enabled              boolean NOT NULL DEFAULT true,
     disabled_reason      text,
     created_at           timestamptz NOT NULL DEFAULT now(),
@@ -76,7 +79,8 @@ ALTER TABLE outbox.endpoints
     ADD COLUMN IF NOT EXISTS breaker_failures integer NOT NULL DEFAULT 10
         CHECK (breaker_failures >= 0),
     ADD COLUMN IF NOT EXISTS breaker_cooldown_seconds double precision NOT NULL DEFAULT 30
-        CHECK (breaker_cooldown_seconds > 0);
+        CHECK (breaker_cooldown_seconds > 0),
+    ADD COLUMN IF NOT EXISTS max_pending bigint CHECK (max_pending > 0);
 
 CREATE UNIQUE INDEX IF NOT EXISTS endpoints_name_live
     ON outbox.endpoints (name) WHERE removed_at IS NULL;
@@ -110,6 +114,22 @@ CREATE TABLE IF NOT EXISTS outbox.endpoint_slots (
     PRIMARY KEY (endpoint_id, slot)
 ) WITH (fillfactor = 50);
 
+-- The undelivered deliveries (pending or in flight) of an endpoint with a
+-- --max-pending bound, as counters whose sum is the count: publish() checks
+-- the sum (an index lookup of 17 rows, whatever the backlog) instead of
+-- counting the backlog. Producers add to shards 0-15, each taking one that
+-- no other open transaction holds, so that they rarely wait on one another;
+-- everything else (the dispatchers finishing deliveries, replays, retries)
+-- adds or subtracts on shard -1 in short transactions of its own, never
+-- waiting for a producer's. Made by endpoint_backlog_rows when a bound is
+-- set, from a count of the backlog then; dropped when it is unset.
+CREATE TABLE IF NOT EXISTS outbox.endpoint_backlog (
+    endpoint_id  bigint NOT NULL,
+    shard        smallint NOT NULL,
+    undelivered  bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (endpoint_id, shard)
+) WITH (fillfactor = 50);
+
 -- The fleet's upkeep (lease rescue, parking sweeps, burying, retention) is
 -- done by one dispatcher at a time: whoever holds this lease, renewed while it
 -- lives and taken over by another once it expires.
@@ -137,6 +157,26 @@ $$;
 CREATE OR REPLACE TRIGGER endpoint_fleet_rows
     AFTER INSERT OR UPDATE OF max_in_flight ON outbox.endpoints
     FOR EACH ROW EXECUTE FUNCTION outbox.endpoint_fleet_rows();
+CREATE OR REPLACE FUNCTION outbox.endpoint_backlog_rows() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.max_pending IS NOT NULL AND NEW.max_pending IS NOT NULL THEN
+        RETURN NULL;  -- a bound changed: the counters stand
+    END IF;
+    DELETE FROM outbox.endpoint_backlog WHERE endpoint_id = NEW.id;
+    IF NEW.max_pending IS NOT NULL THEN
+        INSERT INTO outbox.endpoint_backlog (endpoint_id, shard, undelivered)
+        SELECT NEW.id, -1, count(*) FROM outbox.deliveries
+        WHERE endpoint_id = NEW.id AND (state = 'pending' OR state = 'in_flight');
+        INSERT INTO outbox.endpoint_backlog (endpoint_id, shard)
+        SELECT NEW.id, s FROM generate_series(0, 15) AS s;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER endpoint_backlog_rows
+    AFTER INSERT OR UPDATE OF max_pending ON outbox.endpoints
+    FOR EACH ROW EXECUTE FUNCTION outbox.endpoint_backlog_rows();
 -- Upgrade from version 1: the rows of endpoints made before the trigger.
 INSERT INTO outbox.endpoint_state (endpoint_id) SELECT id FROM outbox.endpoints
 ON CONFLICT DO NOTHING;

@@ -69,6 +69,7 @@ def test_status_table_and_json(dsn: str, scene: dict[str, uuid.UUID]) -> None:
     table = outbox(dsn, "status")
     assert table.returncode == 0, table.stderr
     assert table.stdout.splitlines()[0].split()[:4] == ["ENDPOINT", "STATE", "CIRCUIT", "PENDING"]
+    assert "BOUND" in table.stdout.splitlines()[0]
     assert "unrouted events: 1" in table.stdout
 
     result = outbox(dsn, "status", "--json")
@@ -83,6 +84,7 @@ def test_status_table_and_json(dsn: str, scene: dict[str, uuid.UUID]) -> None:
     assert mail["oldest_pending_seconds"] >= 0
     assert mail["enabled"] is True
     assert mail["circuit"] == "closed"
+    assert mail["max_pending"] is None
     assert by_name["orders"]["oldest_pending_seconds"] == 0
 
 

@@ -61,7 +61,7 @@ def test_add_and_list(dsn: str) -> None:
                   "--events", "order.created", "--secret", "env:WF_SECRET",
                   "--max-attempts", "12", "--timeout", "30s", "--rate-limit", "5",
                   "--format", "cloudevents", "--header", "X-Tenant: acme",
-                  "--breaker-failures", "5", "--breaker-cooldown", "1m"))
+                  "--breaker-failures", "5", "--breaker-cooldown", "1m", "--max-pending", "500"))
     table = ok(outbox_cmd(dsn, "list"))
     assert "workflow" in table
     assert "mail.*,order.created" in table
@@ -73,6 +73,7 @@ def test_add_and_list(dsn: str) -> None:
     assert (listed["enabled"], listed["disabled_reason"]) == (True, None)
     assert (listed["max_batch"], listed["max_in_flight"]) == (1, 16)
     assert (listed["breaker_failures"], listed["breaker_cooldown"]) == (5, 60.0)
+    assert listed["max_pending"] == 500
     assert list(listed["headers"]) == ["x-tenant"]
 
 
@@ -94,6 +95,8 @@ def test_add_and_list(dsn: str) -> None:
     ["--url", URL, "--breaker-failures", "-1"],
     ["--url", URL, "--breaker-failures", "many"],
     ["--url", URL, "--breaker-cooldown", "0"],
+    ["--url", URL, "--max-pending", "0"],
+    ["--url", URL, "--max-pending", "lots"],
     ["--url", URL, "--header", "Content-Type: text/plain"],
     ["--url", URL, "--header", "X-A: 1", "--header", "x-a: 2"],
 ])

@@ -20,7 +20,8 @@ ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
 
 
 V1_SCHEMA = Path(__file__).parents[1] / "fixtures" / "schema_v1.sql"
-TABLES = ["deliveries", "endpoint_slots", "endpoint_state", "endpoints", "events",
+TABLES = ["deliveries", "endpoint_backlog", "endpoint_slots", "endpoint_state", "endpoints",
+          "events",
           "maintainer", "schema_version"]
 
 

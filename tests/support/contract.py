@@ -13,4 +13,8 @@ METRICS = {
     "outbox_delivery_duration_seconds": ("histogram", {"endpoint"}),
     "outbox_delivery_lag_seconds": ("histogram", {"endpoint"}),
 }
+# Metrics the project adds beside the contract's (README, "Metrics and health").
+PROJECT_METRICS = {
+    "outbox_max_pending": ("gauge", {"endpoint"}),
+}
 FAILURE_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")

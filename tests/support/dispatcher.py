@@ -45,7 +45,7 @@ FAST_ENDPOINT: dict[str, Any] = {
 _JSON_COLUMNS = {"headers", "previous_secrets"}
 _COLUMNS = {"secret", "max_attempts", "timeout_seconds", "min_backoff_seconds",
             "max_backoff_seconds", "max_in_flight", "rate_limit", "max_batch", "format",
-            "breaker_failures", "breaker_cooldown_seconds",
+            "breaker_failures", "breaker_cooldown_seconds", "max_pending",
             "headers", "enabled", "previous_secrets"}
 
 

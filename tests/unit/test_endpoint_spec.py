@@ -307,6 +307,7 @@ def test_invalid_headers(headers: Any, message: str) -> None:
     ("max_batch", 0), ("max_batch", 1001),
     ("breaker_failures", -1), ("breaker_failures", 1001), ("breaker_failures", 2.5),
     ("breaker_cooldown", 0), ("breaker_cooldown", 86401), ("breaker_cooldown", math.nan),
+    ("max_pending", 0), ("max_pending", -5), ("max_pending", 1.5), ("max_pending", True),
     ("format", "json"), ("format", None),
 ])
 def test_invalid_numbers_and_format(option: str, value: Any) -> None:

@@ -45,6 +45,7 @@ format = "cloudevents"
 headers = {{ Authorization = "Bearer t", x-tenant = "acme" }}
 breaker_failures = 0
 breaker_cooldown = "2m"
+max_pending = 10000
 
 [endpoints.audit]
 url = "http://audit.internal/"
@@ -55,7 +56,7 @@ url = "http://audit.internal/"
         secret="env:WORKFLOW_WEBHOOK_SECRET", max_attempts=12, timeout=5.0, min_backoff=0.5,
         max_backoff=600.0, max_in_flight=4, rate_limit=20.0, max_batch=50,
         format="cloudevents", headers={"authorization": "Bearer t", "x-tenant": "acme"},
-        breaker_failures=0, breaker_cooldown=120.0)
+        breaker_failures=0, breaker_cooldown=120.0, max_pending=10000)
     assert audit == EndpointSpec(name="audit", url="http://audit.internal/")
 
 

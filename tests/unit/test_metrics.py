@@ -86,6 +86,15 @@ def test_labels_are_exactly_the_contract_labels() -> None:
     assert seen == set(CONTRACT)
 
 
+def test_the_bound_gauge_is_there_only_for_bounded_endpoints() -> None:
+    """outbox_max_pending has a sample for an endpoint with --max-pending, none without."""
+    metrics = Metrics()
+    metrics.record_backlog([BacklogRow("bounded", 3, 1.0, "closed", 500),
+                            BacklogRow("free", 3, 1.0, "closed", None)])
+    bound = [s for s in samples(metrics) if s.name == "outbox_max_pending"]
+    assert [(s.labels["endpoint"], s.value) for s in bound] == [("bounded", 500.0)]
+
+
 def test_verbs_count_what_they_say() -> None:
     """attempt, delivered, failed and dead move their own series, per endpoint and reason."""
     metrics = Metrics()

@@ -12,6 +12,7 @@ import outbox.testing
 
 INTENDED = {
     "MAX_PAYLOAD_BYTES",
+    "BacklogFull",
     "Event",
     "InvalidEvent",
     "OutboxError",
@@ -75,8 +76,10 @@ def test_signatures_of_the_producer_api() -> None:
 def test_errors_form_the_documented_tree() -> None:
     """InvalidEvent is a ValueError; every producer error is an OutboxError."""
     assert issubclass(outbox.InvalidEvent, ValueError)
-    for error in (outbox.InvalidEvent, outbox.PayloadTooLarge, outbox.SchemaMissing):
+    for error in (outbox.InvalidEvent, outbox.PayloadTooLarge, outbox.SchemaMissing,
+                  outbox.BacklogFull):
         assert issubclass(error, outbox.OutboxError)
+    assert issubclass(outbox.BacklogFull, outbox.InvalidEvent)
     assert importlib.import_module("outbox.errors").OutboxError is outbox.OutboxError
 
 

@@ -11,10 +11,10 @@
 -- keeps one row (with a NULL name) when no live endpoint exists, so that the
 -- unrouted count always comes back.
 SELECT u.unrouted, ep.name, ep.enabled, ep.pending, ep.in_flight, ep.delivered, ep.dead,
-       ep.oldest_pending_seconds, ep.circuit
+       ep.oldest_pending_seconds, ep.circuit, ep.max_pending
 FROM (SELECT count(*) AS unrouted FROM outbox.events WHERE unrouted) AS u
 LEFT JOIN LATERAL (
-    SELECT e.name, e.enabled, p.pending, p.oldest_pending_seconds,
+    SELECT e.name, e.enabled, e.max_pending, p.pending, p.oldest_pending_seconds,
            coalesce((SELECT s.circuit FROM outbox.endpoint_state s WHERE s.endpoint_id = e.id),
                     'closed') AS circuit,
            (SELECT count(*) FROM outbox.deliveries d
@@ -108,6 +108,13 @@ retried AS (
     WHERE d.state = 'dead' AND d.endpoint_id = live.id
       AND (%(event_ids)s::uuid[] IS NULL OR d.event_id = ANY (%(event_ids)s::uuid[]))
     RETURNING d.endpoint_id
+),
+-- Retried deliveries count against a --max-pending bound again (shard -1).
+counted AS (
+    UPDATE outbox.endpoint_backlog b
+    SET undelivered = b.undelivered + r.n
+    FROM (SELECT endpoint_id, count(*) AS n FROM retried GROUP BY endpoint_id) r
+    WHERE b.endpoint_id = r.endpoint_id AND b.shard = -1
 )
 SELECT (SELECT count(*) FROM retried),
        ARRAY(SELECT DISTINCT live.name FROM live
@@ -171,6 +178,13 @@ inserted AS (
     )
     ORDER BY c.seq
     RETURNING event_id
+),
+-- Replayed deliveries count against a --max-pending bound (shard -1).
+counted AS (
+    UPDATE outbox.endpoint_backlog b
+    SET undelivered = b.undelivered + (SELECT count(*) FROM inserted)
+    FROM target t
+    WHERE b.endpoint_id = t.id AND b.shard = -1
 ),
 rerouted AS (
     UPDATE outbox.events ev SET unrouted = false

@@ -207,6 +207,7 @@ ORDER BY c.endpoint_id, g.grp, c.seq;
 -- hand-back (pending again, due now, last error kept); refund takes back the
 -- attempt the claim charged (a hand-back, or a failed circuit probe).
 -- slots: [endpoint_id, slot, token] of requests that ended: free again.
+-- Deliveries delivered or dead leave their endpoint's --max-pending count.
 -- circuits: [endpoint_id, reset, failures] per endpoint of the batch: reset
 -- when an answer other than a retryable failure came, then the retryable
 -- failures after the last such answer. The state rows are locked in
@@ -252,6 +253,22 @@ unparked AS (
             FROM finished f
             WHERE f.key IS NOT NULL AND f.state IN ('delivered', 'dead')))
       AND n.state = 'pending' AND n.next_attempt_at = 'infinity'
+),
+-- Deliveries that finished leave their endpoint's --max-pending count (shard
+-- -1; bounded endpoints only), rows locked in endpoint order.
+finished_counts AS MATERIALIZED (
+    SELECT b.endpoint_id, f.n
+    FROM (SELECT endpoint_id, count(*) AS n FROM finished
+          WHERE state IN ('delivered', 'dead') GROUP BY endpoint_id) f
+    JOIN outbox.endpoint_backlog b ON b.endpoint_id = f.endpoint_id AND b.shard = -1
+    ORDER BY b.endpoint_id
+    FOR NO KEY UPDATE OF b
+),
+uncounted AS (
+    UPDATE outbox.endpoint_backlog b
+    SET undelivered = b.undelivered - c.n
+    FROM finished_counts c
+    WHERE b.endpoint_id = c.endpoint_id AND b.shard = -1
 ),
 freed AS (
     UPDATE outbox.endpoint_slots sl

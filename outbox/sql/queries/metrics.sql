@@ -14,7 +14,8 @@ SELECT e.name,
        p.pending,
        greatest(coalesce(extract(epoch FROM clock_timestamp() - p.oldest), 0), 0)::float8
            AS oldest_seconds,
-       coalesce(s.circuit, 'closed') AS circuit
+       coalesce(s.circuit, 'closed') AS circuit,
+       e.max_pending
 FROM outbox.endpoints AS e
 LEFT JOIN outbox.endpoint_state AS s ON s.endpoint_id = e.id
 CROSS JOIN LATERAL (

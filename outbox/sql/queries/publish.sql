@@ -25,6 +25,16 @@
 -- The two-int form (a fixed class, the key's hash) keeps clear of the bigint
 -- advisory locks applications use; a hash collision only makes two keys take
 -- turns.
+-- --max-pending (contract v2): over finds a bounded endpoint the batch would
+-- take past its bound (what it holds, as its counter shards add up, plus
+-- the events of this batch routed to it). Then nothing is written (every
+-- write below is conditional on over being empty, the key locks too) and
+-- one row names the endpoint: the caller raises BacklogFull, and its
+-- transaction is as it was. Otherwise counted adds the new deliveries to
+-- one of the endpoint's 16 producer shards (outbox.endpoint_backlog), the
+-- one this connection prefers if no other open transaction holds it (SKIP
+-- LOCKED), so that concurrent producers rarely wait on one another. Only
+-- bounded endpoints have shards: an unbounded one costs nothing here.
 WITH input AS (
     SELECT *
     FROM ROWS FROM (
@@ -37,16 +47,29 @@ WITH input AS (
         json_array_elements_text(%(delays)s::json)
     ) WITH ORDINALITY AS i(id, type, key, payload, headers, idempotency_key, delay, ord)
 ),
+targets AS (
+    SELECT id, name, events_like, max_pending FROM outbox.endpoints
+    WHERE removed_at IS NULL
+),
+over AS MATERIALIZED (
+    SELECT t.name, t.max_pending, h.held
+    FROM (SELECT * FROM targets WHERE max_pending IS NOT NULL) t
+    CROSS JOIN LATERAL (SELECT count(*) AS routed FROM input i
+                        WHERE i.type LIKE ANY (t.events_like)) r
+    CROSS JOIN LATERAL (SELECT coalesce(sum(b.undelivered), 0) AS held
+                        FROM outbox.endpoint_backlog b WHERE b.endpoint_id = t.id) h
+    WHERE r.routed > 0 AND h.held + r.routed > t.max_pending
+    ORDER BY t.name
+    LIMIT 1
+),
 key_locks AS MATERIALIZED (
     SELECT count(pg_advisory_xact_lock(7469813, hashtext(k.key))) AS taken
-    FROM (SELECT DISTINCT key FROM input WHERE key IS NOT NULL ORDER BY key) AS k
+    FROM (SELECT DISTINCT key FROM input
+          WHERE key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM over)
+          ORDER BY key) AS k
 ),
 clock AS (
     SELECT clock_timestamp() AS at FROM key_locks
-),
-targets AS (
-    SELECT id, events_like FROM outbox.endpoints
-    WHERE removed_at IS NULL
 ),
 inserted AS (
     INSERT INTO outbox.events AS ev
@@ -55,6 +78,7 @@ inserted AS (
            c.at, c.at + make_interval(secs => i.delay::float8),
            NOT EXISTS (SELECT 1 FROM targets t WHERE i.type LIKE ANY (t.events_like))
     FROM input i CROSS JOIN clock c
+    WHERE NOT EXISTS (SELECT 1 FROM over)
     ORDER BY i.ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING ev.id, ev.seq, ev.type, ev.key, ev.deliver_after
@@ -64,12 +88,30 @@ fanned AS (
     SELECT e.id, t.id, e.seq, e.key, e.deliver_after
     FROM inserted e
     JOIN targets t ON e.type LIKE ANY (t.events_like)
-    RETURNING 1
+    RETURNING endpoint_id
+),
+counted AS (
+    UPDATE outbox.endpoint_backlog s
+    SET undelivered = s.undelivered + f.n
+    FROM (SELECT fanned.endpoint_id, count(*) AS n FROM fanned
+          JOIN targets t ON t.id = fanned.endpoint_id AND t.max_pending IS NOT NULL
+          GROUP BY fanned.endpoint_id) f
+    CROSS JOIN LATERAL (
+        SELECT coalesce((SELECT b.shard FROM outbox.endpoint_backlog b
+                         WHERE b.endpoint_id = f.endpoint_id AND b.shard >= 0
+                         ORDER BY b.shard = pg_backend_pid() %% 16 DESC, b.shard
+                         LIMIT 1
+                         FOR UPDATE SKIP LOCKED),
+                        pg_backend_pid() %% 16) AS shard) pick
+    WHERE s.endpoint_id = f.endpoint_id AND s.shard = pick.shard
 )
 -- The uncorrelated sub-select runs once (an InitPlan), not once per row.
 SELECT inserted.id::text,
-       (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM fanned)) AS woke
-FROM inserted;
+       (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM fanned)) AS woke,
+       NULL::text AS full_endpoint, NULL::bigint AS bound, NULL::bigint AS held
+FROM inserted
+UNION ALL
+SELECT NULL, NULL, over.name, over.max_pending, over.held FROM over;
 
 -- name: event_ids_by_idempotency_key
 SELECT idempotency_key, id::text FROM outbox.events
