@@ -1,6 +1,8 @@
 """Dispatcher throughput and idle latency, against the seeds' loop in the same run.
 
     python benchmarks/throughput.py [--events 20000] [--baseline-events 1000] [--rounds 3]
+                                    [--max-batch N] [--max-in-flight N] [--dispatchers N]
+                                    [--event-loop uvloop|asyncio]
 
 One throwaway PostgreSQL (fsync on), one lean local receiver, one endpoint.
 Each round measures, in turn:
@@ -10,7 +12,10 @@ Each round measures, in turn:
   POST, mark done, commit) in Python with psycopg and httpx;
 * dispatcher: ``outbox-dispatcher`` (a subprocess) draining a backlog of
   ``--events`` unkeyed events published beforehand; the rate is taken between
-  the first and the last arrival, so process start-up is not counted;
+  the first and the last arrival, so process start-up is not counted, and
+  the dispatcher's CPU (user + system, from /proc) is read from its first
+  arrival to its last, per event; with ``--max-batch N`` the endpoint takes
+  N events per request;
 * idle latency: with the dispatcher running and idle, one event per
   transaction, the time from the producer's COMMIT returning to the
   receiver's arrival.
@@ -22,12 +27,15 @@ BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -44,8 +52,18 @@ CREATE TABLE IF NOT EXISTS seeds_outbox (
 """
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
 class Arrivals:
-    """Counts arrivals and remembers the first/last times and each event id's arrival."""
+    """Counts arrivals (events, also inside batches) and remembers first/last times and ids."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -54,15 +72,21 @@ class Arrivals:
         self.last = 0.0
         self.by_id: dict[str, float] = {}
         self.track_ids = False
+        self.on_first: Callable[[], None] = lambda: None
 
     def __call__(self, request: Request) -> Response:
         now = time.perf_counter()
+        events = request.body.count(b'"type":') if request.body.startswith(b"[") else 1
         with self.lock:
             if self.count == 0:
                 self.first = now
-            self.count += 1
+                self.on_first()
+            self.count += events
             self.last = now
-            if self.track_ids:
+            if self.track_ids and request.body.startswith(b"["):  # a batch: ids in the body
+                for event in json.loads(request.body):
+                    self.by_id[event["id"]] = now
+            elif self.track_ids:
                 self.by_id[request.headers.get("webhook-id", "")] = now
         return Response(204)
 
@@ -101,11 +125,15 @@ def baseline(dsn: str, url: str, events: int) -> float:
         return done / (time.perf_counter() - started)
 
 
+NO_UVLOOP = Path(__file__).parent / "no_uvloop"
+"""On PYTHONPATH, a ``uvloop`` that cannot be imported: the dispatcher runs on asyncio's loop."""
+ENV: dict[str, str] = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
 def start_dispatcher(dsn: str, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "dispatcher", "--dsn", dsn, "--metrics-port", str(free_port()),
-         "--log-level", "WARNING", "--retention", "0", *extra],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+         "--log-level", "WARNING", "--retention", "0", *extra], env=ENV)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -118,8 +146,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str],
-                    processes: int = 1) -> float:
-    """Publish a backlog, start the dispatcher(s), time first to last arrival: events/s."""
+                    processes: int = 1) -> tuple[float, float]:
+    """Publish a backlog, start the dispatcher(s), time first to last arrival: events/s,
+    and the dispatchers' CPU ms per event over the same span."""
     with psycopg.connect(dsn) as conn:
         for start in range(0, events, 1000):
             outbox.publish_many(conn, [outbox.Event("bench.event", {"n": i})
@@ -127,16 +156,20 @@ def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str],
             conn.commit()
     arrivals.reset()
     procs = [start_dispatcher(dsn, *extra) for _ in range(processes)]
+    cpu_at_first: list[float] = []
+    arrivals.on_first = lambda: cpu_at_first.append(sum(cpu_seconds(p.pid) for p in procs))
     try:
         deadline = time.monotonic() + 600
         while arrivals.count < events:
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"dispatchers delivered {arrivals.count} of {events}")
-            time.sleep(0.05)
+            time.sleep(0.005)
+        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_at_first[0]
     finally:
+        arrivals.on_first = lambda: None
         for proc in procs:
             stop(proc)
-    return (arrivals.count - 1) / (arrivals.last - arrivals.first)
+    return (arrivals.count - 1) / (arrivals.last - arrivals.first), cpu / events * 1000
 
 
 def idle_latency(dsn: str, arrivals: Arrivals, samples: int, extra: list[str]) -> list[float]:
@@ -183,34 +216,49 @@ def main() -> None:
     parser.add_argument("--dispatcher-args", default="", help="extra flags, space-separated")
     parser.add_argument("--dispatchers", type=int, default=1,
                         help="dispatcher processes draining the backlog together (default 1)")
+    parser.add_argument("--max-batch", type=int, default=1,
+                        help="events per request the endpoint takes (default 1)")
+    parser.add_argument("--max-in-flight", type=int, default=64,
+                        help="the endpoint's --max-in-flight (default 64, the dispatcher's "
+                        "--concurrency)")
+    parser.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop",
+                        help="the dispatcher's event loop (default uvloop, as installed)")
     parser.add_argument("--tmpfs", action="store_true",
                         help="data directory on tmpfs (commits cost nothing) instead of disk")
     args = parser.parse_args()
     extra = args.dispatcher_args.split()
+    if args.event_loop == "asyncio":
+        ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(NO_UVLOOP),
+                                                          os.environ.get("PYTHONPATH")]))
     arrivals = Arrivals()
     base_rates: list[float] = []
     rates: list[float] = []
+    cpus: list[float] = []
     latencies: list[float] = []
     with (TemporaryPostgres(fsync=True, tmpfs=args.tmpfs) as pg,
           Receiver(arrivals, record=False) as rx):
         with psycopg.connect(pg.dsn) as conn:
             migrate(conn)
-            conn.execute("INSERT INTO outbox.endpoints (name, url, events, events_like) "
-                         "VALUES ('bench', %s, '{*}', '{%%}')", (rx.url,))
+            conn.execute("INSERT INTO outbox.endpoints (name, url, events, events_like, "
+                         "max_batch, max_in_flight) VALUES ('bench', %s, '{*}', '{%%}', %s, %s)",
+                         (rx.url, args.max_batch, args.max_in_flight))
             conn.commit()
         for round_no in range(1, args.rounds + 1):
             base_rates.append(baseline(pg.dsn, rx.url, args.baseline_events))
-            rates.append(dispatcher_rate(pg.dsn, arrivals, args.events, extra,
-                                         args.dispatchers))
+            rate, cpu = dispatcher_rate(pg.dsn, arrivals, args.events, extra, args.dispatchers)
+            rates.append(rate)
+            cpus.append(cpu)
             latencies += idle_latency(pg.dsn, arrivals, args.latency_samples // args.rounds,
                                       extra)
             print(f"round {round_no}: baseline {base_rates[-1]:8.0f} ev/s   "
-                  f"dispatcher {rates[-1]:8.0f} ev/s   ratio {rates[-1] / base_rates[-1]:5.1f}x",
+                  f"dispatcher {rates[-1]:8.0f} ev/s ({cpus[-1]:.3f} ms CPU/event)   "
+                  f"ratio {rates[-1] / base_rates[-1]:5.1f}x",
                   flush=True)
     base, ours = statistics.median(base_rates), statistics.median(rates)
     print()
     print(f"baseline (seeds' loop)  median {base:8.0f} events/s")
-    print(f"outbox-dispatcher       median {ours:8.0f} events/s")
+    print(f"outbox-dispatcher       median {ours:8.0f} events/s, "
+          f"{statistics.median(cpus):.3f} ms CPU per event")
     ratio = statistics.median(r / b for r, b in zip(rates, base_rates, strict=True))
     print(f"ratio                   median {ratio:8.1f}x")
     print(f"idle commit-to-arrival  p50 {pct(latencies, 0.5) * 1000:.1f} ms   "

@@ -41,9 +41,12 @@ log = logging.getLogger("dispatcher")
 _PARK_AFTER = 0.05
 _PARK_BUDGET = 5000
 CLAIM_GAP = 0.005
-"""Seconds at least between the starts of two claims of one dispatcher. Requests ending one
-by one would otherwise each wake a claim for a slot or two: the gap gathers them, so that
-a fleet of dispatchers makes few large claims rather than many small ones."""
+"""Seconds at least between the starts of two claims of one dispatcher after a lean one
+(fewer than LEAN_CLAIM rows). Requests ending one by one would otherwise each wake a claim
+for a slot or two: the gap gathers them, so that a fleet of dispatchers sharing an
+endpoint's slots makes few large claims rather than many small ones. After a rich claim
+the next one goes at once: a lone dispatcher's prefetched round may last less than the gap."""
+LEAN_CLAIM = 8
 RATE_HORIZON = 0.25
 """Seconds ahead a rate-limited endpoint's turns may be taken: its requests wait their
 turn, so that one claim keeps it busy until the claimer looks again."""
@@ -76,6 +79,7 @@ class Claimer:
         self._once = once
         self._quotas = Quotas()
         self._throttled: float | None = None
+        self._lean = False  # the last claim took fewer than LEAN_CLAIM rows
 
     async def claim_once(self) -> bool:
         """One claim; True when some endpoint filled its quota (more may be due)."""
@@ -105,6 +109,7 @@ class Claimer:
         self._throttled = claimed.throttled
         if time.monotonic() - started > _PARK_AFTER and await self._park(plan.endpoint_ids):
             self._control.wake.set()  # the next claim walks past what was just parked
+        self._lean = sum(claimed.rows.values()) < LEAN_CLAIM
         return self._quotas.claimed(plan, claimed.rows)
 
     def _group(self, rows: Sequence[Sequence[Any]]) -> _Claimed:
@@ -158,7 +163,7 @@ class Claimer:
         while not control.stopping.is_set():
             control.heartbeat.beat()
             gap = last + CLAIM_GAP - loop.time()
-            if gap > 0:
+            if gap > 0 and self._lean:
                 await asyncio.sleep(gap)
             last = loop.time()
             control.wake.clear()

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-host", help="metrics/health address (default 0.0.0.0)")
     p.add_argument("--metrics-port", type=_int, help="metrics/health port (default 9464)")
     p.add_argument("--concurrency", type=_int, help="HTTP requests in flight (default 64)")
-    p.add_argument("--batch-size", type=_int, help="deliveries per claim (default 200)")
+    p.add_argument("--batch-size", type=_int, help="deliveries per claim (default 1000)")
     p.add_argument("--poll-interval", type=_seconds, metavar="SECONDS",
                    help="fallback poll period (default 2)")
     p.add_argument("--lease", type=_seconds, metavar="SECONDS",
@@ -146,10 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"outbox-dispatcher: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     setup_logging(config.log_format, config.log_level)
-    from dispatcher.app import run
+    from dispatcher.app import loop_factory, run
 
     try:
-        return asyncio.run(run(config))
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            return runner.run(run(config))
     except KeyboardInterrupt:  # a second Ctrl-C while shutting down
         return 130
 

@@ -41,6 +41,7 @@ class Group:
     deliveries: list[Delivery]
     slot: Slot | None = None
     delay: float = 0.0  # seconds to wait for its turn under a rate limit
+    sending: bool = False  # past its rate-limit wait: it may have reached the endpoint
 
 
 @dataclass(slots=True)
@@ -69,7 +70,6 @@ class Flights:
         self._running: dict[int, int] = {}  # requests started, per endpoint
         self._waiting: dict[int, deque[Group]] = {}
         self._tasks: dict[asyncio.Task[None], Group] = {}
-        self._sending: set[asyncio.Task[None]] = set()  # past their rate-limit wait
         # Slots of requests that ended while a claim was on its way, kept for the
         # groups it brings (see claim_started).
         self._claiming = False
@@ -144,9 +144,7 @@ class Flights:
     async def _run(self, group: Group) -> None:
         if group.delay > 0:
             await asyncio.sleep(group.delay)
-        task = asyncio.current_task()
-        assert task is not None
-        self._sending.add(task)
+        group.sending = True
         answered = await self._send(group.endpoint, group.deliveries)
         if self._accepting:
             self._pass_on(group, answered)
@@ -173,7 +171,6 @@ class Flights:
 
     def _done(self, task: asyncio.Task[None], group: Group) -> None:
         self._tasks.pop(task, None)
-        self._sending.discard(task)
         self._running[group.endpoint.id] -= 1
         if group.slot is not None:  # not passed on: back to the fleet
             self._free_slot(group.slot)
@@ -187,7 +184,7 @@ class Flights:
         self._accepting = False
         self.claim_ended()  # spare slots back to the fleet
         drained = Drained()
-        unsent = [task for task in self._tasks if task not in self._sending]
+        unsent = [task for task, group in self._tasks.items() if not group.sending]
         for task in unsent:
             drained.unsent += self._tasks[task].deliveries
         drained.unsent += [d for queue in self._waiting.values()
@@ -195,7 +192,7 @@ class Flights:
         self._waiting.clear()
         for task in unsent:
             task.cancel()
-        sending = [task for task in self._tasks if task in self._sending]
+        sending = [task for task, group in self._tasks.items() if group.sending]
         if sending:
             log.info("waiting up to %.0fs for %d requests in flight", grace, len(sending))
             _, late = await asyncio.wait(sending, timeout=grace)

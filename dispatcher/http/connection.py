@@ -20,6 +20,10 @@ PoolKey = tuple[str, str, int]  # scheme, host (ASCII), port
 
 # Body bytes buffered before we stop reading the socket until the reader catches up.
 _HIGH_WATER = 256 * 1024
+# A request this small leaves the process in one write to the kernel's socket buffer
+# (64 KiB and more): where a TLS transport cannot say what it still holds, a
+# connection is reused only after such a request.
+_SURELY_SENT = 16 * 1024
 
 
 class Connection(asyncio.Protocol):
@@ -33,6 +37,7 @@ class Connection(asyncio.Protocol):
         self.error: httpx.TransportError | None = None  # why the response cannot finish
         self.idle = False         # waiting in the pool
         self.idle_since = 0.0
+        self.sent = 0              # bytes of the last request
         self._on_lost = on_lost
         self._loop = asyncio.get_running_loop()
         self._waiter: asyncio.Future[None] | None = None
@@ -87,6 +92,7 @@ class Connection(asyncio.Protocol):
         assert self.transport is not None
         self.parser = ResponseParser(head_request)
         self.error = None
+        self.sent = len(payload)
         self.transport.write(payload)
 
     def alive(self) -> bool:
@@ -101,8 +107,13 @@ class Connection(asyncio.Protocol):
         request, so such a connection is closed however its answer ended.
         """
         parser, transport = self.parser, self.transport
-        return (parser is not None and parser.done and parser.keep_alive and self.alive()
-                and transport is not None and _unsent(transport) == 0)
+        if parser is None or not parser.done or not parser.keep_alive or not self.alive():
+            return False
+        assert transport is not None
+        unsent = _unsent(transport)
+        if unsent is None:  # a TLS transport that does not tell: trust only small requests
+            return self.sent <= _SURELY_SENT
+        return unsent == 0
 
     def unsent(self) -> bool:
         """After ``send`` on an idle connection: its first write failed outright.
@@ -169,15 +180,17 @@ class Connection(asyncio.Protocol):
             waiter.set_result(None)
 
 
-def _unsent(transport: asyncio.Transport) -> int:
-    """Bytes written to ``transport`` that the kernel has not taken yet.
+def _unsent(transport: asyncio.Transport) -> int | None:
+    """Bytes written to ``transport`` that the kernel has not taken yet; None if unknown.
 
-    asyncio's TLS transport counts only what it has not yet encrypted; the
-    ciphertext waits in the TCP transport beneath it, which it does not
-    expose, so that one is looked up (and skipped where it is not there).
+    A TLS transport counts only what it has not yet encrypted; the ciphertext
+    waits in the TCP transport beneath it. asyncio's does not expose that one,
+    so it is looked up; uvloop's keeps it in libuv, out of reach: unknown.
     """
     unsent = transport.get_write_buffer_size()
+    if transport.get_extra_info("sslcontext") is None:
+        return unsent
     beneath = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
     if isinstance(beneath, asyncio.WriteTransport):
-        unsent += beneath.get_write_buffer_size()
-    return unsent
+        return unsent + beneath.get_write_buffer_size()
+    return None

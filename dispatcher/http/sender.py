@@ -1,14 +1,13 @@
 """One HTTP delivery attempt: POST, a capped look at the answer, never an exception.
 
 ``HttpSender`` is made once per dispatcher process and shared by every
-delivery task. It speaks httpx's transport API (``httpx.Request`` in,
-``httpx.Response`` out, httpx's exceptions), so tests plug a respx router in
-as the transport, while the wire is our own HTTP/1.1 client
-(``dispatcher.http.transport``). It calls the transport directly rather than through
-``httpx.AsyncClient``, whose request building, cookie jar, auth and redirect
-machinery (none of which a webhook POST wants) cost more CPU than the whole
-wire, and builds the request with its Host and Content-Length already in
-place (BENCHMARKS.md, "HTTP client").
+delivery task. On our own HTTP/1.1 client (``dispatcher.http.transport``,
+the production wire) it writes the request as bytes, the head's unchanging
+part made once per URL, and reads back the status, the headers and a capped
+body: no request or response objects at all (BENCHMARKS.md, "The hot path").
+Any other transport (a respx router, in tests) gets httpx's transport API,
+``httpx.Request`` in, ``httpx.Response`` out, built as lean as httpx allows;
+both kinds raise httpx's exceptions, so what follows is the same.
 
 The attempt has one total deadline covering connect, send and the whole
 response: httpx's read timeout restarts on every read, so a server dripping
@@ -25,12 +24,13 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import cast
 
 import httpx
 
 from dispatcher.http.netguard import NetworkPolicy
-from dispatcher.http.transport import BlockedAddress, H1Transport, ReadBody
+from dispatcher.http.transport import BlockedAddress, H1Transport, PoolKey, ReadBody
 from dispatcher.policy.model import AttemptResult, ErrorKind
 
 # How much of a response body we read and keep: enough for an error message,
@@ -61,6 +61,8 @@ class HttpSender:
         self._defaults = (("user-agent", user_agent), ("accept", "*/*"),
                           ("accept-encoding", "identity"))
         self._urls: dict[str, tuple[httpx.URL, str]] = {}
+        self._targets: dict[str, _Target] = {}
+        self._default_names = frozenset(name for name, _ in self._defaults)
 
     async def send(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
                    timeout: float) -> AttemptResult:  # noqa: ASYNC109 - applied inside
@@ -68,7 +70,8 @@ class HttpSender:
         started = time.monotonic()
         try:
             async with asyncio.timeout(timeout):
-                return await self._attempt(url, headers, body, started)
+                attempt = self._post if isinstance(self.transport, H1Transport) else self._attempt
+                return await attempt(url, headers, body, started)
         except TimeoutError:
             return _failed("timeout", f"no complete response within {timeout:g} s", started)
         except BlockedAddress as exc:
@@ -102,6 +105,50 @@ class HttpSender:
             body_excerpt=excerpt.decode("utf-8", "replace"),
             duration=time.monotonic() - started)
 
+    async def _post(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
+                    started: float) -> AttemptResult:
+        """The hot path: the request as bytes through our own transport."""
+        target = self._target(url)
+        if target.fallback:  # credentials in the URL: httpx's way (sent as Basic auth)
+            return await self._attempt(url, headers, body, started)
+        head = target.head
+        if headers:
+            names = {name.lower() for name, _ in headers}
+            if not names.isdisjoint(self._default_names):  # a default overridden
+                head = target.start + b"".join(
+                    b"%s: %s\r\n" % (n.encode(), v.encode())
+                    for n, v in self._defaults if n not in names)
+            extra = "".join(f"{name}: {value}\r\n" for name, value in headers).encode("latin-1")
+            # One CRLF per line and none inside: a value cannot start a new header.
+            if extra.count(b"\n") != len(headers) or extra.count(b"\r") != len(headers):
+                raise httpx.LocalProtocolError("a header contains CR or LF")
+            head += extra
+        payload = b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body)
+        assert isinstance(self.transport, H1Transport)
+        status, raw, excerpt = await self.transport.post(target.key, payload,
+                                                         BODY_EXCERPT_BYTES)
+        return AttemptResult(
+            status=status,
+            headers={n.decode("latin-1").lower(): v.decode("latin-1") for n, v in raw},
+            body_excerpt=excerpt.decode("utf-8", "replace"),
+            duration=time.monotonic() - started)
+
+    def _target(self, url: str) -> _Target:
+        """Where a URL's requests go, and the unchanging start of their head, cached."""
+        target = self._targets.get(url)
+        if target is None:
+            parsed, host = self._parse(url)
+            port = parsed.port or (443 if parsed.scheme == "https" else 80)
+            start = f"POST {parsed.raw_path.decode('ascii')} HTTP/1.1\r\nhost: {host}\r\n"
+            defaults = "".join(f"{name}: {value}\r\n" for name, value in self._defaults)
+            target = _Target((parsed.scheme, parsed.raw_host.decode("ascii"), port),
+                             start.encode("ascii"), (start + defaults).encode("ascii"),
+                             fallback=bool(parsed.userinfo))
+            if len(self._targets) >= _URL_CACHE_SIZE:
+                self._targets.clear()
+            self._targets[url] = target
+        return target
+
     def _parse(self, url: str) -> tuple[httpx.URL, str]:
         """The parsed URL and its Host header, cached: a dispatcher posts to few URLs."""
         cached = self._urls.get(url)
@@ -117,6 +164,14 @@ class HttpSender:
     async def aclose(self) -> None:
         """Close every pooled connection."""
         await self.transport.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    key: PoolKey  # scheme, host, port: the pool's key
+    start: bytes  # request line and host, each ending CRLF
+    head: bytes   # the same and the default headers
+    fallback: bool = False
 
 
 async def _read_capped(response: httpx.Response) -> bytes:

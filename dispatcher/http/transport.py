@@ -36,13 +36,14 @@ from collections.abc import AsyncIterator
 import certifi
 import httpx
 
-from dispatcher.http.connection import Connection
+from dispatcher.http.connection import Connection, PoolKey
 from dispatcher.http.dial import BlockedAddress, open_connection
 from dispatcher.http.netguard import NetworkPolicy
+from dispatcher.http.parse import ResponseParser
 from dispatcher.http.pool import Pool
 from dispatcher.http.resolve import HostResolver, Resolver
 
-__all__ = ["BlockedAddress", "H1Transport", "ReadBody"]
+__all__ = ["BlockedAddress", "H1Transport", "PoolKey", "ReadBody"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -81,37 +82,64 @@ class H1Transport(httpx.AsyncBaseTransport):
                                             request=request)
         key = (scheme, url.raw_host.decode("ascii"), url.port or _DEFAULT_PORTS[scheme])
         payload = await _encode(request)
-        head_request = request.method == "HEAD"
         timeouts: dict[str, float | None] = request.extensions.get("timeout") or {}
         read_timeout = timeouts.get("read")
+        try:
+            conn, parser = await self._exchange(
+                key, payload, head_request=request.method == "HEAD",
+                connect_timeout=timeouts.get("connect"), pool_timeout=timeouts.get("pool"),
+                read_timeout=read_timeout)
+        except httpx.RequestError as exc:
+            exc.request = request
+            raise
+        if parser.done:  # the usual case: the whole answer came with its head
+            stream: httpx.AsyncByteStream = ReadBody(parser.take())
+            self._pool.release(conn)
+        else:
+            stream = _Body(self._pool, conn, read_timeout, request)
+        return httpx.Response(
+            status_code=parser.status, headers=parser.headers, stream=stream, request=request,
+            extensions={"http_version": parser.version, "reason_phrase": parser.reason})
+
+    async def post(self, key: PoolKey, payload: bytes,
+                   limit: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """Send a request already encoded (head and body) to ``key``; the status, the
+        headers and at most ``limit`` bytes of the body: what a webhook POST needs, with
+        none of httpx's request and response objects (the dispatcher's hot path)."""
+        conn, parser = await self._exchange(key, payload, head_request=False)
+        body = parser.take()
+        try:
+            while not parser.done and len(body) < limit:
+                chunk = await conn.read_body(None)
+                if not chunk:
+                    break
+                body += chunk
+        finally:
+            self._pool.release(conn)  # kept only if the response was read to its end
+        return parser.status, parser.headers, body[:limit]
+
+    async def _exchange(self, key: PoolKey, payload: bytes, *, head_request: bool,
+                        connect_timeout: float | None = None,
+                        pool_timeout: float | None = None,
+                        read_timeout: float | None = None) -> tuple[Connection, ResponseParser]:
+        """Write the request on a pooled connection and read the answer's head."""
         pool, conn = self._pool, None
         try:
-            conn, reused = await pool.acquire(
-                key, self._open, connect_timeout=timeouts.get("connect"),
-                pool_timeout=timeouts.get("pool"))
+            conn, reused = await pool.acquire(key, self._open, connect_timeout=connect_timeout,
+                                              pool_timeout=pool_timeout)
             conn.send(payload, head_request)
             if reused and conn.unsent():
                 # Not a byte reached the server: one more try on a new connection.
                 pool.drop(conn)
                 conn, _ = await pool.acquire(key, self._open, fresh=True,
-                                             connect_timeout=timeouts.get("connect"),
-                                             pool_timeout=timeouts.get("pool"))
+                                             connect_timeout=connect_timeout,
+                                             pool_timeout=pool_timeout)
                 conn.send(payload, head_request)
-            parser = await conn.read_head(read_timeout)
-        except BaseException as exc:
+            return conn, await conn.read_head(read_timeout)
+        except BaseException:
             if conn is not None:
                 pool.drop(conn)  # failed or cancelled: never back to the pool half-used
-            if isinstance(exc, httpx.RequestError):
-                exc.request = request
             raise
-        if parser.done:  # the usual case: the whole answer came with its head
-            stream: httpx.AsyncByteStream = ReadBody(parser.take())
-            pool.release(conn)
-        else:
-            stream = _Body(pool, conn, read_timeout, request)
-        return httpx.Response(
-            status_code=parser.status, headers=parser.headers, stream=stream, request=request,
-            extensions={"http_version": parser.version, "reason_phrase": parser.reason})
 
     async def aclose(self) -> None:
         """Close every connection, idle or not, and the lookup threads."""

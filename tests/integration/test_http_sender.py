@@ -23,6 +23,7 @@ import pytest
 import respx
 
 from dispatcher.http.sender import BODY_EXCERPT_BYTES, HttpSender
+from dispatcher.http.transport import H1Transport, PoolKey
 from dispatcher.policy.model import AttemptResult
 from outbox.testing import Receiver, Request, Response
 
@@ -403,3 +404,50 @@ def test_error_text_hides_url_credentials_and_query() -> None:
     assert "h.test/in" in result.error
     for secret in ("hunter2", "t0ps3cret", SIGNATURE):
         assert secret not in result.error
+
+
+def test_the_request_bytes_carry_each_header_once() -> None:
+    """On the hot path the head is written by hand: a custom user-agent replaces ours, and
+    every header appears once, content-length last."""
+    written: list[bytes] = []
+
+    class Capture(H1Transport):
+        async def post(self, key: PoolKey, payload: bytes,
+                       limit: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+            written.append(payload)
+            return 204, [(b"X-Seen", b"yes")], b""
+
+    async def main() -> AttemptResult:
+        client = HttpSender(4, False, (), "outbox-dispatcher/test", transport=Capture())
+        try:
+            return await client.send("http://hooks.test:8080/in?x=1",
+                                     [("webhook-id", "msg_1"), ("user-agent", "custom/1")],
+                                     b"{}", 5.0)
+        finally:
+            await client.aclose()
+
+    result = asyncio.run(main())
+    assert (result.status, result.headers) == (204, {"x-seen": "yes"})
+    head, _, body = written[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /in?x=1 HTTP/1.1"
+    names = [line.split(b":")[0] for line in lines[1:]]
+    assert len(names) == len(set(names))
+    assert b"user-agent: custom/1" in lines
+    assert lines[-1] == b"content-length: 2"
+    assert body == b"{}"
+
+
+def test_a_header_with_a_line_break_is_refused_on_the_hot_path() -> None:
+    """A CR or LF in a value never reaches the wire: the attempt fails before sending."""
+    async def main() -> AttemptResult:
+        client = HttpSender(4, False, (), "outbox-dispatcher/test")
+        try:
+            return await client.send("http://127.0.0.1:9/", [("x-a", "1\r\nx-b: 2")], b"{}",
+                                     5.0)
+        finally:
+            await client.aclose()
+
+    result = asyncio.run(main())
+    assert result.error_kind == "other"
+    assert "CR or LF" in result.error

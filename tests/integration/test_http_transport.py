@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from dispatcher.app import loop_factory
 from dispatcher.http.netguard import NetworkPolicy
 from dispatcher.http.resolve import AddrInfo
 from dispatcher.http.sender import HttpSender
@@ -122,7 +123,9 @@ async def until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
 
 
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(main())
+    """On the event loop the dispatcher runs on (uvloop where installed)."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(main())
 
 
 # -- framing and keep-alive --------------------------------------------------------
