@@ -99,6 +99,8 @@ def test_add_and_list(dsn: str) -> None:
     ["--url", URL, "--max-pending", "lots"],
     ["--url", URL, "--header", "Content-Type: text/plain"],
     ["--url", URL, "--header", "X-A: 1", "--header", "x-a: 2"],
+    ["--url", URL, "--header", "X-Api-Key: clé-secrète"],
+    ["--url", URL, "--header", "X-Note: a\u00a0b"],
 ])
 def test_bad_add_is_refused_with_exit_2_and_nothing_written(dsn: str, args: list[str]) -> None:
     """Each bad URL, pattern or option: exit 2, one line on stderr, the table unchanged."""
@@ -252,6 +254,8 @@ def test_sync_refuses_busy_removal_and_bad_files(dsn: str, tmp_path: Path) -> No
         "removal.toml": ('[endpoints.new]\nurl = "http://new.internal/"\n', 1, "--force"),
         "key.toml": ('[endpoints.busy]\nurl = "http://x/"\nretries = 3\n', 2, "retries"),
         "syntax.toml": ('[endpoints.busy\nurl = "http://x/"\n', 2, "not valid TOML"),
+        "header.toml": ('[endpoints.busy]\nurl = "http://x/"\nheaders = { x-key = "clé" }\n',
+                        2, "printable ASCII"),
     }
     for name, (text, code, message) in files.items():
         (tmp_path / name).write_text(text)

@@ -38,6 +38,7 @@ BAD: list[tuple[str, dict[str, Any], type[Exception]]] = [
     ("bad header name", {"headers": {"bad name": "v"}}, outbox.InvalidEvent),
     ("header value not str", {"headers": {"x-a": 1}}, outbox.InvalidEvent),
     ("header value CR/LF", {"headers": {"x-a": "a\r\nx-evil: 1"}}, outbox.InvalidEvent),
+    ("header value not ASCII", {"headers": {"x-a": "clé"}}, outbox.InvalidEvent),
     ("reserved content-type", {"headers": {"Content-Type": "text/plain"}}, outbox.InvalidEvent),
     ("reserved webhook-id", {"headers": {"webhook-id": "forged"}}, outbox.InvalidEvent),
     ("negative delay", {"delay": timedelta(seconds=-1)}, outbox.InvalidEvent),

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from outbox._event import Event, build_batch
 from outbox.endpoints import (
     EndpointSpec,
     decode_secret,
@@ -18,7 +19,7 @@ from outbox.endpoints import (
     parse_header,
     signing_label,
 )
-from outbox.errors import InvalidEndpoint, OutboxError
+from outbox.errors import InvalidEndpoint, InvalidEvent, OutboxError
 
 URL = "https://hooks.example.com/events"
 # The Standard Webhooks test vector's secret: a 24-byte key.
@@ -284,15 +285,48 @@ def test_headers_are_lower_cased() -> None:
     ({"ce-type": "x"}, "set by the dispatcher"),
     ({"X-A": "a\r\nInjected: yes"}, "line breaks"),
     ({"X-A": "a\nb"}, "line breaks"),
+    ({"X-A": "a\x00b"}, "control characters"),
+    ({"X-A": "a\x7f"}, "control characters"),
+    ({"X-A": "café"}, "printable ASCII"),
+    ({"X-A": "a\u00a0b"}, "printable ASCII"),
+    ({"X-A": "✓"}, "printable ASCII"),
+    ({"X-A": "lone \udc80"}, "printable ASCII"),
+    ({"X-A": "v" * 8193}, "longer than 8192"),
     ({"X-A": 5}, "string value"),
     ({"X-A": "1", "x-a": "2"}, "given twice"),
     ("X-A: 1", "must map header names"),
 ])
 def test_invalid_headers(headers: Any, message: str) -> None:
-    """Bad names, reserved names, line breaks and duplicates are refused."""
+    """Bad names, reserved names, values that are not printable ASCII, duplicates: refused."""
     with pytest.raises(InvalidEndpoint, match=message) as info:
         spec(headers=headers)
     assert info.value.field == "headers"
+
+
+@pytest.mark.parametrize("value", ["plain", "a\tb", "", "~!@#$%^&*()_+{}|:<>?", "é", "a\rb",
+                                   "\u00a0", "x" * 8192, "x" * 8193])
+def test_header_values_follow_the_rule_of_publish(value: str) -> None:
+    """An endpoint header value is accepted exactly when publish(headers=...) accepts it."""
+    try:
+        build_batch([Event("t", {}, headers={"x-a": value})])
+    except InvalidEvent:
+        published = False
+    else:
+        published = True
+    try:
+        spec(headers={"x-a": value})
+    except InvalidEndpoint:
+        configured = False
+    else:
+        configured = True
+    assert configured == published
+
+
+def test_non_ascii_header_value_is_not_echoed() -> None:
+    """The refusal names the character's code point, not the value (often a credential)."""
+    with pytest.raises(InvalidEndpoint, match=r"character 8 is U\+2019") as info:
+        spec(headers={"X-Api-Key": "abc-def\u2019ghijkl"})
+    assert "ghijkl" not in str(info.value)
 
 
 @pytest.mark.parametrize(("option", "value"), [

@@ -100,7 +100,8 @@ def test_bad_idempotency_key(key: object) -> None:
     {"content-type": "text/plain"}, {"Content-Length": "1"}, {"Host": "evil"},
     {"Webhook-Id": "x"}, {"webhook-signature": "v1,x"}, {"ce-type": "x"},
     {"Transfer-Encoding": "chunked"}, {"X-A": "1", "x-a": "2"}, {"x-a": "v" * 8193},
-    {"x-a": "lone \ud800"},
+    {"x-a": "lone \ud800"}, {"x-a": "café"}, {"x-a": "a\u00a0b"}, {"x-a": "✓"},
+    {"x-a": "a\x7f"}, {"x-a": "\u2028"},
 ])
 def test_bad_headers(headers: object) -> None:
     """Headers must be a mapping of valid, unreserved names to single-line strings."""
@@ -109,10 +110,21 @@ def test_bad_headers(headers: object) -> None:
 
 
 def test_good_headers_are_lowercased() -> None:
-    """Header names are stored lowercased; tabs and Unicode are fine in values."""
-    params = _one(headers={"X-Tenant": "acme", "x-note": "a\tb ✓"})
-    assert json.loads(params["headers"]) == [{"x-tenant": "acme", "x-note": "a\tb ✓"}]
+    """Header names are stored lowercased; tabs, spaces and ASCII punctuation are fine."""
+    printable = "".join(map(chr, range(0x20, 0x7F)))
+    params = _one(headers={"X-Tenant": "acme", "x-note": "a\tb", "x-all": printable})
+    assert json.loads(params["headers"]) == [
+        {"x-tenant": "acme", "x-note": "a\tb", "x-all": printable}]
     assert json.loads(_one(headers={})["headers"]) == [{}]
+
+
+def test_non_ascii_header_value_is_refused_without_echoing_it() -> None:
+    """A non-ASCII value names its character and position, never the value (a credential)."""
+    with pytest.raises(outbox.InvalidEvent, match=r"printable ASCII.*character 9 is U\+00E9") \
+            as info:
+        _one(headers={"Authorization": "Bearer sécret-token"})
+    assert "'Authorization'" in str(info.value)
+    assert "cret-token" not in str(info.value)
 
 
 @pytest.mark.parametrize("delay", [timedelta(seconds=-1), -1, "30s", float("nan"),
