@@ -2,16 +2,40 @@
 
 A malformed connection string is refused before any connection is tried, so
 that both commands can call it bad usage (exit 2) rather than an outage.
+
+The refusal never repeats a password. libpq quotes the part it could not
+read, and that part may be the password itself (a bad percent-escape in
+``postgresql://u:p%zz@h/db``), the whole URL (an unclosed ``[`` of an IPv6
+host), or words of a password left unquoted (``password=my secret``, where
+libpq complains of the option ``secret``). So before libpq's text is shown,
+every quoted part of it that overlaps a password-looking part of the string
+is masked: a URL's user information, and everything after the word
+``password`` (``sslpassword`` too). If a password is still found in the text
+after that, none of libpq's text is shown.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
+from urllib.parse import unquote
 
 import psycopg
 
 from outbox._shared.text import first_line
+
+_URL_SCHEMES = ("postgresql://", "postgres://")
+_PASSWORD_WORD = re.compile(r"password", re.IGNORECASE)
+# A password's value: quoted in a key=value string, or up to a space or the
+# next URL query parameter.
+_PASSWORD_VALUE = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'?|[^\s&]*)", re.IGNORECASE)
+_PORT = re.compile(r"\s*\+?[0-9]{1,5}\s*")  # as libpq reads it: strtol, then 1-65535
+_QUOTED = re.compile(r'"([^"]*)"')
+# Separators libpq quotes in its own words ('missing "=" after ...'), never the user's text.
+_LIBPQ_QUOTES = frozenset({"=", ":", "/", "]"})
+_OVERLAP = 4  # a quoted part sharing this many characters in a row with a password is masked
+_MASK = '"***"'
 
 
 class InvalidDsn(ValueError):
@@ -35,8 +59,70 @@ def resolve_dsn(flag: str | None, environ: Mapping[str, str] | None = None) -> s
 
 
 def check_dsn(dsn: str) -> None:
-    """Raise InvalidDsn for a connection string libpq cannot parse (bad usage, not an outage)."""
+    """Raise InvalidDsn for a connection string libpq cannot parse (bad usage, not an outage).
+
+    A port that is not a number is refused here too: libpq reads ports only
+    when it connects, which the dispatcher would take for an outage and retry
+    forever.
+    """
     try:
-        psycopg.conninfo.conninfo_to_dict(dsn)
+        options = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
-        raise InvalidDsn(f"invalid database URL or DSN: {first_line(exc)}") from None
+        raise InvalidDsn(f"invalid database URL or DSN: {_masked(first_line(exc), dsn)}",
+                         ) from None
+    except UnicodeError:  # undecodable bytes from the command line or the environment
+        raise InvalidDsn("invalid database URL or DSN: it is not valid UTF-8") from None
+    for port in str(options.get("port") or "").split(","):
+        if port and not (_PORT.fullmatch(port) and 1 <= int(port) <= 65535):
+            problem = f'port "{port}" is not a number from 1 to 65535'
+            raise InvalidDsn(f"invalid database URL or DSN: {_masked(problem, dsn)}")
+
+
+def _sensitive_parts(dsn: str) -> tuple[list[str], list[str]]:
+    """(regions, passwords): password-looking stretches of ``dsn``, and the values in them.
+
+    Regions are generous on purpose (a URL's whole user information, the
+    rest of the string after ``password``): masking a harmless word costs
+    less than showing a password that was mistyped into the wrong shape.
+    """
+    regions: list[str] = []
+    passwords: list[str] = []
+    if dsn.startswith(_URL_SCHEMES):
+        rest = dsn.partition("://")[2]
+        userinfo = rest[:rest.rfind("@")] if "@" in rest else ""
+        if userinfo:
+            regions.append(userinfo)
+            password = userinfo.partition(":")[2]
+            passwords += [password, unquote(password)]
+    word = _PASSWORD_WORD.search(dsn)
+    if word:
+        regions.append(dsn[word.end():])
+        for match in _PASSWORD_VALUE.finditer(dsn):
+            value = match.group(1)
+            passwords += [value, value.strip("'"), unquote(value)]
+    return [r for r in regions if r], [p for p in passwords if p]
+
+
+def _overlaps(quoted: str, region: str) -> bool:
+    if quoted in region or region in quoted:
+        return True
+    return any(region[i:i + _OVERLAP] in quoted for i in range(len(region) - _OVERLAP + 1))
+
+
+def _masked(text: str, dsn: str) -> str:
+    """libpq's ``text`` about ``dsn`` with every quoted part that may hold a password masked."""
+    regions, passwords = _sensitive_parts(dsn)
+    if not regions:
+        return text
+
+    def mask(match: re.Match[str]) -> str:
+        quoted = match.group(1)
+        if quoted and quoted not in _LIBPQ_QUOTES and any(
+                _overlaps(quoted, region) for region in regions):
+            return _MASK
+        return match.group(0)
+
+    text = _QUOTED.sub(mask, text)
+    if any(password in text for password in passwords):
+        return "the reason is not shown, since it would repeat the password"
+    return text
