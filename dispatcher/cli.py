@@ -19,6 +19,7 @@ from dispatcher.observe.logs import setup_logging
 from outbox import __version__
 from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn
 from outbox.durations import parse_duration
+from outbox.endpoints import ENV_SECRET_PREFIX
 
 EXIT_USAGE = 2
 _TRUE = {"1", "true", "yes", "on"}
@@ -136,7 +137,10 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
         check_dsn(values["dsn"])
     except InvalidDsn as exc:
         raise ConfigError(str(exc)) from None
-    return DispatcherConfig(environ=dict(environ), **values)
+    # Only the variables an env: secret may name: the rest (OUTBOX_DSN with its
+    # password first) never reaches the endpoint registry.
+    secrets = {k: v for k, v in environ.items() if k.startswith(ENV_SECRET_PREFIX)}
+    return DispatcherConfig(environ=secrets, **values)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,8 +2,8 @@
 
 The command line and the ``OUTBOX_*`` environment build it (dispatcher.cli);
 nothing else in the dispatcher reads the environment. ``environ`` is the
-snapshot of the environment taken at start, kept only to resolve endpoint
-secrets given as ``env:NAME``.
+snapshot of the ``OUTBOX_SECRET_*`` variables taken at start, kept only to
+resolve endpoint secrets given as ``env:NAME`` (no other name is allowed).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class DispatcherConfig:
     log_level: str = "INFO"
     """Lowest level logged. Defaults to INFO."""
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
-    """The environment at start, for endpoint secrets given as env:NAME. Defaults to empty."""
+    """The OUTBOX_SECRET_* variables at start, for endpoint secrets given as env:NAME.
+    Defaults to empty."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.metrics_port <= 65535:

@@ -1,8 +1,9 @@
 """The endpoints as the dispatcher sees them, reloaded from the database every few seconds.
 
 Secrets are resolved here, once per load: ``whsec_...`` decoded, ``env:NAME``
-looked up in the environment snapshot of the config. An endpoint whose secret
-cannot be resolved is left out (its deliveries wait, nothing goes out
+looked up in the environment snapshot of the config (``OUTBOX_SECRET_*``
+names only). An endpoint whose secret cannot be resolved, a name outside
+that prefix included, is left out (its deliveries wait, nothing goes out
 unsigned) and the problem is logged once per change, without the secret.
 """
 

@@ -17,7 +17,7 @@ from outbox._shared.endpoint_defaults import (
     DEFAULT_MIN_BACKOFF,
     DEFAULT_TIMEOUT,
 )
-from outbox.endpoints._checks import check_secret, glob_to_like
+from outbox.endpoints._checks import ENV_SECRET_PREFIX, check_secret, glob_to_like
 from outbox.endpoints._spec import (
     FORMATS,
     EndpointSpec,
@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_MIN_BACKOFF",
     "DEFAULT_TIMEOUT",
+    "ENV_SECRET_PREFIX",
     "FORMATS",
     "EndpointSpec",
     "Format",

@@ -28,6 +28,15 @@ _HOST = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*\.?")
 _PATTERN = re.compile(r"[A-Za-z0-9_\-:/*?]+(?:\.[A-Za-z0-9_\-:/*?]+)*")
 _PATTERN_MAX = 255
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_SECRET_PREFIX = "OUTBOX_SECRET_"  # noqa: S105 - a variable name's prefix, not a password
+"""What the name of an ``env:`` secret's variable starts with.
+
+The dispatcher's environment also holds ``OUTBOX_DSN`` (with its password)
+and whatever else its pod carries; whoever may define endpoints must not be
+able to have the dispatcher sign with any of those: a receiver they control
+would get an HMAC under the database password, to test guesses against
+offline.
+"""
 _KEY_BYTES = (24, 64)  # Standard Webhooks: secret keys of 24 to 64 bytes
 
 
@@ -138,7 +147,7 @@ def glob_to_like(pattern: str) -> str:
 
 
 def check_secret(secret: object) -> str | None:
-    """``whsec_<base64>`` (its key checked) or ``env:NAME``; None means unsigned."""
+    """``whsec_<base64>`` (its key checked) or ``env:OUTBOX_SECRET_...``; None means unsigned."""
     if secret is None:
         return None
     if not isinstance(secret, str):
@@ -150,15 +159,23 @@ def check_secret(secret: object) -> str | None:
     else:
         raise InvalidEndpoint(
             "must be 'whsec_' followed by the base64 of 24 to 64 random bytes, or "
-            "'env:NAME' to read it from the dispatcher's environment", "secret")
+            f"'env:{ENV_SECRET_PREFIX}NAME' to read it from the dispatcher's environment",
+            "secret")
     return secret
 
 
 def check_env_name(name: str) -> str:
+    """The variable name of an ``env:`` secret: a valid name under ENV_SECRET_PREFIX."""
+    example = f"env:{ENV_SECRET_PREFIX}WORKFLOW"
     if not ENV_NAME.fullmatch(name):
         raise InvalidEndpoint(
             "env: must be followed by an environment variable name of letters, digits "
-            "and '_', such as env:WEBHOOK_SECRET", "secret")
+            f"and '_', such as {example}", "secret")
+    if not name.startswith(ENV_SECRET_PREFIX) or name == ENV_SECRET_PREFIX:
+        raise InvalidEndpoint(
+            f"env:{name} is not allowed: the variable's name must start with "
+            f"{ENV_SECRET_PREFIX}, such as {example}, so that endpoints can read only "
+            "variables set aside for their secrets", "secret")
     return name
 
 

@@ -10,7 +10,7 @@ The file::
     [endpoints.workflow]
     url = "https://workflow.internal/api/events"
     events = ["mail.*", "order.created"]
-    secret = "env:WORKFLOW_WEBHOOK_SECRET"
+    secret = "env:OUTBOX_SECRET_WORKFLOW"
     max_attempts = 12
     headers = { authorization = "Bearer ..." }
 

@@ -58,18 +58,18 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 def test_add_and_list(dsn: str) -> None:
     """add stores the options; list shows them in a table and as JSON."""
     ok(outbox_cmd(dsn, "add", "workflow", "--url", URL, "--events", "mail.*",
-                  "--events", "order.created", "--secret", "env:WF_SECRET",
+                  "--events", "order.created", "--secret", "env:OUTBOX_SECRET_WF",
                   "--max-attempts", "12", "--timeout", "30s", "--rate-limit", "5",
                   "--format", "cloudevents", "--header", "X-Tenant: acme",
                   "--breaker-failures", "5", "--breaker-cooldown", "1m", "--max-pending", "500"))
     table = ok(outbox_cmd(dsn, "list"))
     assert "workflow" in table
     assert "mail.*,order.created" in table
-    assert "env:WF_SECRET" in table
+    assert "env:OUTBOX_SECRET_WF" in table
     [listed] = json.loads(ok(outbox_cmd(dsn, "list", "--json")))
     assert listed["events"] == ["mail.*", "order.created"]
     assert (listed["max_attempts"], listed["timeout"], listed["rate_limit"]) == (12, 30.0, 5.0)
-    assert (listed["format"], listed["signing"]) == ("cloudevents", "env:WF_SECRET")
+    assert (listed["format"], listed["signing"]) == ("cloudevents", "env:OUTBOX_SECRET_WF")
     assert (listed["enabled"], listed["disabled_reason"]) == (True, None)
     assert (listed["max_batch"], listed["max_in_flight"]) == (1, 16)
     assert (listed["breaker_failures"], listed["breaker_cooldown"]) == (5, 60.0)
@@ -85,6 +85,8 @@ def test_add_and_list(dsn: str) -> None:
     ["--url", URL, "--events", "mail..x"],
     ["--url", URL, "--secret", "hunter2"],
     ["--url", URL, "--secret", "whsec_c2hvcnQ="],
+    ["--url", URL, "--secret", "env:OUTBOX_DSN"],
+    ["--url", URL, "--secret", "env:WORKFLOW_WEBHOOK_SECRET"],
     ["--url", URL, "--max-attempts", "0"],
     ["--url", URL, "--timeout", "301"],
     ["--url", URL, "--min-backoff", "60", "--max-backoff", "5"],
@@ -171,16 +173,17 @@ def test_rotate_secret_generates_prints_once_and_keeps_the_old(dsn: str) -> None
     row = endpoint(dsn, "hooks")
     assert row["secret"] == printed
     assert [p["secret"] for p in row["previous_secrets"]] == [SECRET]
-    out = ok(outbox_cmd(dsn, "rotate-secret", "hooks", "--secret", "env:HOOK_SECRET"))
+    out = ok(outbox_cmd(dsn, "rotate-secret", "hooks", "--secret", "env:OUTBOX_SECRET_HOOK"))
     assert "whsec_" not in out
     row = endpoint(dsn, "hooks")
-    assert row["secret"] == "env:HOOK_SECRET"
+    assert row["secret"] == "env:OUTBOX_SECRET_HOOK"
     assert [p["secret"] for p in row["previous_secrets"]] == [printed, SECRET]
 
 
-@pytest.mark.parametrize("args", [["--secret", "nope"], ["--overlap", "soon"]])
+@pytest.mark.parametrize("args", [["--secret", "nope"], ["--overlap", "soon"],
+                                  ["--secret", "env:OUTBOX_DSN"], ["--secret", "env:HOME"]])
 def test_rotate_secret_bad_input(dsn: str, args: list[str]) -> None:
-    """A bad --secret or --overlap is exit 2 and changes nothing."""
+    """A bad --secret (an env: name outside OUTBOX_SECRET_ too) or --overlap: exit 2, no change."""
     add(dsn, "hooks", secret=SECRET)
     before = snapshot(dsn)
     result = outbox_cmd(dsn, "rotate-secret", "hooks", *args)
@@ -221,7 +224,7 @@ def test_sync_adds_changes_removes(dsn: str, tmp_path: Path) -> None:
 [endpoints.workflow]
 url = "https://workflow.internal/api/events"
 events = ["mail.*", "order.created"]
-secret = "env:WORKFLOW_WEBHOOK_SECRET"
+secret = "env:OUTBOX_SECRET_WORKFLOW"
 max_attempts = 12
 
 [endpoints.billing]
@@ -254,6 +257,8 @@ def test_sync_refuses_busy_removal_and_bad_files(dsn: str, tmp_path: Path) -> No
         "removal.toml": ('[endpoints.new]\nurl = "http://new.internal/"\n', 1, "--force"),
         "key.toml": ('[endpoints.busy]\nurl = "http://x/"\nretries = 3\n', 2, "retries"),
         "syntax.toml": ('[endpoints.busy\nurl = "http://x/"\n', 2, "not valid TOML"),
+        "env.toml": ('[endpoints.busy]\nurl = "http://x/"\nsecret = "env:DATABASE_URL"\n',
+                     2, "OUTBOX_SECRET_"),
         "header.toml": ('[endpoints.busy]\nurl = "http://x/"\nheaders = { x-key = "clé" }\n',
                         2, "printable ASCII"),
     }

@@ -68,9 +68,29 @@ def test_env_secret_is_read_from_the_dispatcher_environment(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
     """An env:NAME secret signs with the value of NAME in the dispatcher's environment."""
     secret = new_secret()
-    add_endpoint(conn, "from-env", receiver.url, secret="env:ORDERS_WEBHOOK_SECRET")
-    _, request = deliver_one(conn, dsn, receiver, env={"ORDERS_WEBHOOK_SECRET": secret})
+    add_endpoint(conn, "from-env", receiver.url, secret="env:OUTBOX_SECRET_ORDERS")
+    _, request = deliver_one(conn, dsn, receiver, env={"OUTBOX_SECRET_ORDERS": secret})
     assert Webhook(secret).verify(request.body, request.headers)["data"] == PAYLOAD
+
+
+@pytest.mark.parametrize("name", ["OUTBOX_DSN", "ORDERS_WEBHOOK_SECRET"])
+def test_env_secret_outside_the_prefix_is_never_used(
+        conn: psycopg.Connection[Any], dsn: str, receiver: Receiver, name: str) -> None:
+    """An endpoint written by hand with env:NAME outside OUTBOX_SECRET_ sends nothing.
+
+    The variable is set, to a value that would make a valid key: its delivery
+    waits, the problem is logged naming the variable, and the value is not.
+    """
+    value = new_secret()
+    add_endpoint(conn, "by-hand", receiver.url, secret=f"env:{name}")
+    event_id = publish(conn, "order.created", PAYLOAD)
+    code, log = run_once(dsn, "--log-level", "DEBUG", env={name: value})
+    assert code == 0, log
+    assert receiver.snapshot() == []
+    assert delivery(conn, event_id)["state"] == "pending"
+    assert f"env:{name} is not allowed" in log
+    assert "OUTBOX_SECRET_" in log
+    assert value[6:] not in log
 
 
 def test_during_rotation_old_and_new_secret_both_verify(

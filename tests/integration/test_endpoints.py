@@ -168,32 +168,33 @@ def test_remove_refused_then_forced(conn: Conn) -> None:
 def test_rotate_keeps_old_secrets_newest_first_and_prunes(conn: Conn) -> None:
     """Rotation keeps the retired secret for the overlap, newest first, dropping expired ones."""
     add(conn, "hooks", secret=SECRET)
-    store.rotate_secret(conn, "hooks", "env:SECOND", timedelta(hours=2))
+    store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_2", timedelta(hours=2))
     conn.commit()
     r = row(conn, "hooks")
-    assert r["secret"] == "env:SECOND"
+    assert r["secret"] == "env:OUTBOX_SECRET_2"
     assert [p["secret"] for p in r["previous_secrets"]] == [SECRET]
     ends = conn.execute("SELECT (%s::jsonb -> 0 ->> 'expires_at')::timestamptz - now() "
                         "> interval '119 minutes'", (psycopg.types.json.Jsonb(
                             r["previous_secrets"]),)).fetchone()
     assert ends == (True,)
-    until = store.rotate_secret(conn, "hooks", "env:THIRD", timedelta(hours=1))
+    until = store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_3", timedelta(hours=1))
     conn.commit()
     assert until is not None
-    assert [p["secret"] for p in row(conn, "hooks")["previous_secrets"]] == ["env:SECOND", SECRET]
+    assert [p["secret"] for p in row(conn, "hooks")["previous_secrets"]] == \
+        ["env:OUTBOX_SECRET_2", SECRET]
     conn.execute("UPDATE outbox.endpoints SET previous_secrets = jsonb_set(previous_secrets, "
                  "'{1,expires_at}', to_jsonb(now() - interval '1 second'))")
-    store.rotate_secret(conn, "hooks", "env:FOURTH", timedelta(hours=1))
+    store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_4", timedelta(hours=1))
     conn.commit()
     assert [p["secret"] for p in row(conn, "hooks")["previous_secrets"]] == \
-        ["env:THIRD", "env:SECOND"]
+        ["env:OUTBOX_SECRET_3", "env:OUTBOX_SECRET_2"]
 
 
 def test_rotate_from_unsigned_or_with_zero_overlap_keeps_nothing(conn: Conn) -> None:
     """An endpoint without a secret, or a zero overlap, leaves no previous secret."""
     add(conn, "hooks")
     assert store.rotate_secret(conn, "hooks", SECRET, timedelta(hours=1)) is None
-    assert store.rotate_secret(conn, "hooks", "env:NEW", timedelta(0)) is None
+    assert store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_N", timedelta(0)) is None
     conn.commit()
     assert row(conn, "hooks")["previous_secrets"] == []
 
@@ -226,16 +227,16 @@ def test_sync_adds_changes_removes(conn: Conn) -> None:
 def test_sync_secret_change_is_a_replacement(conn: Conn) -> None:
     """A secret changed by sync replaces the old one with no overlap; an equal one keeps it."""
     add(conn, "hooks", secret=SECRET)
-    store.rotate_secret(conn, "hooks", "env:NEW", timedelta(hours=1))
+    store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_N", timedelta(hours=1))
     conn.commit()
-    store.sync_endpoints(conn, [EndpointSpec(name="hooks", url=URL, secret="env:NEW")],
+    store.sync_endpoints(conn, [EndpointSpec(name="hooks", url=URL, secret="env:OUTBOX_SECRET_N")],
                          force=False)
     assert len(row(conn, "hooks")["previous_secrets"]) == 1
-    store.sync_endpoints(conn, [EndpointSpec(name="hooks", url=URL, secret="env:OTHER")],
+    store.sync_endpoints(conn, [EndpointSpec(name="hooks", url=URL, secret="env:OUTBOX_SECRET_O")],
                          force=False)
     conn.commit()
     r = row(conn, "hooks")
-    assert (r["secret"], r["previous_secrets"]) == ("env:OTHER", [])
+    assert (r["secret"], r["previous_secrets"]) == ("env:OUTBOX_SECRET_O", [])
 
 
 def test_sync_refused_removal_changes_nothing(conn: Conn) -> None:

@@ -179,10 +179,11 @@ def test_spec_carries_both_pattern_forms() -> None:
 
 @pytest.mark.parametrize("secret", [
     SECRET, "whsec_" + b64(64), "whsec_" + b64(32).rstrip("="), "whsec_" + b64(25),
-    "env:WEBHOOK_SECRET", "env:_x1", None,
+    "env:OUTBOX_SECRET_WEBHOOK", "env:OUTBOX_SECRET_x1", None,
 ])
 def test_valid_secrets(secret: str | None) -> None:
-    """whsec_ secrets with 24..64-byte keys (padding optional) and env:NAME are accepted."""
+    """whsec_ secrets with 24..64-byte keys (padding optional) and env:OUTBOX_SECRET_* are
+    accepted."""
     assert spec(secret=secret).secret == secret
 
 
@@ -196,13 +197,22 @@ def test_valid_secrets(secret: str | None) -> None:
     ("env:1BAD", "environment variable name"),
     ("env:A-B", "environment variable name"),
     ("ENV:X", "whsec_"),
+    ("env:WEBHOOK_SECRET", "must start with OUTBOX_SECRET_"),
+    ("env:OUTBOX_DSN", "must start with OUTBOX_SECRET_"),
+    ("env:DATABASE_URL", "must start with OUTBOX_SECRET_"),
+    ("env:PGPASSWORD", "must start with OUTBOX_SECRET_"),
+    ("env:OUTBOX_SECRET_", "must start with OUTBOX_SECRET_"),
+    ("env:outbox_secret_x", "must start with OUTBOX_SECRET_"),
 ])
 def test_invalid_secrets(secret: str, message: str) -> None:
-    """Malformed secrets are refused, saying what a secret looks like, never echoing it."""
+    """Malformed secrets are refused, saying what a secret looks like, never echoing a key.
+
+    An env: reference is named (it is a variable's name, shown by `list` too).
+    """
     with pytest.raises(InvalidEndpoint, match=message) as info:
         spec(secret=secret)
     assert info.value.field == "secret"
-    if len(secret) > 8:
+    if not secret.startswith("env:") and len(secret) > 8:
         assert secret[6:] not in str(info.value)
 
 
@@ -214,22 +224,35 @@ def test_decode_secret_whsec() -> None:
 @pytest.mark.parametrize("value", [SECRET, SECRET[6:], SECRET + "\n"])
 def test_decode_secret_env(value: str) -> None:
     """env:NAME reads the given mapping: whsec_ or bare base64, surrounding whitespace ignored."""
-    key = decode_secret("env:HOOK_SECRET", {"HOOK_SECRET": value})
+    key = decode_secret("env:OUTBOX_SECRET_HOOK", {"OUTBOX_SECRET_HOOK": value})
     assert key == base64.b64decode(SECRET[6:])
 
 
-@pytest.mark.parametrize("environ", [{}, {"HOOK_SECRET": ""}, {"OTHER": SECRET}])
+@pytest.mark.parametrize("environ", [{}, {"OUTBOX_SECRET_HOOK": ""}, {"OTHER": SECRET}])
 def test_decode_secret_env_missing(environ: dict[str, str]) -> None:
     """A missing or empty variable is a clear error naming it."""
-    with pytest.raises(InvalidEndpoint, match=r"HOOK_SECRET.*not set"):
-        decode_secret("env:HOOK_SECRET", environ)
+    with pytest.raises(InvalidEndpoint, match=r"OUTBOX_SECRET_HOOK.*not set"):
+        decode_secret("env:OUTBOX_SECRET_HOOK", environ)
 
 
 def test_decode_secret_env_invalid_value_not_echoed() -> None:
     """A variable holding a bad key is refused without showing its value."""
-    with pytest.raises(InvalidEndpoint, match="HOOK_SECRET") as info:
-        decode_secret("env:HOOK_SECRET", {"HOOK_SECRET": "whsec_c2hvcnRrZXk="})
+    with pytest.raises(InvalidEndpoint, match="OUTBOX_SECRET_HOOK") as info:
+        decode_secret("env:OUTBOX_SECRET_HOOK", {"OUTBOX_SECRET_HOOK": "whsec_c2hvcnRrZXk="})
     assert "c2hvcnRrZXk" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["OUTBOX_DSN", "DATABASE_URL", "HOOK_SECRET"])
+def test_decode_secret_refuses_names_outside_the_prefix(name: str) -> None:
+    """A hand-written env: name outside OUTBOX_SECRET_ is refused though the variable is set.
+
+    Its value would make a valid key (the DSN is long enough): the refusal must
+    come from the name alone, and must not show the value.
+    """
+    value = "whsec_" + b64(32)
+    with pytest.raises(InvalidEndpoint, match=f"env:{name} is not allowed") as info:
+        decode_secret(f"env:{name}", {name: value})
+    assert value[6:] not in str(info.value)
 
 
 @pytest.mark.parametrize("text", ["plain", "whsec_abc", "env:bad-name"])

@@ -33,7 +33,7 @@ def test_file_with_every_option(tmp_path: Path) -> None:
 [endpoints.workflow]
 url = "{URL}"
 events = ["mail.*", "order.created"]
-secret = "env:WORKFLOW_WEBHOOK_SECRET"
+secret = "env:OUTBOX_SECRET_WORKFLOW"
 max_attempts = 12
 timeout = 5
 min_backoff = 0.5
@@ -53,7 +53,7 @@ url = "http://audit.internal/"
     workflow, audit = load_sync_file(path)
     assert workflow == EndpointSpec(
         name="workflow", url=URL, events=("mail.*", "order.created"),
-        secret="env:WORKFLOW_WEBHOOK_SECRET", max_attempts=12, timeout=5.0, min_backoff=0.5,
+        secret="env:OUTBOX_SECRET_WORKFLOW", max_attempts=12, timeout=5.0, min_backoff=0.5,
         max_backoff=600.0, max_in_flight=4, rate_limit=20.0, max_batch=50,
         format="cloudevents", headers={"authorization": "Bearer t", "x-tenant": "acme"},
         breaker_failures=0, breaker_cooldown=120.0, max_pending=10000)
@@ -69,6 +69,8 @@ url = "http://audit.internal/"
     ('[endpoints.a]\nurl = "http://x/"\nevents = []\n', r"endpoints\.a\.events"),
     ('[endpoints."bad name"]\nurl = "http://x/"\n', "not a valid endpoint name"),
     ('[endpoints.a]\nurl = "http://x/"\nheaders = { Host = "y" }\n', "headers 'Host'"),
+    ('[endpoints.a]\nurl = "http://x/"\nsecret = "env:OUTBOX_DSN"\n',
+     r"endpoints\.a\.secret env:OUTBOX_DSN is not allowed"),
     ('[endpoints.a]\nurl = "http://x/"\nmax_attempts = 0\n', r"endpoints\.a\.max_attempts"),
     ('[endpoints.a]\nurl = "http://x/"\nmax_attempts = true\n', r"endpoints\.a\.max_attempts"),
     ("endpoints = 3\n", "must be a table"),
@@ -112,6 +114,6 @@ def test_plan_adds_changes_removes_and_keeps() -> None:
 
 def test_plan_reports_a_secret_change_without_its_value() -> None:
     """A changed secret is reported as the option name only."""
-    before = EndpointSpec(name="a", url=URL, secret="env:ONE")
-    after = EndpointSpec(name="a", url=URL, secret="env:TWO")
+    before = EndpointSpec(name="a", url=URL, secret="env:OUTBOX_SECRET_ONE")
+    after = EndpointSpec(name="a", url=URL, secret="env:OUTBOX_SECRET_TWO")
     assert plan_sync([stored(before)], [after]).change == {"a": ["secret"]}
