@@ -3,6 +3,7 @@
 - ``model``: what a claim hands out, what an attempt returns, what gets recorded;
 - ``signing``: the wire format, Standard Webhooks and CloudEvents, and signatures;
 - ``outcome``: what an attempt means for each delivery (delivered, retry, dead);
+- ``redact``: secrets an echoing receiver sends back, masked out of ``last_error``;
 - ``backoff``: when the next attempt is due;
 - ``quota``: what one claim asks each endpoint for (the fleet's limits decide in SQL).
 

@@ -17,20 +17,19 @@ The contract's rules, as tables a reader can check against it:
 - 1xx or a status outside 100-599, or any other error: retried, reason
   ``other``.
 
-``last_error`` is the text stored in the database and shown by
-``outbox dead list``. It is built only from the response (status, body
-excerpt, ``Location``) and from the HTTP layer's own short error text, never
-from the request, so the signature, the secrets and custom auth headers cannot
-reach it through this module; a receiver that echoes the request back could
-still put them in its body, so signatures, ``whsec_`` secrets and bearer
-tokens are masked. Control characters are removed (the text ends up in
-terminals and log lines) and the length is capped (an error page must not
-bloat the row).
+``last_error`` is the text stored in the database, shown by ``outbox dead
+list`` and logged. It is built only from the response (status, body excerpt,
+``Location``) and from the HTTP layer's own short error text, never from the
+request, so the signature, the secrets and custom auth headers cannot reach
+it through this module; a receiver that echoes the request back can still
+put them in its body, so ``policy.redact`` masks them (signatures, secrets,
+credentials, custom header values, in the spellings an echo gives them).
+Control characters are removed (the text ends up in terminals and log
+lines) and the length is capped (an error page must not bloat the row).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,6 +45,7 @@ from dispatcher.policy.model import (
     FailureReason,
     Record,
 )
+from dispatcher.policy.redact import Sent, redact
 
 Action = Literal["delivered", "retry", "dead"]
 # What a result says before the attempt count is considered.
@@ -78,11 +78,6 @@ ERROR_RULES: Final[dict[ErrorKind, tuple[Verdict, FailureReason, str]]] = {
 }
 _OTHER_STATUS: Final[tuple[Verdict, FailureReason]] = ("retry", "other")
 
-_SECRETS: Final = re.compile(
-    r"v1,[A-Za-z0-9+/]{43}="  # a Standard Webhooks signature
-    r"|whsec_[A-Za-z0-9+/=]+"  # a secret
-    r"|(?i:bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*"  # a bearer token
-)
 # C0 and C1 controls, and the bidirectional overrides that can disguise text.
 _UNSAFE: Final = dict.fromkeys(
     (*range(0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F),
@@ -103,9 +98,14 @@ class Outcome:
     disable_endpoint: bool = False
 
 
-def clean_error(text: str) -> str:
-    """``text`` safe to store and print: secrets masked, controls removed, length capped."""
-    text = _SECRETS.sub("[redacted]", text)
+def clean_error(text: str, sent: Sent | None = None) -> str:
+    """``text`` safe to store and print: secrets masked, controls removed, length capped.
+
+    Masking comes first, on the whole text: the cap may then cut only the
+    mask, never leave the start of a secret. ``sent`` is what the request
+    carried (see ``policy.redact``).
+    """
+    text = redact(text, sent)
     text = " ".join(text.translate(_UNSAFE).split())
     if len(text) > MAX_ERROR_LENGTH:
         text = text[: MAX_ERROR_LENGTH - 1] + "…"
@@ -148,10 +148,12 @@ def circuit_verdict(result: AttemptResult) -> CircuitVerdict | None:
     return None
 
 
-def classify(result: AttemptResult, attempts: int, max_attempts: int, now: datetime) -> Outcome:
+def classify(result: AttemptResult, attempts: int, max_attempts: int, now: datetime, *,
+             sent: Sent | None = None) -> Outcome:
     """The outcome of an attempt, the ``attempts``-th of at most ``max_attempts``.
 
-    ``now`` measures an HTTP-date ``Retry-After``.
+    ``now`` measures an HTTP-date ``Retry-After``; ``sent`` is what the
+    request carried that an echo in ``last_error`` must not show.
     """
     status = result.status
     if status is not None:
@@ -165,7 +167,7 @@ def classify(result: AttemptResult, attempts: int, max_attempts: int, now: datet
 
     if verdict == "success":
         return Outcome("delivered", last_status=status)
-    last_error = clean_error(error)
+    last_error = clean_error(error, sent)
     if verdict == "gone":
         return Outcome("dead", reason, last_error, status, disable_endpoint=True)
     if verdict == "permanent" or attempts >= max_attempts:
@@ -193,7 +195,8 @@ def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: d
     delivery) with its attempts as they were, and never dead-lettered for it.
     """
     limit = delivery.attempts + 1 if delivery.probe else endpoint.max_attempts
-    outcome = classify(result, delivery.attempts, limit, now)
+    outcome = classify(result, delivery.attempts, limit, now,
+                       sent=Sent.of(endpoint, delivery))
     if outcome.action == "delivered":
         return Decision(Record(delivery.id, delivery.lease_token, "delivered",
                                status=outcome.last_status), outcome)

@@ -1,15 +1,28 @@
-"""The outcome policy: one test per rule of the contract, attempts, Retry-After, last_error."""
+"""The outcome policy: one test per rule of the contract, attempts, Retry-After, last_error.
+
+last_error is logged and shown: every way a receiver can echo a secret into it is
+tested here, with what must stay readable.
+"""
 
 from __future__ import annotations
 
+import base64
+import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from urllib.parse import quote, quote_plus
 
 import pytest
 
 from dispatcher.policy.backoff import next_attempt_delay
-from dispatcher.policy.model import AttemptResult, Endpoint, ErrorKind
-from dispatcher.policy.outcome import MAX_ERROR_LENGTH, Outcome, circuit_verdict, classify
+from dispatcher.policy.model import AttemptResult, Delivery, Endpoint, ErrorKind, EventData
+from dispatcher.policy.outcome import (
+    MAX_ERROR_LENGTH,
+    Outcome,
+    circuit_verdict,
+    classify,
+    decide,
+)
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 ENDPOINT = Endpoint(id=1, name="e", url="http://127.0.0.1:9/", min_backoff=1.0, max_backoff=60.0)
@@ -128,6 +141,142 @@ def test_last_error_masks_secrets_echoed_by_the_receiver() -> None:
     for secret in ("g0hM9SsE", "MfKQ9r8G", "abcdef123456"):
         assert secret not in error
     assert error.startswith("HTTP 401: bad signature [redacted]")
+
+
+SIGNATURE = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+KEY = b"the endpoint's key, 32 bytes!!!!"
+
+
+def error_for(body: str) -> str:
+    """last_error of a 500 whose body is ``body``."""
+    error = classify(status(500, body), 1, 5, NOW).last_error
+    assert error is not None
+    return error
+
+
+@pytest.mark.parametrize(("body", "hidden"), [
+    pytest.param("Authorization: Basic dXNlcjpwYXNz\r\nAccept: */*", "dXNlcjpwYXNz",
+                 id="basic in a header line"),
+    pytest.param("credentials Basic dXNlcjpwYXNz refused", "dXNlcjpwYXNz", id="basic in prose"),
+    pytest.param('{"authorization": "Token 9944b09199c62bcf9418ad846dd0e4bb"}', "9944b091",
+                 id="token in JSON"),
+    pytest.param("unknown Token abc123def456", "abc123", id="token in prose"),
+    pytest.param("Authorization: Bearer t0k", "t0k", id="short bearer"),
+    pytest.param("we got bearer Xy9 here", "Xy9", id="short bearer in prose"),
+    pytest.param("authorization=Bearer%20abc%2Fdef%3D&x=1", "abc", id="percent-encoded bearer"),
+    pytest.param("q=Bearer%20abc%2Fdef%3D&x=1", "abc", id="percent-encoded bearer unnamed"),
+    pytest.param('{"Authorization":["Basic dXNlcjpwYXNz"]}', "dXNlcjpwYXNz",
+                 id="go header map"),
+    pytest.param('{"h":"{\\"authorization\\":\\"Bearer sesame-1\\"}"}', "sesame",
+                 id="escaped JSON in JSON"),
+    pytest.param("Cookie: session=s3cr3t; theme=dark", "s3cr3t", id="cookie"),
+    pytest.param(f"sig {SIGNATURE} bad", "g0hM9SsE", id="signature"),
+    pytest.param(f"sigs {SIGNATURE} {SIGNATURE.replace('g0h', 'h1i')}", "OTPJTGt",
+                 id="two signatures"),
+    pytest.param('{"sig":"' + SIGNATURE.replace("/", "\\/") + '"}', "OTPJTGt",
+                 id="JSON-escaped signature"),
+    pytest.param("sig=" + quote(SIGNATURE, safe="") + "&x=1", "OTPJTGt",
+                 id="URL-encoded signature"),
+    pytest.param("sig=" + SIGNATURE.replace("+", "\\u002b"), "OTPJTGt",
+                 id="unicode-escaped signature"),
+    pytest.param("webhook-signature: v1,somethingnew==", "somethingnew",
+                 id="signature header of any shape"),
+    pytest.param("secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "MfKQ9r8G", id="whsec"),
+    pytest.param('{"s":"whsec_Mf\\/KQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}', "KQ9r8G",
+                 id="JSON-escaped whsec"),
+])
+def test_last_error_masks_every_spelling_of_a_credential(body: str, hidden: str) -> None:
+    """Basic, Token and short bearer credentials, escaped or encoded signatures: masked."""
+    error = error_for(body)
+    assert hidden not in error
+    assert "[redacted]" in error
+
+
+@pytest.mark.parametrize("cut", [4, 10, 20, 43])
+def test_a_signature_cut_at_the_end_of_the_excerpt_is_masked(cut: int) -> None:
+    """The excerpt may end inside a signature: the part that made it is masked too."""
+    error = error_for("x" * 100 + " got " + SIGNATURE[:cut])
+    assert error.endswith(" got [redacted]")
+
+
+def test_a_signature_across_the_length_cap_is_masked_whole() -> None:
+    """Masking comes before the cap: the cap never leaves the start of a signature."""
+    body = "x" * (MAX_ERROR_LENGTH - 30) + " " + SIGNATURE + " tail"
+    error = error_for(body)
+    assert len(error) <= MAX_ERROR_LENGTH
+    assert "g0hM" not in error
+
+
+@pytest.mark.parametrize("body", [
+    "missing bearer token", "Bearer token required", "Basic auth is not accepted",
+    "Token expired", 'WWW-Authenticate: Bearer realm="hooks"', "API v1, v2 and v3",
+])
+def test_prose_about_credentials_stays_readable(body: str) -> None:
+    """Words that follow 'bearer', 'basic' or 'token' in a message are not credentials."""
+    assert error_for(body) == f"HTTP 500: {body}"
+
+
+def delivery_with(headers: dict[str, str]) -> Delivery:
+    event = EventData(id=uuid.uuid4(), type="t", key=None, payload="{}", headers=headers,
+                      created_at=NOW)
+    return Delivery(id=1, endpoint_id=1, event=event, attempts=1, lease_token=uuid.uuid4())
+
+
+def decided_error(body: str, endpoint_headers: dict[str, str],
+                  event_headers: dict[str, str] | None = None) -> str:
+    """last_error as decide() writes it, for an endpoint and event with these headers."""
+    endpoint = Endpoint(id=1, name="e", url="http://127.0.0.1:9/", headers=endpoint_headers,
+                        keys=(KEY,))
+    decision = decide(delivery_with(event_headers or {}), endpoint, status(500, body), NOW,
+                      middle)
+    assert decision.record.error is not None
+    return decision.record.error
+
+
+API_KEY = "k3y/with+odd=chars-0042"
+
+
+@pytest.mark.parametrize("body", [
+    f"you sent {API_KEY} which is unknown",
+    f"X-Api-Token: {API_KEY}\r\nAccept: */*",
+    '{"x-api-token": "' + API_KEY.replace("/", "\\/") + '"}',
+    "key=" + quote(API_KEY, safe="") + "&x=1",
+    "key=" + quote_plus(API_KEY) + "&x=1",
+    "the excerpt ends in the key " + API_KEY[:9],
+])
+def test_custom_header_values_of_the_endpoint_are_masked(body: str) -> None:
+    """An endpoint's --header value echoed in any spelling, or cut at the end, is masked."""
+    error = decided_error(body, {"x-api-token": API_KEY, "x-tenant": "acme"})
+    assert "k3y" not in error
+    assert "0042" not in error
+
+
+def test_an_echoed_header_line_keeps_its_name_and_loses_its_value() -> None:
+    """The echo stays readable: each header's name, then one mask for its value."""
+    error = decided_error(f"x-api-token: {API_KEY}\r\nauthorization: Basic dXNlcjpwYXNz\r\n"
+                          "accept: */*", {"x-api-token": API_KEY, "authorization": "Basic x"})
+    assert error == ("HTTP 500: x-api-token: [redacted] authorization: [redacted] "
+                     "accept: */*")
+
+
+def test_event_header_values_are_masked_after_their_name_only() -> None:
+    """An event header's value is masked where the echo names it, and left alone elsewhere."""
+    error = decided_error("x-trace: trace-77\r\nno route for trace-77", {},
+                          {"x-trace": "trace-77"})
+    assert error == "HTTP 500: x-trace: [redacted] no route for trace-77"
+
+
+def test_short_custom_values_are_masked_only_after_their_name() -> None:
+    """A 1-3 character value is masked after its header's name, not as a word anywhere."""
+    error = decided_error("x-shard: 7\r\nshard 7 is down", {"x-shard": "7"})
+    assert error == "HTTP 500: x-shard: [redacted] shard 7 is down"
+
+
+def test_the_endpoint_signing_key_is_masked() -> None:
+    """A receiver printing the key it expected (base64, no whsec_) has it masked."""
+    encoded = base64.b64encode(KEY).decode()
+    error = decided_error(f"expected key {encoded}", {})
+    assert encoded[:8] not in error
 
 
 def test_retry_after_in_seconds() -> None:
