@@ -19,7 +19,7 @@ from dispatcher.observe.logs import setup_logging
 from outbox import __version__
 from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn
 from outbox.durations import parse_duration
-from outbox.endpoints import ENV_SECRET_PREFIX
+from outbox.endpoints import env_name_allowed
 
 EXIT_USAGE = 2
 _TRUE = {"1", "true", "yes", "on"}
@@ -139,7 +139,7 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
         raise ConfigError(str(exc)) from None
     # Only the variables an env: secret may name: the rest (OUTBOX_DSN with its
     # password first) never reaches the endpoint registry.
-    secrets = {k: v for k, v in environ.items() if k.startswith(ENV_SECRET_PREFIX)}
+    secrets = {k: v for k, v in environ.items() if env_name_allowed(k)}
     return DispatcherConfig(environ=secrets, **values)
 
 

@@ -2,8 +2,9 @@
 
 The command line and the ``OUTBOX_*`` environment build it (dispatcher.cli);
 nothing else in the dispatcher reads the environment. ``environ`` is the
-snapshot of the ``OUTBOX_SECRET_*`` variables taken at start, kept only to
-resolve endpoint secrets given as ``env:NAME`` (no other name is allowed).
+snapshot of the variables an ``env:NAME`` secret may name, taken at start
+(all but the configuration's: ``OUTBOX_*`` other than ``OUTBOX_SECRET_*``,
+``DATABASE_URL``, ``PG*``), kept only to resolve endpoint secrets.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class DispatcherConfig:
     log_level: str = "INFO"
     """Lowest level logged. Defaults to INFO."""
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
-    """The OUTBOX_SECRET_* variables at start, for endpoint secrets given as env:NAME.
+    """The variables env:NAME secrets may name, at start (none of the configuration's).
     Defaults to empty."""
 
     def __post_init__(self) -> None:

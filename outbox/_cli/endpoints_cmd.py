@@ -45,8 +45,8 @@ def register(sub: Any) -> None:
     add.add_argument("--url", required=True, help="http:// or https:// address to POST to")
     add.add_argument("--events", action="append", metavar="PATTERN",
                      help="event type glob such as 'mail.*' (repeatable; default '*')")
-    add.add_argument("--secret", help="whsec_<base64>, or env:OUTBOX_SECRET_NAME read by "
-                     "the dispatcher")
+    add.add_argument("--secret", help="whsec_<base64>, or env:NAME read by the dispatcher "
+                     "(not OUTBOX_* but OUTBOX_SECRET_*, DATABASE_URL, PG*)")
     add.add_argument("--max-attempts", metavar="N", help="default 10")
     add.add_argument("--timeout", metavar="SECONDS", help="per attempt; default 10")
     add.add_argument("--min-backoff", metavar="SECONDS", help="default 1")

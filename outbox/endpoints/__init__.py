@@ -17,7 +17,12 @@ from outbox._shared.endpoint_defaults import (
     DEFAULT_MIN_BACKOFF,
     DEFAULT_TIMEOUT,
 )
-from outbox.endpoints._checks import ENV_SECRET_PREFIX, check_secret, glob_to_like
+from outbox.endpoints._checks import (
+    ENV_SECRET_PREFIX,
+    check_secret,
+    env_name_allowed,
+    glob_to_like,
+)
 from outbox.endpoints._spec import (
     FORMATS,
     EndpointSpec,
@@ -55,6 +60,7 @@ __all__ = [
     "add_endpoint",
     "check_secret",
     "decode_secret",
+    "env_name_allowed",
     "generate_secret",
     "glob_to_like",
     "list_endpoints",

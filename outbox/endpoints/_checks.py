@@ -29,6 +29,19 @@ _PATTERN = re.compile(r"[A-Za-z0-9_\-:/*?]+(?:\.[A-Za-z0-9_\-:/*?]+)*")
 _PATTERN_MAX = 255
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_SECRET_PREFIX = "OUTBOX_SECRET_"  # noqa: S105 - a variable name's prefix, not a password
+"""The recommended prefix of ``env:`` secrets; allowed inside the dispatcher's own namespace."""
+# Variables an endpoint's env: secret may never name: the dispatcher's own
+# configuration (OUTBOX_*, the DSN among it), and the database's (DATABASE_URL,
+# libpq's PG* variables, PGPASSWORD among them).
+_ENV_DENIED_PREFIXES = ("OUTBOX_", "PG")
+_ENV_DENIED = frozenset({"DATABASE_URL"})
+
+
+def env_name_allowed(name: str) -> bool:
+    """Whether an ``env:`` secret may name this variable (see _ENV_DENIED_PREFIXES)."""
+    if name.startswith(ENV_SECRET_PREFIX):
+        return name != ENV_SECRET_PREFIX
+    return not name.startswith(_ENV_DENIED_PREFIXES) and name not in _ENV_DENIED
 """What the name of an ``env:`` secret's variable starts with.
 
 The dispatcher's environment also holds ``OUTBOX_DSN`` (with its password)
@@ -159,23 +172,23 @@ def check_secret(secret: object) -> str | None:
     else:
         raise InvalidEndpoint(
             "must be 'whsec_' followed by the base64 of 24 to 64 random bytes, or "
-            f"'env:{ENV_SECRET_PREFIX}NAME' to read it from the dispatcher's environment",
+            "'env:NAME' to read it from the dispatcher's environment",
             "secret")
     return secret
 
 
 def check_env_name(name: str) -> str:
-    """The variable name of an ``env:`` secret: a valid name under ENV_SECRET_PREFIX."""
+    """The variable name of an ``env:`` secret: valid, and none of the configuration's."""
     example = f"env:{ENV_SECRET_PREFIX}WORKFLOW"
     if not ENV_NAME.fullmatch(name):
         raise InvalidEndpoint(
             "env: must be followed by an environment variable name of letters, digits "
             f"and '_', such as {example}", "secret")
-    if not name.startswith(ENV_SECRET_PREFIX) or name == ENV_SECRET_PREFIX:
+    if not env_name_allowed(name):
         raise InvalidEndpoint(
-            f"env:{name} is not allowed: the variable's name must start with "
-            f"{ENV_SECRET_PREFIX}, such as {example}, so that endpoints can read only "
-            "variables set aside for their secrets", "secret")
+            f"env:{name} is not allowed: OUTBOX_* (but {ENV_SECRET_PREFIX}*), DATABASE_URL "
+            f"and PG* hold the dispatcher's and the database's configuration, never a "
+            f"signing secret; use a name of its own, such as {example}", "secret")
     return name
 
 

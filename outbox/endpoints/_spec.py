@@ -11,8 +11,9 @@ characters, dots included (``mail.*`` matches ``mail.received`` and
 ``mail.received.v2``), ``?`` matches one character. Publishing matches with
 SQL ``LIKE``, so each spec also carries its patterns translated to LIKE.
 
-Secrets are ``whsec_<base64>`` or ``env:NAME``, NAME starting with
-``OUTBOX_SECRET_``; :func:`decode_secret` turns either into HMAC key bytes,
+Secrets are ``whsec_<base64>`` or ``env:NAME``, NAME none of the
+configuration's (``OUTBOX_*`` but ``OUTBOX_SECRET_*``, ``DATABASE_URL``,
+``PG*``); :func:`decode_secret` turns either into HMAC key bytes,
 reading ``env:`` references from the environment mapping it is given (the
 dispatcher's snapshot), never from ``os.environ``, and refusing other names
 there too, for endpoints written into the table by hand.
@@ -72,7 +73,7 @@ class EndpointSpec:
     url: str
     events: Sequence[str] = ("*",)
     secret: str | None = None
-    """``whsec_<base64>``, ``env:OUTBOX_SECRET_...``, or None for unsigned requests."""
+    """``whsec_<base64>``, ``env:NAME``, or None for unsigned requests."""
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     timeout: float = DEFAULT_TIMEOUT
     """Seconds allowed for one HTTP attempt."""
@@ -210,9 +211,9 @@ def signing_label(secret: str | None) -> str | None:
 def decode_secret(text: str, environ: Mapping[str, str]) -> bytes:
     """The HMAC key of a secret: ``whsec_<base64>``, or ``env:NAME`` looked up in ``environ``.
 
-    NAME must start with ``OUTBOX_SECRET_``, checked before ``environ`` is
-    read, so that an endpoint written by hand cannot sign with ``OUTBOX_DSN``
-    or any other variable. The variable must hold a ``whsec_`` secret (the
+    NAME must not be the configuration's, checked before ``environ`` is
+    read, so that an endpoint written by hand cannot sign with ``OUTBOX_DSN``,
+    ``DATABASE_URL`` or ``PGPASSWORD``. The variable must hold a ``whsec_`` secret (the
     bare base64 part is accepted too, as Standard Webhooks libraries do);
     surrounding whitespace such as a trailing newline from a mounted file is
     ignored. Raises InvalidEndpoint (field ``secret``) when the name is not

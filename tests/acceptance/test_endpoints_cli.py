@@ -86,7 +86,7 @@ def test_add_and_list(dsn: str) -> None:
     ["--url", URL, "--secret", "hunter2"],
     ["--url", URL, "--secret", "whsec_c2hvcnQ="],
     ["--url", URL, "--secret", "env:OUTBOX_DSN"],
-    ["--url", URL, "--secret", "env:WORKFLOW_WEBHOOK_SECRET"],
+    ["--url", URL, "--secret", "env:DATABASE_URL"],
     ["--url", URL, "--max-attempts", "0"],
     ["--url", URL, "--timeout", "301"],
     ["--url", URL, "--min-backoff", "60", "--max-backoff", "5"],
@@ -181,9 +181,9 @@ def test_rotate_secret_generates_prints_once_and_keeps_the_old(dsn: str) -> None
 
 
 @pytest.mark.parametrize("args", [["--secret", "nope"], ["--overlap", "soon"],
-                                  ["--secret", "env:OUTBOX_DSN"], ["--secret", "env:HOME"]])
+                                  ["--secret", "env:OUTBOX_DSN"], ["--secret", "env:PGPASSWORD"]])
 def test_rotate_secret_bad_input(dsn: str, args: list[str]) -> None:
-    """A bad --secret (an env: name outside OUTBOX_SECRET_ too) or --overlap: exit 2, no change."""
+    """A bad --secret (an env: name of the configuration too) or --overlap: exit 2, no change."""
     add(dsn, "hooks", secret=SECRET)
     before = snapshot(dsn)
     result = outbox_cmd(dsn, "rotate-secret", "hooks", *args)
@@ -258,7 +258,7 @@ def test_sync_refuses_busy_removal_and_bad_files(dsn: str, tmp_path: Path) -> No
         "key.toml": ('[endpoints.busy]\nurl = "http://x/"\nretries = 3\n', 2, "retries"),
         "syntax.toml": ('[endpoints.busy\nurl = "http://x/"\n', 2, "not valid TOML"),
         "env.toml": ('[endpoints.busy]\nurl = "http://x/"\nsecret = "env:DATABASE_URL"\n',
-                     2, "OUTBOX_SECRET_"),
+                     2, "is not allowed"),
         "header.toml": ('[endpoints.busy]\nurl = "http://x/"\nheaders = { x-key = "clé" }\n',
                         2, "printable ASCII"),
     }

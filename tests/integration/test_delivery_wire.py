@@ -73,10 +73,10 @@ def test_env_secret_is_read_from_the_dispatcher_environment(
     assert Webhook(secret).verify(request.body, request.headers)["data"] == PAYLOAD
 
 
-@pytest.mark.parametrize("name", ["OUTBOX_DSN", "ORDERS_WEBHOOK_SECRET"])
-def test_env_secret_outside_the_prefix_is_never_used(
+@pytest.mark.parametrize("name", ["OUTBOX_DSN", "PGPASSWORD", "DATABASE_URL"])
+def test_env_secret_naming_the_configuration_is_never_used(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver, name: str) -> None:
-    """An endpoint written by hand with env:NAME outside OUTBOX_SECRET_ sends nothing.
+    """An endpoint written by hand with env: naming the configuration sends nothing.
 
     The variable is set, to a value that would make a valid key: its delivery
     waits, the problem is logged naming the variable, and the value is not.
@@ -89,7 +89,6 @@ def test_env_secret_outside_the_prefix_is_never_used(
     assert receiver.snapshot() == []
     assert delivery(conn, event_id)["state"] == "pending"
     assert f"env:{name} is not allowed" in log
-    assert "OUTBOX_SECRET_" in log
     assert value[6:] not in log
 
 
