@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
+from outbox._shared.dsn import server_options
 from outbox._shared.text import first_line
 from outbox.sql import QueryName, queries
 
@@ -35,8 +36,12 @@ _CONNECT_OPTIONS: dict[str, Any] = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
     "application_name": "outbox-dispatcher",
-    "options": "-c statement_timeout=60000",
 }
+# Added to the DSN's own options. jit=off: the claim's row estimates are guesses
+# (its LIMITs come from other CTEs), so with a million pending rows its cost
+# passes jit_above_cost and PostgreSQL spent about 900 ms compiling a statement
+# that runs in 4 ms (BENCHMARKS.md, "The queue table at scale").
+SERVER_OPTIONS = "-c statement_timeout=60000 -c jit=off"
 
 
 class DatabaseDown(Exception):
@@ -64,7 +69,8 @@ class Health:
 
 
 async def connect(dsn: str) -> psycopg.AsyncConnection[Any]:
-    return await psycopg.AsyncConnection.connect(dsn, **_CONNECT_OPTIONS)
+    return await psycopg.AsyncConnection.connect(
+        dsn, options=server_options(dsn, SERVER_OPTIONS), **_CONNECT_OPTIONS)
 
 
 class Database:

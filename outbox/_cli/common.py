@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn
+from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn, server_options
 from outbox._shared.text import first_line
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -43,7 +43,9 @@ def connect(args: argparse.Namespace) -> Iterator[psycopg.Connection[Any]]:
     except InvalidDsn as exc:
         raise UsageError(str(exc)) from None
     try:
-        conn = psycopg.connect(dsn, connect_timeout=10, application_name="outbox-cli")
+        # jit=off: compiling a status count on a large table costs more than the count.
+        conn = psycopg.connect(dsn, connect_timeout=10, application_name="outbox-cli",
+                               options=server_options(dsn, "-c jit=off"))
     except psycopg.OperationalError as exc:
         raise CommandFailed(f"cannot connect to the database: {first_line(exc)}") from exc
     try:

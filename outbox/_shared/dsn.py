@@ -58,6 +58,16 @@ def resolve_dsn(flag: str | None, environ: Mapping[str, str] | None = None) -> s
     return dsn
 
 
+def server_options(dsn: str, ours: str) -> str:
+    """The DSN's own ``options`` (server settings such as a search_path) with ``ours`` after.
+
+    Passing ``options=`` to a connect call replaces the DSN's; this keeps both,
+    ours last so that they win where they overlap.
+    """
+    theirs = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or ""
+    return f"{theirs} {ours}".strip()
+
+
 def check_dsn(dsn: str) -> None:
     """Raise InvalidDsn for a connection string libpq cannot parse (bad usage, not an outage).
 

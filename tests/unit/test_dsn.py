@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn
+from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn, server_options
 
 PASSWORD = "S3cr3t-Pw9"
 # Malformed strings carrying PASSWORD, and a word of what the refusal still says.
@@ -82,3 +82,10 @@ def test_resolve_dsn_reduces_sqlalchemy_urls() -> None:
     """A postgresql+psycopg:// URL, as written for an ORM, is reduced to libpq's form."""
     assert resolve_dsn(None, {"DATABASE_URL": "postgresql+psycopg://h/db"}) == "postgresql://h/db"
     assert resolve_dsn(None, {"OUTBOX_DSN": "postgres://h/db"}) == "postgresql://h/db"
+
+
+def test_server_options_keep_the_dsns_own() -> None:
+    """Options given in the DSN (a search_path, say) survive ours being added after them."""
+    assert server_options("postgresql://h/db?options=-c%20search_path%3Dapp", "-c jit=off") == \
+        "-c search_path=app -c jit=off"
+    assert server_options("host=h dbname=db", "-c jit=off") == "-c jit=off"
