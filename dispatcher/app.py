@@ -76,7 +76,8 @@ def build(config: DispatcherConfig) -> Parts:
     control = Control(Heartbeat(max(_ALIVE_AFTER, 3 * config.poll_interval)))
     health, metrics = Health(), Metrics()
     registry = Registry(config.environ)
-    claim_db, complete_db, upkeep_db = (Database(config.dsn, health) for _ in range(3))
+    claim_db, complete_db, upkeep_db = (Database(config.dsn, health, role)
+                                        for role in ("claim", "complete", "maintenance"))
     leases = Leases(config.lease, registry.longest_timeout)
     sender = HttpSender(max_connections=config.concurrency,
                         block_private_networks=config.block_private_networks,

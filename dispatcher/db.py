@@ -35,13 +35,16 @@ _CONNECT_OPTIONS: dict[str, Any] = {
     "keepalives_idle": 10,
     "keepalives_interval": 5,
     "keepalives_count": 3,
-    "application_name": "outbox-dispatcher",
 }
 # Added to the DSN's own options. jit=off: the claim's row estimates are guesses
 # (its LIMITs come from other CTEs), so with a million pending rows its cost
 # passes jit_above_cost and PostgreSQL spent about 900 ms compiling a statement
 # that runs in 4 ms (BENCHMARKS.md, "The queue table at scale").
 SERVER_OPTIONS = "-c statement_timeout=60000 -c jit=off"
+APPLICATION_NAME = "outbox-dispatcher"
+"""Every connection's application_name starts with this; a space and the connection's
+role follow (claim, complete, maintenance, listener, retention, metrics), so that an
+operator (or a test) can tell them apart in pg_stat_activity."""
 
 
 class DatabaseDown(Exception):
@@ -68,17 +71,20 @@ class Health:
         self.db_ok = False
 
 
-async def connect(dsn: str) -> psycopg.AsyncConnection[Any]:
+async def connect(dsn: str, role: str) -> psycopg.AsyncConnection[Any]:
+    """A new autocommit connection, named ``outbox-dispatcher ROLE`` on the server."""
     return await psycopg.AsyncConnection.connect(
-        dsn, options=server_options(dsn, SERVER_OPTIONS), **_CONNECT_OPTIONS)
+        dsn, options=server_options(dsn, SERVER_OPTIONS),
+        application_name=f"{APPLICATION_NAME} {role}", **_CONNECT_OPTIONS)
 
 
 class Database:
     """One autocommit connection, reopened on demand after a failure."""
 
-    def __init__(self, dsn: str, health: Health) -> None:
+    def __init__(self, dsn: str, health: Health, role: str) -> None:
         self._dsn = dsn
         self._health = health
+        self._role = role
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def fetch(self, name: QueryName, params: dict[str, Any] | None = None,
@@ -86,7 +92,7 @@ class Database:
         """Run the named query; its rows (empty for statements without RETURNING)."""
         try:
             if self._conn is None or self._conn.closed:
-                self._conn = await connect(self._dsn)
+                self._conn = await connect(self._dsn, self._role)
             async with self._conn.cursor() as cur:
                 await cur.execute(queries[name], params)
                 rows = await cur.fetchall() if cur.description else []

@@ -41,7 +41,7 @@ class Listener:
         while True:
             conn: psycopg.AsyncConnection[object] | None = None
             try:
-                conn = await connect(self._dsn)
+                conn = await connect(self._dsn, "listener")
                 await conn.execute(queries["listen"])
                 self.connected = True
                 delay = 0.2

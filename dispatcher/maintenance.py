@@ -126,7 +126,7 @@ class Maintenance:
         """The same code as `outbox purge`, on a connection of its own: its batches are
         short transactions, and the maintenance connection stays free meanwhile."""
         try:
-            async with await connect(self._config.dsn) as conn:
+            async with await connect(self._config.dsn, "retention") as conn:
                 result = await apurge(conn, self._config.retention)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise DatabaseDown(first_line(exc)) from exc

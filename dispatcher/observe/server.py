@@ -59,7 +59,7 @@ def dsn_connector(dsn: str) -> Connector:
 
     @asynccontextmanager
     async def connect() -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        conn = await db.connect(dsn)
+        conn = await db.connect(dsn, "metrics")
         async with conn:
             yield conn
 

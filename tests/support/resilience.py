@@ -254,14 +254,12 @@ def duplicates(ids: Iterable[str]) -> int:
 def listener_pids(dsn: str) -> set[int]:
     """Backends of dispatchers' LISTEN connections to the database of ``dsn``.
 
-    ``query`` is the last statement of a backend: the LISTEN, or the
-    listener's same-session probe once one has run.
+    Each dispatcher names its listener connection "outbox-dispatcher listener".
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = 'outbox-dispatcher'"
-            " AND (query LIKE '%%LISTEN outbox_wakeup%%' OR query = 'SELECT 1;')")
+            " AND application_name = 'outbox-dispatcher listener'")
         return {int(pid) for (pid,) in rows}
 
 
