@@ -21,7 +21,7 @@ from outbox.migrate import migrate
 from outbox.testing import Receiver, TemporaryPostgres
 
 # Fixtures shared by several test modules, kept beside their helpers.
-pytest_plugins = ["tests.support.resilience"]
+pytest_plugins = ["tests.support.resilience", "tests.support.faults"]
 
 _TEMPLATE = "outbox_template"
 _counter = itertools.count()

@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ import outbox
 from outbox.testing import Receiver
 from outbox.testing._postgres import free_port
 from outbox.testing._receiver import Request, Response
+from tests.support.cli import clean_environment
 from tests.support.dispatcher import wait_until
 
 
@@ -50,7 +51,8 @@ class DispatcherProcess:
     """One ``python -m dispatcher`` subprocess with its health server and log file."""
 
     def __init__(self, dsn: str, *args: str, lease: float = 3, poll_interval: float = 0.2,
-                 name: str = "dispatcher") -> None:
+                 name: str = "dispatcher", env: Mapping[str, str] | None = None) -> None:
+        """``env``: variables added to a clean environment (no PG*, OUTBOX_*)."""
         self.port = free_port()
         self.name = name
         fd, path = tempfile.mkstemp(prefix=f"outbox-{name}-", suffix=".log")
@@ -60,7 +62,8 @@ class DispatcherProcess:
         command = [sys.executable, "-m", "dispatcher", "--dsn", dsn,
                    "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port),
                    "--poll-interval", str(poll_interval), "--lease", str(lease), *args]
-        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=clean_environment(env))
 
     # -- the health server ---------------------------------------------------------
 
@@ -127,9 +130,10 @@ class Fleet:
         self.dsn = dsn
         self.started: list[DispatcherProcess] = []
 
-    def start(self, *args: str, **options: Any) -> DispatcherProcess:
+    def start(self, *args: str, dsn: str | None = None, **options: Any) -> DispatcherProcess:
+        """A new dispatcher on the test's database (or on ``dsn``: through a proxy, say)."""
         name = f"dispatcher-{len(self.started) + 1}"
-        process = DispatcherProcess(self.dsn, *args, name=name, **options)
+        process = DispatcherProcess(dsn or self.dsn, *args, name=name, **options)
         self.started.append(process)
         return process
 
@@ -198,6 +202,7 @@ class Tracker:
         self.current: Counter[str] = Counter()
         self.overlaps: list[str] = []
         self.peak = 0
+        self.spans: list[list[float]] = []  # [start, end] per request, monotonic; end 0: open
         self._lock = threading.Lock()
 
     async def __call__(self, request: Request) -> Response:
@@ -207,10 +212,13 @@ class Tracker:
                 self.overlaps.append(webhook_id)
             self.current[webhook_id] += 1
             self.peak = max(self.peak, sum(self.current.values()))
+            span = [time.monotonic(), 0.0]
+            self.spans.append(span)
         try:
             await asyncio.sleep(self.delay)
         finally:
             with self._lock:
+                span[1] = time.monotonic()
                 self.current[webhook_id] -= 1
                 if not self.current[webhook_id]:
                     del self.current[webhook_id]
@@ -219,6 +227,11 @@ class Tracker:
     def in_flight(self) -> int:
         with self._lock:
             return sum(self.current.values())
+
+    def ended_before(self, moment: float) -> bool:
+        """Every request that arrived before ``moment`` (monotonic) has been answered."""
+        with self._lock:
+            return all(end for start, end in self.spans if start < moment)
 
 
 class Gate:
