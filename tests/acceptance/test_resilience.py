@@ -1,32 +1,29 @@
-"""Dispatchers killed, stopped, frozen and run side by side: nothing committed is lost.
+"""Dispatchers killed, stopped and run side by side: nothing committed is lost.
 
 Every test runs real ``python -m dispatcher`` processes against a real
 database and a real HTTP receiver, breaks something for real (SIGKILL,
-SIGTERM, SIGSTOP, a second dispatcher) and then checks the database and what
-the receiver saw. Leases are never shorter than an endpoint's timeout plus
+SIGTERM, a second dispatcher) and then checks the database and what the
+receiver saw. Faults at chosen moments (a freeze past the lease, a hang past
+the grace, a crash between two steps) are in the catalogue,
+``test_catalogue_*.py``. Leases are never shorter than an endpoint's timeout plus
 15 seconds (see ``DispatcherConfig.lease``), so endpoints here use short
 timeouts to keep the waits for expired leases short.
 """
 
 from __future__ import annotations
 
-import re
 import signal
-import time
 from collections import Counter
 
 import psycopg
 import pytest
 
 from outbox.testing import Receiver
-from outbox.testing._receiver import Request, Response
 from tests.support.resilience import (
     Fleet,
-    Gate,
     Tracker,
     add_endpoint,
     all_delivered,
-    delivery_row,
     duplicates,
     publish,
     received_ids,
@@ -98,39 +95,6 @@ def test_sigterm_finishes_in_flight_and_hands_back_the_rest(
             pending_after_stop=sum(1 for s, _ in by_event.values() if s == "pending"))
 
 
-def test_sigterm_with_hanging_receiver_gives_the_delivery_back(
-        dsn: str, receiver: Receiver, fleet: Fleet) -> None:
-    """SIGTERM with a request hanging past --shutdown-grace: exit 0, the delivery is pending."""
-    release = Gate()
-
-    async def hang(request: Request) -> Response:
-        await release.wait()
-        return Response(200)
-
-    receiver.responder = hang
-    add_endpoint(dsn, receiver.url, timeout_seconds=60.0)
-    [event_id] = publish(dsn, 1)
-
-    dispatcher = fleet.start("--shutdown-grace", "1")
-    receiver.wait_for(1, timeout=20)
-    started = time.monotonic()
-    dispatcher.signal(signal.SIGTERM)
-    assert dispatcher.wait(timeout=15) == 0
-    took = time.monotonic() - started
-
-    row = delivery_row(dsn, event_id)
-    assert row["state"] == "pending", row
-    assert row["attempts"] == 1, row
-    assert row["lease_token"] is None, row
-    assert row["last_error"], row
-
-    release.open()
-    fleet.start()
-    wait_until(lambda: all_delivered(dsn, 1), 30, "the delivery delivered after the restart")
-    assert delivery_row(dsn, event_id)["attempts"] == 2
-    summary("sigterm-hanging", seconds_to_exit=round(took, 2), last_error=row["last_error"])
-
-
 def test_dispatchers_share_the_load_and_never_double_fly(
         dsn: str, receiver: Receiver, fleet: Fleet) -> None:
     """Three dispatchers on one database: no event in flight twice at once, all delivered."""
@@ -153,76 +117,3 @@ def test_dispatchers_share_the_load_and_never_double_fly(
     assert all(share > 0 for share in shares), f"some dispatcher delivered nothing: {shares}"
     summary("three-dispatchers", shares=shares, duplicates=duplicates(got),
             peak_in_flight=tracker.peak)
-
-
-def test_frozen_dispatchers_late_results_are_discarded(
-        dsn: str, receiver: Receiver, fleet: Fleet) -> None:
-    """A dispatcher frozen past its lease: another takes over, its late results change nothing."""
-    # Two deliveries are frozen with the first dispatcher. By the time its late
-    # 500s come back, the second dispatcher has delivered one (a late write
-    # would turn it back to pending) and still has the other in flight under
-    # its own lease (a late write would steal it). Both must be ignored.
-    release_first = Gate()
-    release_second = Gate()
-    late_answers = Counter[str]()
-    arrivals = Counter[str]()
-    frozen_ids: list[str] = []  # the two deliveries the frozen dispatcher holds
-
-    async def respond(request: Request) -> Response:
-        webhook_id = request.header("webhook-id") or ""
-        arrivals[webhook_id] += 1
-        if webhook_id not in frozen_ids:
-            return Response(200)
-        if arrivals[webhook_id] == 1:  # the frozen dispatcher's attempts
-            await release_first.wait()
-            late_answers[webhook_id] += 1
-            return Response(500)
-        if webhook_id == frozen_ids[1]:  # the rescuer's attempt that stays in flight
-            await release_second.wait()
-        return Response(200)
-
-    receiver.responder = respond
-    add_endpoint(dsn, receiver.url, timeout_seconds=1.0)
-    frozen_ids.extend(publish(dsn, 2))
-    done_early, in_flight = frozen_ids
-
-    frozen = fleet.start()
-    receiver.wait_for(2, timeout=20)
-    frozen.signal(signal.SIGSTOP)
-    try:
-        later = publish(dsn, 20)
-        rescuer = fleet.start()
-        wait_until(lambda: delivery_row(dsn, done_early)["state"] == "delivered", RESCUE_WAIT,
-                   "the second dispatcher to take over and deliver a frozen delivery")
-        wait_until(lambda: arrivals[in_flight] == 2, 10, "the rescuer's attempt in flight")
-        taken = delivery_row(dsn, in_flight)
-        assert taken["state"] == "in_flight", taken
-        assert taken["attempts"] == 2, taken
-        release_first.open()
-        wait_until(lambda: sum(late_answers.values()) == 2, 10, "the late 500s to be sent")
-    finally:
-        frozen.signal(signal.SIGCONT)
-
-    def discarded() -> int:
-        return sum(int(n) for n in re.findall(r"(\d+) results discarded", frozen.log()))
-
-    def overwritten() -> bool:
-        return (delivery_row(dsn, in_flight) != taken
-                or delivery_row(dsn, done_early)["state"] != "delivered")
-    wait_until(lambda: discarded() >= 2 or overwritten(), 20,
-               "the frozen dispatcher to try its late writes")
-    assert delivery_row(dsn, in_flight) == taken, "a late result overwrote the new owner's lease"
-    assert delivery_row(dsn, done_early)["state"] == "delivered", "a late result undid a delivery"
-
-    release_second.open()
-    wait_until(lambda: all_delivered(dsn, 22), 30, "every event delivered")
-    for event_id in (done_early, in_flight):
-        row = delivery_row(dsn, event_id)
-        assert row["last_status"] == 200, row
-        assert row["last_error"] is None, row
-        assert row["attempts"] == 2, row
-        assert arrivals[event_id] == 2, (row, arrivals[event_id])
-    assert set(received_ids(receiver)) == {done_early, in_flight, *later}
-    assert frozen.alive()
-    assert rescuer.alive()
-    summary("frozen", discarded=discarded(), requests=len(received_ids(receiver)))

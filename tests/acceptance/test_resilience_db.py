@@ -11,16 +11,13 @@ acknowledged commits for reasons that have nothing to do with the dispatcher).
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-import outbox
 from outbox.testing import Receiver, TemporaryPostgres
-from tests.conftest import Cluster
+from tests.support.faults import Producer
 from tests.support.resilience import (
     DispatcherProcess,
     Fleet,
@@ -36,61 +33,6 @@ from tests.support.resilience import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def server(cluster: Cluster, fresh_db: str) -> Iterator[TemporaryPostgres]:
-    """The session's own cluster, to stop and start; running again after the test.
-
-    Asking for ``fresh_db`` orders the teardowns: the cluster is up again
-    before the test's database is dropped.
-    """
-    if cluster.server is None:
-        pytest.skip("the database server is external (OUTBOX_TEST_DSN): cannot restart it")
-    try:
-        yield cluster.server
-    finally:
-        try:
-            psycopg.connect(cluster.admin_dsn, connect_timeout=5).close()
-        except psycopg.OperationalError:  # the test failed while the server was down
-            cluster.server.start()
-            cluster.server.wait_ready()
-
-
-class Producer(threading.Thread):
-    """Publishes small batches in their own transactions until stopped, riding out outages.
-
-    ``committed`` holds ids whose commit returned; ``in_doubt`` those whose
-    commit raised (the connection died: committed or not, nobody knows).
-    """
-
-    def __init__(self, dsn: str) -> None:
-        super().__init__(daemon=True, name="producer")
-        self.dsn = dsn
-        self.committed: list[str] = []
-        self.in_doubt: list[str] = []
-        self.failures = 0
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        conn: psycopg.Connection[object] | None = None
-        while not self.halt.is_set():
-            batch: list[str] = []
-            try:
-                if conn is None or conn.closed:
-                    conn = psycopg.connect(self.dsn, connect_timeout=2)
-                batch = [str(i) for i in outbox.publish_many(
-                    conn, [outbox.Event("test.producer", {"n": n}) for n in range(5)])]
-                conn.commit()
-                self.committed += batch
-            except psycopg.OperationalError:
-                self.failures += 1
-                self.in_doubt += batch
-                if conn is not None:
-                    conn.close()
-            self.halt.wait(0.02)
-        if conn is not None:
-            conn.close()
 
 
 def test_database_restart_under_load(server: TemporaryPostgres, dsn: str, receiver: Receiver,
@@ -123,8 +65,7 @@ def test_database_restart_under_load(server: TemporaryPostgres, dsn: str, receiv
         wait_until(lambda: len(producer.committed) >= committed + 50, 20,
                    "the producer to commit again")
     finally:
-        producer.halt.set()
-        producer.join(timeout=10)
+        producer.stop()
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         stored = {str(i) for (i,) in conn.execute("SELECT id FROM outbox.events")}
