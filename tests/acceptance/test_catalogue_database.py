@@ -1,0 +1,162 @@
+"""Fault catalogue: the database side: connections killed or cut, a busy fleet, odd settings.
+
+Real dispatchers against the test's database, sometimes through the TCP
+fault proxy (``tests.support.proxy``), with their connections told apart by
+application_name. Each test checks its outcome and that every committed
+event reached the receiver exactly as often as the fault forces.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+import psycopg
+import pytest
+
+import outbox
+from outbox.testing import Receiver, Request, TemporaryPostgres
+from tests.support.faults import ClaimLog, ServerLog, backends, idle_holders, terminate
+from tests.support.hostile import Act, HostileReceiver
+from tests.support.proxy import FaultProxy
+from tests.support.resilience import (
+    Fleet,
+    Tracker,
+    add_endpoint,
+    all_delivered,
+    delivery_row,
+    holds_for,
+    publish,
+    received_ids,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def test_connections_killed_between_the_post_and_the_record(dsn: str, fleet: Fleet) -> None:
+    """The result and claim connections terminated while the POST is answered: recorded once."""
+    target: list[str] = []
+    killed: list[int] = []
+
+    def script(request: Request, _: int) -> Act:
+        if request.header("webhook-id") in target:  # the answer comes after the kill
+            killed.extend(terminate(dsn, "complete") + terminate(dsn, "claim"))
+        return Act.answer(200)
+
+    with HostileReceiver(script) as receiver:
+        add_endpoint(dsn, receiver.url)
+        warm = publish(dsn, 1)
+        dispatcher = fleet.start()
+        wait_until(lambda: all_delivered(dsn, 1), 20, "a first delivery (connections open)")
+        target.extend(publish(dsn, 1))
+        wait_until(lambda: all_delivered(dsn, 2), 20, "the delivery whose record was cut off")
+        later = publish(dsn, 5)
+        wait_until(lambda: all_delivered(dsn, 7), 20, "the deliveries after")
+        tries = Counter(receiver.tries)
+    assert killed, "no connection was terminated"
+    assert tries == Counter(dict.fromkeys([*warm, *target, *later], 1))
+    assert delivery_row(dsn, target[0])["attempts"] == 1
+    assert dispatcher.alive()
+
+
+def test_listen_connection_blackholed(dsn: str, receiver: Receiver, fleet: Fleet) -> None:
+    """The LISTEN connection silently cut: delivery goes on by polling, the listener comes back."""
+    pg_port = int(psycopg.conninfo.conninfo_to_dict(dsn)["port"] or 5432)
+    add_endpoint(dsn, receiver.url)
+    with FaultProxy(pg_port) as proxy:
+        dispatcher = fleet.start(dsn=proxy.dsn(dsn), poll_interval=1.0)
+        dispatcher.wait_status("/readyz", 200)
+        [listener] = wait_until(lambda: backends(dsn, "listener"), 10, "the listener")
+        cut = listener["client_port"]
+        assert proxy.blackhole(lambda link: link.upstream_port == cut) == 1
+        during = publish(dsn, 3)
+        wait_until(lambda: all_delivered(dsn, 3), 20, "delivery by polling meanwhile")
+        wait_until(lambda: [b for b in backends(dsn, "listener") if b["client_port"] != cut],
+                   40, "a new listener connection")
+        dispatcher.wait_log("listener connection lost")
+        after = publish(dsn, 3)
+        wait_until(lambda: all_delivered(dsn, 6), 20, "delivery after the listener is back")
+    assert sorted(received_ids(receiver)) == sorted([*during, *after])
+    assert dispatcher.alive()
+
+
+def test_no_transaction_or_lock_is_held_during_a_request(dsn: str, fleet: Fleet) -> None:
+    """While requests hang, no dispatcher session is idle in a transaction or holds a lock."""
+    with HostileReceiver(lambda _r, _a: Act.hang()) as receiver:
+        add_endpoint(dsn, receiver.url, timeout_seconds=30.0)
+        published = publish(dsn, 5)
+        # A long poll keeps the claim connection idle while the requests hang.
+        fleet.start(poll_interval=5.0)
+        wait_until(lambda: receiver.pending() == 5, 20, "five requests hanging")
+        roles = {b["application_name"] for b in backends(dsn)}
+        assert {"outbox-dispatcher claim", "outbox-dispatcher maintenance",
+                "outbox-dispatcher listener"} <= roles  # "complete" opens with a first result
+        holds_for(lambda: not idle_holders(dsn), 2.0, "no session idle holding anything")
+        assert idle_holders(dsn) == []
+        with psycopg.connect(dsn) as conn:  # nobody holds the rows of the requests running
+            locked = conn.execute("SELECT count(*) FROM outbox.deliveries "
+                                  "WHERE state = 'in_flight' FOR UPDATE NOWAIT").fetchall()
+            conn.rollback()
+        assert len(locked) == 1
+        receiver.release()
+        wait_until(lambda: all_delivered(dsn, 5), 20, "the requests to end")
+    assert sorted(receiver.tries) == sorted(published)
+
+
+def _publish_mixed(dsn: str, count: int, keys: int) -> tuple[list[str], dict[str, list[int]]]:
+    """``count`` events, every fourth with one of ``keys`` keys; ids, and n per key in order."""
+    ids: list[str] = []
+    order: dict[str, list[int]] = defaultdict(list)
+    with psycopg.connect(dsn) as conn:
+        for start in range(0, count, 100):
+            events = []
+            for n in range(start, min(start + 100, count)):
+                key = f"k{n % keys}" if n % 4 == 0 else None
+                events.append(outbox.Event("fleet.event", {"n": n}, key=key))
+                if key:
+                    order[key].append(n)
+            with conn.transaction():
+                ids += [str(i) for i in outbox.publish_many(conn, events)]
+    return ids, order
+
+
+def _key_order(requests: list[Request]) -> dict[str, list[int]]:
+    """Per key, the events' numbers in the order they arrived."""
+    arrived: dict[str, list[int]] = defaultdict(list)
+    for request in requests:
+        body = json.loads(request.body)
+        if body["key"]:
+            arrived[body["key"]].append(body["data"]["n"])
+    return arrived
+
+
+def test_four_dispatchers_two_thousand_events(server: TemporaryPostgres, dsn: str,
+                                              receiver: Receiver, fleet: Fleet) -> None:
+    """Four dispatchers, 2,000 events, no fault: none twice, no claim over its size, limits and
+    key order held, no deadlock in the server log."""
+    log = ServerLog(server)
+    claims = ClaimLog(dsn)
+    tracker = Tracker(delay=0.002)
+    receiver.responder = tracker
+    add_endpoint(dsn, receiver.url, max_in_flight=8)
+    dispatchers = [fleet.start("--batch-size", "20", "--concurrency", "16") for _ in range(4)]
+    for dispatcher in dispatchers:
+        dispatcher.wait_status("/readyz", 200)
+    published, order = _publish_mixed(dsn, 2000, keys=20)
+    wait_until(lambda: all_delivered(dsn, 2000), 90, "2,000 deliveries")
+
+    requests = receiver.snapshot()
+    got = Counter(r.header("webhook-id") for r in requests)
+    assert set(got) == set(published)
+    assert max(got.values()) == 1, "an event was sent twice without a fault"
+    sizes = claims.sizes()
+    assert sizes[0] <= 20, f"a claim took {sizes[0]} rows with --batch-size 20"
+    assert tracker.peak <= 8
+    assert not tracker.overlaps
+    assert _key_order(requests) == order, "a key's events arrived out of publish order"
+    shares = [int(d.metric("outbox_delivered_total")) for d in dispatchers]
+    assert all(shares), f"a dispatcher delivered nothing: {shares}"
+    server_log = log.since()
+    assert "deadlock detected" not in server_log
+    assert "could not serialize" not in server_log
