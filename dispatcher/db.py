@@ -39,8 +39,13 @@ _CONNECT_OPTIONS: dict[str, Any] = {
 # Added to the DSN's own options. jit=off: the claim's row estimates are guesses
 # (its LIMITs come from other CTEs), so with a million pending rows its cost
 # passes jit_above_cost and PostgreSQL spent about 900 ms compiling a statement
-# that runs in 4 ms (BENCHMARKS.md, "The queue table at scale").
-SERVER_OPTIONS = "-c statement_timeout=60000 -c jit=off"
+# that runs in 4 ms (BENCHMARKS.md, "The queue table at scale"). READ COMMITTED
+# whatever the database's default: the claim skips rows others lock and the
+# guarded writes re-check their row, where SERIALIZABLE or REPEATABLE READ
+# (ALTER DATABASE ... SET default_transaction_isolation) would fail concurrent
+# dispatchers' statements with 40001 instead.
+SERVER_OPTIONS = ("-c statement_timeout=60000 -c jit=off "
+                  "-c default_transaction_isolation=read\\ committed")
 APPLICATION_NAME = "outbox-dispatcher"
 """Every connection's application_name starts with this; a space and the connection's
 role follow (claim, complete, maintenance, listener, retention, metrics), so that an

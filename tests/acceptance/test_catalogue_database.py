@@ -160,3 +160,29 @@ def test_four_dispatchers_two_thousand_events(server: TemporaryPostgres, dsn: st
     server_log = log.since()
     assert "deadlock detected" not in server_log
     assert "could not serialize" not in server_log
+
+
+def test_serializable_as_the_database_default(dsn: str, fresh_db: str, receiver: Receiver,
+                                              fleet: Fleet) -> None:
+    """default_transaction_isolation = serializable on the database: the fleet works as usual."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{fresh_db}" SET default_transaction_isolation '
+                     "= 'serializable'")
+    tracker = Tracker(delay=0.005)
+    receiver.responder = tracker
+    add_endpoint(dsn, receiver.url, max_in_flight=4, rate_limit=200.0, breaker_failures=3)
+    dispatchers = [fleet.start("--concurrency", "8") for _ in range(3)]
+    for dispatcher in dispatchers:
+        dispatcher.wait_status("/readyz", 200)
+    published, order = _publish_mixed(dsn, 300, keys=5)
+    wait_until(lambda: all_delivered(dsn, 300), 60, "300 deliveries")
+    requests = receiver.snapshot()
+    got = Counter(r.header("webhook-id") for r in requests)
+    assert set(got) == set(published)
+    assert max(got.values()) == 1
+    assert tracker.peak <= 4
+    assert _key_order(requests) == order
+    for dispatcher in dispatchers:
+        log = dispatcher.log()
+        assert "could not serialize" not in log, log[-2000:]
+        assert "database is not usable" not in log, log[-2000:]
