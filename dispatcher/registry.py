@@ -54,15 +54,18 @@ class Registry:
         self._enabled: dict[int, bool] = {}
         self._broken: dict[int, str] = {}
 
-    def load(self, rows: Sequence[tuple[Any, ...]], now: datetime | None = None) -> None:
-        """Replace the view with rows of the ``load_endpoints`` query."""
-        now = now or datetime.now(UTC)
+    def load(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Replace the view with rows of the ``load_endpoints`` query.
+
+        Each row carries the database's ``now()``: overlaps of rotated secrets end
+        by the database clock, whatever this process's clock says.
+        """
         by_id: dict[int, Endpoint] = {}
         enabled: dict[int, bool] = {}
         broken: dict[int, str] = {}
         for (ep_id, name, url, secret, previous, max_attempts, timeout, min_backoff,
              max_backoff, max_in_flight, rate_limit, max_batch, fmt, headers, is_on,
-             breaker_failures) in rows:
+             breaker_failures, now) in rows:
             try:
                 keys = _keys(name, secret, previous, self._environ, now)
             except (ValueError, KeyError) as exc:

@@ -6,6 +6,7 @@ beside the dispatcher processes of ``tests.support.resilience``:
 
 - ``frozen``: a dispatcher stopped by SIGSTOP for the length of a block;
   ``sender_of``: which dispatcher sent a request the receiver got;
+  ``skewed_clock``: the environment that runs one with its clock off;
 - ``backends`` / ``terminate``: the dispatchers' database connections, told
   apart by their application_name ("outbox-dispatcher claim", "... complete",
   "... maintenance", "... listener"), and ``pg_terminate_backend`` of one kind;
@@ -25,6 +26,7 @@ beside the dispatcher processes of ``tests.support.resilience``:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import threading
@@ -74,6 +76,23 @@ def sender_of(port: int, processes: Iterable[DispatcherProcess]) -> DispatcherPr
             if any(os.readlink(fd) in inodes for fd in fds.iterdir()):
                 return process
     raise AssertionError(f"no dispatcher holds a socket on port {port}")
+
+
+def skewed_clock(offset: str) -> dict[str, str]:
+    """Environment variables that run a process with its wall clock ``offset`` off ("+1h").
+
+    libfaketime's preload library (the ``libfaketime`` package ships it)
+    shifts every wall-clock read of the process, in C and in Python alike;
+    monotonic clocks are left alone, as NTP would leave them.
+    """
+    spec = importlib.util.find_spec("libfaketime")
+    if spec is None or not spec.origin:
+        pytest.skip("libfaketime is not installed (a Linux-only test dependency)")
+    library = Path(spec.origin).parent / "vendor" / "libfaketime" / "src" / "libfaketime.so.1"
+    if not library.exists():
+        pytest.skip(f"libfaketime's library is missing: {library}")
+    return {"LD_PRELOAD": str(library), "FAKETIME": offset,
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "DONT_FAKE_MONOTONIC": "1"}
 
 
 def backends(dsn: str, role: str | None = None) -> list[dict[str, Any]]:

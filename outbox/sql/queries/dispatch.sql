@@ -463,9 +463,11 @@ SET enabled = false, disabled_reason = %(reason)s, updated_at = now()
 WHERE id = %(id)s AND removed_at IS NULL;
 
 -- name: load_endpoints
+-- now() comes along so that the dispatcher judges rotated secrets' overlaps
+-- (previous_secrets' expires_at) on the database clock, never its own.
 SELECT id, name, url, secret, previous_secrets::text, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
-       format, headers::text, enabled, breaker_failures
+       format, headers::text, enabled, breaker_failures, now()
 FROM outbox.endpoints
 WHERE removed_at IS NULL
 ORDER BY id;
