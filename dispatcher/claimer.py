@@ -97,7 +97,7 @@ class Claimer:
             rows = await self._db.fetch("claim", {
                 **plan.params(), "lease_seconds": self._leases.seconds(),
                 "horizon": RATE_HORIZON})
-            claimed = self._group(rows)
+            claimed = self._group(rows, started)
             for group in claimed.groups:
                 if group.slot is not None:
                     self._leases.hold_slot(group.slot)
@@ -112,16 +112,17 @@ class Claimer:
         self._lean = sum(claimed.rows.values()) < LEAN_CLAIM
         return self._quotas.claimed(plan, claimed.rows)
 
-    def _group(self, rows: Sequence[Sequence[Any]]) -> _Claimed:
-        """The claim's rows as groups (they come ordered by endpoint and group)."""
+    def _group(self, rows: Sequence[Sequence[Any]], started: float) -> _Claimed:
+        """The claim's rows as groups (they come ordered by endpoint and group);
+        ``started``: the claim's start on the monotonic clock."""
         claimed = _Claimed()
         current: tuple[int, int] | None = None
         for row in rows:
             (delivery_id, endpoint_id, attempts, token, event_id, type_, key, payload,
-             headers, created_at, grp, slot, slot_token, send_in, probe) = row
+             headers, created_at, grp, slot, slot_token, send_in, probe, age) = row
             delivery = Delivery(
                 id=delivery_id, endpoint_id=endpoint_id, attempts=attempts, lease_token=token,
-                probe=probe,
+                probe=probe, age=age, claimed_at=started,
                 event=EventData(id=event_id, type=type_, key=key, payload=payload,
                                 headers=json.loads(headers or "{}"), created_at=created_at))
             self._leases.hold(delivery)

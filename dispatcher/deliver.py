@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -63,8 +64,8 @@ class Deliverer:
             decision = decide(delivery, endpoint, result, done, random.random)
             outcome = decision.outcome
             if outcome.action == "delivered":
-                self._metrics.delivered(endpoint.name,
-                                        (done - delivery.event.created_at).total_seconds())
+                lag = delivery.age + time.monotonic() - delivery.claimed_at
+                self._metrics.delivered(endpoint.name, lag)
             else:
                 self._metrics.failed(endpoint.name, outcome.reason or "other")
             if outcome.action == "dead":

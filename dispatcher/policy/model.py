@@ -74,6 +74,11 @@ class Delivery:
     attempts: int  # including the attempt about to be made
     lease_token: uuid.UUID
     probe: bool = False  # sent as the probe of a circuit that was open
+    # The event's age in seconds at the claim, by the database clock, and when that
+    # was by this process's monotonic clock: their sum with the time since is the
+    # delivery lag, right whatever this process's wall clock says.
+    age: float = 0.0
+    claimed_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

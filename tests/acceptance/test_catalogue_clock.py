@@ -89,7 +89,7 @@ def test_dispatcher_clock_an_hour_off(dsn: str, receiver: Receiver, fleet: Fleet
     _lease(dsn, alive, "30 minutes")  # another dispatcher's, still valid
     _lease(dsn, expired, "-1 second")  # a dead dispatcher's
 
-    fleet.start(env=skewed_clock(offset))
+    dispatcher = fleet.start(env=skewed_clock(offset))
     for event_id in (overlap, ended, flaky, expired):
         wait_until(lambda e=event_id: delivery_row(dsn, e)["state"] == "delivered", 20,
                    f"delivery of {event_id}")
@@ -104,3 +104,6 @@ def test_dispatcher_clock_an_hour_off(dsn: str, receiver: Receiver, fleet: Fleet
     assert _signed_by(by_id[overlap], old_key), "the overlap ended early by our clock"
     assert _signed_by(by_id[ended], current_key)
     assert not _signed_by(by_id[ended], old_key), "an ended overlap still signed by our clock"
+    lags = dispatcher.metric("outbox_delivery_lag_seconds_sum")
+    assert dispatcher.metric("outbox_delivery_lag_seconds_count") == 4
+    assert 0 < lags < 4 * 60, f"lag of 4 deliveries: {lags} s in all"

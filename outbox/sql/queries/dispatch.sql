@@ -187,7 +187,9 @@ SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key
        CASE WHEN u.rate_limit IS NULL OR h.slots[g.grp + 1] IS NULL THEN 0.0
             ELSE greatest(0.0, extract(epoch FROM greatest(u.next_turn, now()) - now())
                                + g.grp / u.rate_limit)::float8 END AS send_in,
-       coalesce(u.probe, false) AS probe
+       coalesce(u.probe, false) AS probe,
+       -- The event's age now, on the database clock: the dispatcher's may be off.
+       extract(epoch FROM now() - e.created_at)::float8 AS age
 FROM claimed c
 JOIN outbox.events e ON e.id = c.event_id
 JOIN grouped g ON g.id = c.id
