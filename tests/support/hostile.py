@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -102,8 +103,10 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 class HostileReceiver:
     """``with HostileReceiver(scripted(Act.hang())) as rx:`` ... ``rx.url`` ... ``rx.tries``"""
 
-    def __init__(self, script: Script | None = None) -> None:
+    def __init__(self, script: Script | None = None, tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: serve HTTPS with this server context (``url`` then says https)."""
         self.script = script or scripted()
+        self.tls = tls
         self.requests: list[Request] = []
         self.tries: Counter[str] = Counter()  # per webhook-id
         self.peers: list[int] = []  # the client's port of each request, in arrival order
@@ -119,7 +122,7 @@ class HostileReceiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/"
 
     def snapshot(self) -> list[Request]:
         with self._lock:
@@ -208,7 +211,7 @@ class HostileReceiver:
 
     async def _start(self) -> None:
         self._released = asyncio.Event()
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _stop(self) -> None:
