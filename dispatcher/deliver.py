@@ -61,7 +61,8 @@ class Deliverer:
         done = datetime.now(UTC)
         disable = False
         for delivery in deliveries:
-            decision = decide(delivery, endpoint, result, done, random.random)
+            decision = decide(delivery, endpoint, result, done, random.random,
+                              batch=deliveries)
             outcome = decision.outcome
             if outcome.action == "delivered":
                 lag = delivery.age + time.monotonic() - delivery.claimed_at

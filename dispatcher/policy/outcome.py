@@ -30,7 +30,7 @@ lines) and the length is capped (an error page must not bloat the row).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
@@ -186,8 +186,9 @@ class Decision:
 
 
 def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: datetime,
-           rand: Callable[[], float]) -> Decision:
-    """The record to write for one delivery after an attempt; ``rand`` draws the jitter.
+           rand: Callable[[], float], *, batch: Sequence[Delivery] = ()) -> Decision:
+    """The record to write for one delivery after an attempt; ``rand`` draws the jitter;
+    ``batch``: the deliveries sent in the same request (their payloads are masked too).
 
     A circuit's probe that fails retryably is not charged: the circuit was
     open because the endpoint is down, not because of this delivery, so the
@@ -196,7 +197,7 @@ def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: d
     """
     limit = delivery.attempts + 1 if delivery.probe else endpoint.max_attempts
     outcome = classify(result, delivery.attempts, limit, now,
-                       sent=Sent.of(endpoint, delivery))
+                       sent=Sent.of(endpoint, delivery, batch))
     if outcome.action == "delivered":
         return Decision(Record(delivery.id, delivery.lease_token, "delivered",
                                status=outcome.last_status), outcome)

@@ -25,7 +25,10 @@ What is masked, in all of those spellings:
   wherever they appear, from 4 characters (shorter ones would mask ordinary
   words), and the start of one cut off at the end of the text. Event header
   values are masked only after their name: they are mostly routing data
-  (a tenant, a trace id) that makes an error readable.
+  (a tenant, a trace id) that makes an error readable;
+- the payloads of the request's events (its data, which only the
+  dispatcher's DEBUG log may show), plain or JSON-escaped, from 4
+  characters, and the start of one cut off at the end of the text.
 
 The header values and keys are those of the endpoint the policy is already
 handed for the attempt; they are only compared with the text here and never
@@ -45,6 +48,9 @@ from urllib.parse import quote, quote_plus
 from dispatcher.policy.model import Delivery, Endpoint
 
 REDACTED: Final = "[redacted]"
+ECHO_ROOM: Final = 8192
+"""An answer's excerpt is 4 KiB: a batch's payloads past the first 8 KiB of them cannot
+be echoed in it, so they are not looked for (a batch may carry a thousand)."""
 MIN_LITERAL: Final = 4
 """Custom header values shorter than this are masked only after their header's name."""
 
@@ -86,18 +92,30 @@ class Sent:
     names: tuple[str, ...] = ()  # custom header names, the endpoint's and the event's
     values: tuple[str, ...] = ()  # the endpoint's --header values, where credentials live
     keys: tuple[bytes, ...] = ()  # the endpoint's signing keys
+    payloads: tuple[str, ...] = ()  # the events' payloads (JSON text), one or a batch's
 
     @classmethod
-    def of(cls, endpoint: Endpoint, delivery: Delivery) -> Sent:
-        """What the request for ``delivery`` to ``endpoint`` carried."""
+    def of(cls, endpoint: Endpoint, delivery: Delivery,
+           batch: Iterable[Delivery] = ()) -> Sent:
+        """What the request for ``delivery`` (and the rest of its ``batch``) carried."""
+        payloads = [delivery.event.payload]
+        room = ECHO_ROOM
+        for other in batch:  # in the order the request carried them
+            if room <= 0:
+                break
+            if other is not delivery:
+                payloads.append(other.event.payload)
+            room -= len(other.event.payload)
         return cls((*endpoint.headers, *delivery.event.headers),
-                   tuple(endpoint.headers.values()), endpoint.keys)
+                   tuple(endpoint.headers.values()), endpoint.keys, tuple(payloads))
 
 
 def redact(text: str, sent: Sent | None = None) -> str:
     """``text`` with every secret it may echo masked; ``sent`` adds the request's own."""
     sent = sent or Sent()
-    literals = _literals(sent.values, sent.keys)
+    # No more of a payload than the text holds can appear in it: the spellings of
+    # a 1 MiB payload are made of its start only.
+    literals = _literals(sent.values, sent.keys, (p[:len(text)] for p in sent.payloads))
     for literal in literals:
         text = text.replace(literal, REDACTED)
     text = _mask_cut_literal(text, literals)
@@ -106,8 +124,9 @@ def redact(text: str, sent: Sent | None = None) -> str:
     return _CREDENTIAL.sub(_mask_credential, text)
 
 
-def _literals(values: Iterable[str], keys: Iterable[bytes]) -> list[str]:
-    """The spellings of header values and keys an echo may use, longest first."""
+def _literals(values: Iterable[str], keys: Iterable[bytes],
+              payloads: Iterable[str] = ()) -> list[str]:
+    """The spellings of header values, keys and payloads an echo may use, longest first."""
     plain: set[str] = set()
     for given in values:
         value = given.strip()
@@ -119,6 +138,9 @@ def _literals(values: Iterable[str], keys: Iterable[bytes]) -> list[str]:
         escaped = json.dumps(value)[1:-1]
         spelled.update((value, escaped, escaped.replace("/", "\\/"), quote(value, safe=""),
                         quote_plus(value, safe="")))
+    for payload in payloads:  # JSON text: echoed as it is, or inside a JSON string
+        escaped = json.dumps(payload, ensure_ascii=False)[1:-1]
+        spelled.update((payload, escaped, escaped.replace("/", "\\/")))
     return sorted((s for s in spelled if len(s) >= MIN_LITERAL), key=len, reverse=True)
 
 

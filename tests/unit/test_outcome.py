@@ -7,6 +7,7 @@ tested here, with what must stay readable.
 from __future__ import annotations
 
 import base64
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -23,6 +24,7 @@ from dispatcher.policy.outcome import (
     classify,
     decide,
 )
+from dispatcher.policy.redact import REDACTED
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 ENDPOINT = Endpoint(id=1, name="e", url="http://127.0.0.1:9/", min_backoff=1.0, max_backoff=60.0)
@@ -277,6 +279,36 @@ def test_the_endpoint_signing_key_is_masked() -> None:
     encoded = base64.b64encode(KEY).decode()
     error = decided_error(f"expected key {encoded}", {})
     assert encoded[:8] not in error
+
+
+def payload_delivery(payload: str, n: int = 1) -> Delivery:
+    event = EventData(id=uuid.uuid4(), type="t", key=None, payload=payload, headers={},
+                      created_at=NOW)
+    return Delivery(id=n, endpoint_id=1, event=event, attempts=1, lease_token=uuid.uuid4())
+
+
+@pytest.mark.parametrize("spelling", ["plain", "json", "cut"])
+def test_echoed_payloads_of_the_whole_request_are_masked(spelling: str) -> None:
+    """The request's payloads (a batch's too) echoed as sent, JSON-escaped or cut: masked."""
+    mine, other = '{"card":"4111-1111/1111"}', '{"email":"ann@example.org"}'
+    echoed = f"[{mine},{other}]"
+    body = {"plain": echoed, "json": json.dumps({"body": echoed}).replace("/", "\\/"),
+            "cut": echoed[:len(mine) + 12]}[spelling]
+    batch = [payload_delivery(mine, 1), payload_delivery(other, 2)]
+    endpoint = Endpoint(id=1, name="e", url="http://127.0.0.1:9/")
+    error = decide(batch[0], endpoint, status(500, body), NOW, middle, batch=batch).record.error
+    assert error is not None
+    for secret in ("4111", "ann@", "example.org"):
+        assert secret not in error, error
+    assert REDACTED in error
+
+
+def test_a_megabyte_payload_is_masked_by_its_start() -> None:
+    """Only as much of a payload as the text holds is looked for: a 1 MiB one costs no more."""
+    payload = json.dumps({"blob": "x" * (1024 * 1024)})
+    error = decide(payload_delivery(payload), Endpoint(id=1, name="e", url="http://h/"),
+                   status(500, "got " + payload[:4000]), NOW, middle).record.error
+    assert error == f"HTTP 500: got {REDACTED}"
 
 
 def test_retry_after_in_seconds() -> None:
