@@ -81,6 +81,30 @@ def test_listen_connection_blackholed(dsn: str, receiver: Receiver, fleet: Fleet
     assert dispatcher.alive()
 
 
+def test_network_faults_on_the_database_path(dsn: str, receiver: Receiver, fleet: Fleet) -> None:
+    """A slow link to PostgreSQL, then every connection reset and new ones refused: the
+    dispatcher waits, reconnects, and delivers everything once."""
+    pg_port = int(psycopg.conninfo.conninfo_to_dict(dsn)["port"] or 5432)
+    add_endpoint(dsn, receiver.url)
+    with FaultProxy(pg_port) as proxy:
+        proxy.latency = 0.01  # per chunk, each way
+        dispatcher = fleet.start(dsn=proxy.dsn(dsn))
+        dispatcher.wait_status("/readyz", 200)
+        before = publish(dsn, 50)
+        wait_until(lambda: all_delivered(dsn, 50), 30, "delivery over a slow link")
+        proxy.refuse = True
+        assert proxy.reset() >= 4  # claim, maintenance, listener, complete at least
+        dispatcher.wait_status("/readyz", 503)
+        during = publish(dsn, 20)  # committed while the dispatcher cannot reach the database
+        proxy.heal()
+        dispatcher.wait_status("/readyz", 200, timeout=30)
+        wait_until(lambda: all_delivered(dsn, 70), 30, "delivery after the reconnect")
+    got = Counter(received_ids(receiver))
+    assert set(got) == {*before, *during}
+    assert max(got.values()) == 1
+    assert dispatcher.alive()
+
+
 def test_no_transaction_or_lock_is_held_during_a_request(dsn: str, fleet: Fleet) -> None:
     """While requests hang, no dispatcher session is idle in a transaction or holds a lock."""
     with HostileReceiver(lambda _r, _a: Act.hang()) as receiver:

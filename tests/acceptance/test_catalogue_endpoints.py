@@ -24,6 +24,7 @@ import outbox
 from outbox.testing import Receiver, Request
 from tests.support import dispatcher as single
 from tests.support.hostile import Act, HostileReceiver
+from tests.support.proxy import FaultProxy
 from tests.support.resilience import (
     DispatcherProcess,
     Fleet,
@@ -78,6 +79,26 @@ def test_hostile_receivers_cost_one_attempt_each(dsn: str, fleet: Fleet) -> None
     wait_until(lambda: _failures(dispatcher) == expected, 10,
                f"failure counts {expected}, got {_failures(dispatcher)}")
     assert dispatcher.alive()
+
+
+def test_an_answer_cut_by_the_network_is_retried(dsn: str, receiver: Receiver,
+                                                fleet: Fleet) -> None:
+    """The network closes the connection 10 bytes into the answer: one failed attempt, then
+    delivered, with the same webhook-id."""
+    with FaultProxy(receiver.port) as proxy:
+        proxy.close_after = 10
+        add_endpoint(dsn, proxy.url(), min_backoff_seconds=2.0, max_backoff_seconds=2.0)
+        [event_id] = publish(dsn, 1)
+        fleet.start()
+        wait_until(lambda: receiver.count == 1, 20, "the first attempt")
+        wait_until(lambda: delivery_row(dsn, event_id)["attempts"] == 1
+                   and delivery_row(dsn, event_id)["state"] == "pending", 20,
+                   "the cut answer recorded as a failed attempt")
+        proxy.heal()
+        wait_until(lambda: all_delivered(dsn, 1), 20, "the retry")
+    row = delivery_row(dsn, event_id)
+    assert (row["attempts"], row["last_status"]) == (2, 200)
+    assert [r.header("webhook-id") for r in receiver.snapshot()] == [event_id, event_id]
 
 
 def test_a_poison_endpoint_never_delays_healthy_ones(dsn: str, receiver: Receiver,
