@@ -119,13 +119,17 @@ def test_no_transaction_or_lock_is_held_during_a_request(dsn: str, fleet: Fleet)
         holds_for(lambda: not idle_holders(dsn), 2.0, "no session idle holding anything")
         assert idle_holders(dsn) == []
         with psycopg.connect(dsn) as conn:  # nobody holds the rows of the requests running
-            locked = conn.execute("SELECT count(*) FROM outbox.deliveries "
+            locked = conn.execute("SELECT id FROM outbox.deliveries "
                                   "WHERE state = 'in_flight' FOR UPDATE NOWAIT").fetchall()
             conn.rollback()
-        assert len(locked) == 1
+        assert len(locked) == 5
         receiver.release()
         wait_until(lambda: all_delivered(dsn, 5), 20, "the requests to end")
     assert sorted(receiver.tries) == sorted(published)
+    # The check sees a session that does hold a row lock in an open transaction.
+    with psycopg.connect(dsn, application_name="outbox-dispatcher control") as holder:
+        holder.execute("SELECT id FROM outbox.deliveries LIMIT 1 FOR UPDATE")
+        assert [row[1] for row in idle_holders(dsn, settled=0)] == ["outbox-dispatcher control"]
 
 
 def _publish_mixed(dsn: str, count: int, keys: int) -> tuple[list[str], dict[str, list[int]]]:

@@ -148,18 +148,17 @@ def idle_holders(dsn: str, settled: float = 0.2) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(
             """
-            SELECT a.pid, a.application_name, a.state, a.backend_xmin::text,
-                   array_agg(DISTINCT l.mode || ' ' || l.locktype)
-                       FILTER (WHERE l.pid IS NOT NULL) AS locks
+            SELECT a.pid, a.application_name, a.state, a.backend_xmin::text, l.locks
             FROM pg_stat_activity a
-            LEFT JOIN pg_locks l ON l.pid = a.pid
+            CROSS JOIN LATERAL (SELECT count(*) AS n,
+                                       array_agg(mode || ' ' || locktype) AS locks
+                                FROM pg_locks WHERE pid = a.pid) l
             WHERE a.datname = current_database() AND a.application_name LIKE %s
               AND a.pid <> pg_backend_pid()
-            GROUP BY a.pid, a.application_name, a.state, a.backend_xmin, a.state_change
-            HAVING a.state LIKE 'idle in transaction%%'
-                OR (a.state = 'idle'
-                    AND a.state_change < clock_timestamp() - make_interval(secs => %s)
-                    AND (a.backend_xmin IS NOT NULL OR count(l.pid) > 0))
+              AND (a.state LIKE 'idle in transaction%%'
+                   OR (a.state = 'idle'
+                       AND a.state_change < clock_timestamp() - make_interval(secs => %s)
+                       AND (a.backend_xmin IS NOT NULL OR l.n > 0)))
             """, (PREFIX + "%", settled)).fetchall()
 
 

@@ -178,9 +178,12 @@ class HostileReceiver:
             assert self._released is not None
             gone = asyncio.ensure_future(reader.read())  # b"": the client closed
             released = asyncio.ensure_future(self._released.wait())
-            await asyncio.wait([gone, released], return_when=asyncio.FIRST_COMPLETED)
-            gone.cancel()
-            released.cancel()
+            try:
+                await asyncio.wait([gone, released], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                gone.cancel()
+                released.cancel()
+                await asyncio.gather(gone, released, return_exceptions=True)
             if not self._released.is_set():
                 return False
             act = Act.answer(200)
