@@ -50,8 +50,8 @@ def test_crash_after_the_post_before_the_result_is_written(dsn: str, fleet: Flee
 
     with HostileReceiver(script) as receiver:
         add_endpoint(dsn, receiver.url, timeout_seconds=1.0)
-        [event_id] = publish(dsn, 1)
         first.append(fleet.start())
+        [event_id] = publish(dsn, 1)
         wait_until(lambda: receiver.tries[event_id] == 1, 20, "the first POST")
         first[0].kill()
         assert delivery_row(dsn, event_id)["state"] == "in_flight"
@@ -265,8 +265,7 @@ def _circuit(dsn: str) -> str:
 def test_postgres_crash_loses_no_acknowledged_commit(
         server: TemporaryPostgres, dsn: str, receiver: Receiver, fleet: Fleet,
         fresh_db: str) -> None:
-    """PostgreSQL stopped with -m immediate under load: every acknowledged commit is delivered,
-    nothing that was not committed is sent."""
+    """PostgreSQL stopped with -m immediate under load: acknowledged commits all delivered."""
     with psycopg.connect(dsn, autocommit=True) as conn:  # what production runs with
         conn.execute(f'ALTER DATABASE "{fresh_db}" SET synchronous_commit = on')
     receiver.responder = Tracker(delay=0.01)

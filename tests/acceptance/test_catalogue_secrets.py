@@ -42,8 +42,7 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
 
 def test_environment_switches_neither_tls_verification_nor_proxies(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver, tmp_path: Path) -> None:
-    """CA and proxy variables set for the dispatcher: a self-signed receiver is still refused,
-    and the proxy is never used."""
+    """CA and proxy variables for the dispatcher: self-signed TLS still refused, no proxy."""
     cert, key = _self_signed(tmp_path)
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(cert, key)
