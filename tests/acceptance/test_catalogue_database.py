@@ -182,7 +182,10 @@ def test_four_dispatchers_two_thousand_events(server: TemporaryPostgres, dsn: st
     assert not tracker.overlaps
     assert _key_order(requests) == order, "a key's events arrived out of publish order"
     shares = [int(d.metric("outbox_delivered_total")) for d in dispatchers]
-    assert all(shares), f"a dispatcher delivered nothing: {shares}"
+    # A fleet, not one dispatcher and three idle ones; but not every one need get
+    # work: one holding the endpoint's slots passes them on to its own waiting
+    # claims, so an even share is no promise.
+    assert sum(1 for share in shares if share) >= 2, f"one dispatcher did it all: {shares}"
     server_log = log.since()
     assert "deadlock detected" not in server_log
     assert "could not serialize" not in server_log
