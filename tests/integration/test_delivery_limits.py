@@ -99,7 +99,7 @@ def test_max_in_flight_caps_concurrent_requests(
 
 def test_rate_limit_spreads_requests_over_time(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
-    """rate_limit 10/s: 20 events take ~2 s to arrive, and no one second holds more than ~10."""
+    """rate_limit 10/s: 20 events take ~2 s to arrive, and no one second holds more than 10."""
     add_endpoint(conn, "slow-down", receiver.url, rate_limit=10)
     for n in range(20):
         outbox.publish(conn, "order.created", {"n": n})
@@ -110,7 +110,7 @@ def test_rate_limit_spreads_requests_over_time(
     assert len(arrivals) == 20
     assert arrivals[-1] - arrivals[0] >= 1.5
     busiest = max(sum(1 for t in arrivals if start <= t < start + 1.0) for start in arrivals)
-    assert busiest <= 12, f"{busiest} requests within one second at a limit of 10/s"
+    assert busiest <= 10, f"{busiest} requests within one second at a limit of 10/s"
 
 
 def test_disable_is_a_pause_that_keeps_what_is_published_meanwhile(

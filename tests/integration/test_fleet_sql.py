@@ -129,18 +129,18 @@ def test_prefetched_groups_hold_no_slot(conn: Conn) -> None:
 
 
 def test_rate_limit_turns_are_spaced_and_shared(conn: Conn, dsn: str) -> None:
-    """Turns go 1/rate apart from the shared clock; a second claimer gets the ones after."""
+    """Turns go 1.05/rate apart from the shared clock; a second claimer gets the ones after."""
     endpoint_id = _endpoint(conn, rate_limit=10.0, max_in_flight=100)
     _publish(conn, 20)
     first = claim(conn, [endpoint_id], rows=10, horizon=0.25)
-    assert [round(r[SEND_IN], 2) for r in first] == [0.0, 0.1, 0.2]
+    assert [round(r[SEND_IN], 3) for r in first] == [0.0, 0.105, 0.21]
     with psycopg.connect(dsn) as other:
         second = claim(other, [endpoint_id], rows=10, horizon=0.25)
-    assert second == []  # the next turn is 0.3 s away, beyond the horizon
-    conn.execute("UPDATE outbox.endpoint_state SET next_turn = next_turn - interval '0.3 s'")
+    assert second == []  # the next turn is 0.315 s away, beyond the horizon
+    conn.execute("UPDATE outbox.endpoint_state SET next_turn = next_turn - interval '0.315 s'")
     conn.commit()
     third = claim(conn, [endpoint_id], rows=10, horizon=0.25)
-    assert [round(r[SEND_IN], 2) for r in third] == [0.0, 0.1, 0.2]
+    assert [round(r[SEND_IN], 3) for r in third] == [0.0, 0.105, 0.21]
 
 
 def test_unused_turns_and_slots_are_not_taken(conn: Conn) -> None:
@@ -155,7 +155,7 @@ def test_unused_turns_and_slots_are_not_taken(conn: Conn) -> None:
                           "WHERE expires_at > now()").fetchone()
     conn.commit()
     assert state is not None
-    assert 0.5 < state[0] <= 1.0  # one turn used, 1/rate on
+    assert 0.5 < state[0] <= 1.05  # one turn used, 1.05/rate on
     assert leased == (1,)
 
 

@@ -39,11 +39,22 @@
 --   guarded by it), lease the slots used, move a rate limit's next turn past
 --   the turns used, and put a probed circuit in half-open. (A data-modifying
 --   CTE runs to completion whether or not the query reads it.)
+-- * Turns are read on clock_timestamp(), not now(): now() is when the
+--   statement began, and a request told "your turn was 30 ms ago" by a claim
+--   that took 30 ms would go out at once, bunched with the next claim's
+--   requests. The first turn is taken when the rows are locked, and each
+--   request's wait (send_in) as late as the statement can say it, so
+--   requests go out at their turn plus only the answer's trip.
+-- * Turns are 1.05/rate apart, not 1/rate: N + 1 requests then span 1.05 s,
+--   so a request that leaves up to 50 ms late (a busy event loop, a slow
+--   claim) still finds no one-second window holding more than N. The cap is
+--   what the user asked for; a twentieth of its pace is the price of holding it.
 -- * Runs in autocommit at READ COMMITTED: under REPEATABLE READ a row updated
 --   concurrently would abort the claim with 40001 instead of being skipped.
 WITH wanted AS (
     SELECT w.endpoint_id, w.requests, w.held, w.prefetch, w.rows, e.max_batch,
-           e.rate_limit, e.breaker_cooldown_seconds AS cooldown, s.circuit,
+           e.rate_limit / 1.05 AS rate_limit,  -- the pace; see "Turns" above
+           e.breaker_cooldown_seconds AS cooldown, s.circuit,
            s.circuit = 'closed' AND e.rate_limit IS NULL AS free_running,
            (s.circuit = 'open' AND s.opened_at
                 + make_interval(secs => e.breaker_cooldown_seconds) <= now())
@@ -133,7 +144,8 @@ grouped AS MATERIALIZED (
     JOIN limits l ON l.endpoint_id = k.endpoint_id
 ),
 used AS MATERIALIZED (
-    SELECT l.endpoint_id, l.rate_limit, l.probe, l.next_turn,
+    SELECT l.endpoint_id, l.rate_limit, l.probe,
+           greatest(l.next_turn, clock_timestamp()) AS first_turn,
            least(l.granted, (SELECT count(DISTINCT g.grp) FROM grouped g
                              WHERE g.endpoint_id = l.endpoint_id))::int AS groups
     FROM limits l
@@ -158,7 +170,7 @@ handed AS MATERIALIZED (
 turned AS (
     UPDATE outbox.endpoint_state st
     SET next_turn = CASE WHEN u.rate_limit IS NULL THEN st.next_turn
-                         ELSE greatest(st.next_turn, now())
+                         ELSE u.first_turn
                               + make_interval(secs => u.groups / u.rate_limit) END,
         circuit = CASE WHEN u.probe THEN 'half-open' ELSE st.circuit END,
         probe_until = CASE WHEN u.probe
@@ -185,7 +197,7 @@ SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key
        e.payload::text, e.headers::text, e.created_at, g.grp,
        h.slots[g.grp + 1] AS slot, h.tokens[g.grp + 1] AS slot_token,
        CASE WHEN u.rate_limit IS NULL OR h.slots[g.grp + 1] IS NULL THEN 0.0
-            ELSE greatest(0.0, extract(epoch FROM greatest(u.next_turn, now()) - now())
+            ELSE greatest(0.0, extract(epoch FROM u.first_turn - clock_timestamp())
                                + g.grp / u.rate_limit)::float8 END AS send_in,
        coalesce(u.probe, false) AS probe,
        -- The event's age now, on the database clock: the dispatcher's may be off.
