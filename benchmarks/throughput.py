@@ -130,6 +130,12 @@ NO_UVLOOP = Path(__file__).parent / "no_uvloop"
 ENV: dict[str, str] = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
+def use_asyncio_loop() -> None:
+    """Dispatchers started from now on run on asyncio's own event loop."""
+    ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(NO_UVLOOP),
+                                                      os.environ.get("PYTHONPATH")]))
+
+
 def start_dispatcher(dsn: str, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "dispatcher", "--dsn", dsn, "--metrics-port", str(free_port()),
@@ -228,8 +234,7 @@ def main() -> None:
     args = parser.parse_args()
     extra = args.dispatcher_args.split()
     if args.event_loop == "asyncio":
-        ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(NO_UVLOOP),
-                                                          os.environ.get("PYTHONPATH")]))
+        use_asyncio_loop()
     arrivals = Arrivals()
     base_rates: list[float] = []
     rates: list[float] = []
