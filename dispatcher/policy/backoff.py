@@ -71,7 +71,9 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
         return max(seconds, 0.0) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
+        # OverflowError: a year or zone offset too large for datetime (a date
+        # such as "Mon, 1 Jan 3000000000 00:00:00 GMT"): as unreadable as any.
         return None
     if when.tzinfo is None:  # "-0000" means UTC with no claim about local time
         when = when.replace(tzinfo=UTC)

@@ -87,9 +87,11 @@ def test_retry_after_date_in_the_past_is_zero() -> None:
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", NOW) == 0.0
 
 
-@pytest.mark.parametrize("value", [None, "", "soon", "1e5", "nan", "Thu, 99 Foo 2015 xx GMT"])
+@pytest.mark.parametrize("value", [None, "", "soon", "1e5", "nan", "Thu, 99 Foo 2015 xx GMT",
+                                   "Mon, 1 Jan 3000000000 00:00:00 GMT",
+                                   "Wed, 21 Oct 2015 07:28:00 +99999999999999999999"])
 def test_retry_after_absent_or_invalid_is_none(value: str | None) -> None:
-    """A missing or unreadable Retry-After is ignored."""
+    """A missing or unreadable Retry-After is ignored, out-of-range dates too."""
     assert parse_retry_after(value, NOW) is None
 
 
