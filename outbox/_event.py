@@ -205,7 +205,10 @@ def _delay_seconds(delay: object) -> float:
     if isinstance(delay, timedelta):
         seconds = delay.total_seconds()
     elif isinstance(delay, int | float) and not isinstance(delay, bool):
-        seconds = float(delay)
+        try:
+            seconds = float(delay)
+        except OverflowError:  # an int beyond any float: far out of range either way
+            seconds = math.inf if delay > 0 else -math.inf
     else:
         raise InvalidEvent(f"delay must be a datetime.timedelta, not {type(delay).__name__}")
     if math.isnan(seconds) or seconds < 0:
