@@ -31,4 +31,7 @@ def parse_duration(text: str) -> timedelta:
             ) from None
     if seconds < 0 or not math.isfinite(seconds):
         raise ValueError(f"invalid duration {text!r}: must be a finite, non-negative time")
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:  # past timedelta's range (999999999 days), such as "1e300"
+        raise ValueError(f"invalid duration {text!r}: too long") from None

@@ -37,6 +37,8 @@ def test_since_accepts_timestamps_with_or_without_zone_and_durations() -> None:
     assert since("2h") == timedelta(hours=2)
     with pytest.raises(argparse.ArgumentTypeError, match="ISO 8601"):
         since("last tuesday")
+    with pytest.raises(argparse.ArgumentTypeError):
+        since("1e300")  # a number of seconds beyond any timedelta
 
 
 def test_argument_types_reject_malformed_values() -> None:

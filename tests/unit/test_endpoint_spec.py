@@ -403,7 +403,7 @@ def test_from_options_coerces_text() -> None:
 
 @pytest.mark.parametrize(("option", "value"), [
     ("max_attempts", "twelve"), ("timeout", "soon"), ("rate_limit", "fast"),
-    ("max_batch", "1.5"),
+    ("max_batch", "1.5"), ("timeout", "1e300"), ("breaker_cooldown", "99999999999999999999d"),
 ])
 def test_from_options_refuses_bad_text(option: str, value: str) -> None:
     """Text that is not a number is refused, naming the option."""
