@@ -243,9 +243,11 @@ def check_int(value: object, field: str, low: int, high: int) -> int:
 
 def check_number(value: object, field: str, low: float, high: float, *,
                  low_inclusive: bool, unit: str = "seconds") -> float:
+    # The range first: an int too large for a float fails it before isfinite
+    # would raise OverflowError converting it.
     ok = (isinstance(value, int | float) and not isinstance(value, bool)
-          and math.isfinite(value) and value <= high
-          and (value >= low if low_inclusive else value > low))
+          and value <= high and (value >= low if low_inclusive else value > low)
+          and math.isfinite(value))
     if not ok:
         bound = f"from {low:g}" if low_inclusive else f"more than {low:g}"
         raise InvalidEndpoint(f"must be a number of {unit} {bound} up to {high:g}, "

@@ -358,10 +358,13 @@ def test_non_ascii_header_value_is_not_echoed() -> None:
     ("max_attempts", "3"),
     ("timeout", 0), ("timeout", -1), ("timeout", 301), ("timeout", math.nan),
     ("timeout", math.inf), ("timeout", False),
+    pytest.param("timeout", 10**400, id="timeout-10^400"),  # beyond any float
+    pytest.param("timeout", -(10**400), id="timeout--10^400"),
     ("min_backoff", -1), ("min_backoff", 86401),
     ("max_backoff", 0), ("max_backoff", 86401),
     ("max_in_flight", 0), ("max_in_flight", 1001),
     ("rate_limit", 0), ("rate_limit", -1), ("rate_limit", 1e9),
+    pytest.param("rate_limit", 10**400, id="rate_limit-10^400"),
     ("max_batch", 0), ("max_batch", 1001),
     ("breaker_failures", -1), ("breaker_failures", 1001), ("breaker_failures", 2.5),
     ("breaker_cooldown", 0), ("breaker_cooldown", 86401), ("breaker_cooldown", math.nan),
