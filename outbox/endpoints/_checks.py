@@ -71,6 +71,11 @@ def check_url(url: object) -> str:
         raise InvalidEndpoint(
             "must not contain spaces, backslashes or control characters "
             "(percent-encode them)", "url")
+    if not url.isascii():
+        try:
+            url.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: argv bytes that were not UTF-8
+            raise InvalidEndpoint("is not valid UTF-8 text", "url") from None
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -118,6 +118,8 @@ def test_valid_urls(url: str) -> None:
     ("http://example..com/", "invalid host"),
     ("http://example.com:0/", "port 0"),
     ("https://example.com/" + "x" * 2048, "longer than"),
+    ("https://example.com/\udcff", "not valid UTF-8"),  # argv bytes that were not UTF-8
+    ("https://example.com/\ud800x", "not valid UTF-8"),
 ])
 def test_invalid_urls(url: str, message: str) -> None:
     """Each kind of bad URL is refused with a message saying what is wrong."""
