@@ -63,6 +63,10 @@ def load_sync_file(path: str | Path) -> list[EndpointSpec]:
         raise InvalidEndpoint(f"cannot read {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidEndpoint(f"{path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:  # tomllib decodes before it parses
+        raise InvalidEndpoint(f"{path} is not valid TOML: not UTF-8 text") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise InvalidEndpoint(f"{path} nests arrays or tables too deeply to be read") from None
     return specs_from_document(document, str(path))
 
 

@@ -86,6 +86,22 @@ def test_bad_files_are_refused(tmp_path: Path, text: str, message: str) -> None:
     assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    ('[endpoints.caf\u00e9]\nurl = "https://x/"\n'.encode("latin-1"), "not UTF-8"),
+    (b"endpoints = {}\nx = " + b"[" * 5000 + b"]" * 5000 + b"\n", "too deeply"),
+    (b"endpoints = {}\nx = " + b"{a = " * 5000 + b"1" + b"}" * 5000 + b"\n",
+     "too deeply"),
+])
+def test_files_the_toml_parser_chokes_on_are_refused(tmp_path: Path, content: bytes,
+                                                     message: str) -> None:
+    """Another encoding, or nesting past the parser's recursion, is refused, not a crash."""
+    path = tmp_path / "endpoints.toml"
+    path.write_bytes(content)
+    with pytest.raises(InvalidEndpoint, match=message) as info:
+        load_sync_file(path)
+    assert str(path) in str(info.value)
+
+
 def test_missing_file(tmp_path: Path) -> None:
     """A missing file is refused with its name."""
     with pytest.raises(InvalidEndpoint, match=r"cannot read .*nope\.toml"):
