@@ -24,10 +24,10 @@ from tests.support.endpoint_options import (
     ENDPOINT_NAMES,
     OPTION_NAMES,
     Options,
-    any_text,
     good_endpoint_name,
     options,
 )
+from tests.support.strategies import any_text
 
 Conn = psycopg.Connection[Any]
 

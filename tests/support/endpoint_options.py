@@ -20,15 +20,7 @@ from hypothesis import strategies as st
 
 from outbox._shared.headers import MAX_VALUE, RESERVED
 from outbox.endpoints import FORMATS, env_name_allowed
-
-# Any code point: lone surrogates must be asked for by name, characters() leaves them out.
-ANY_CHAR = st.one_of(st.characters(exclude_categories=()), st.characters(categories=["Cs"]))
-
-
-def any_text(chars: st.SearchStrategy[str] = ANY_CHAR, *, min_size: int = 0,
-             max_size: int = 20) -> st.SearchStrategy[str]:
-    """Text of these characters, lone surrogates kept (st.text drops them whatever its alphabet)."""
-    return st.lists(chars, min_size=min_size, max_size=max_size).map("".join)
+from tests.support.strategies import ANY_CHAR, any_text
 
 _HOST = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,12}[a-z0-9])?(\.[a-z0-9]{1,8}){0,3}",
                       fullmatch=True)
