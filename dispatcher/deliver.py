@@ -27,6 +27,17 @@ from dispatcher.policy.signing import encode
 
 log = logging.getLogger("dispatcher")
 
+INTERNAL_ERROR = AttemptResult(error_kind="other",
+                               error="internal error in the dispatcher (see its log)")
+"""What an attempt becomes when our own code raised: a failure to retry, then dead-letter.
+
+Without it, an exception in encoding, sending or deciding would end the
+delivery task with nothing written: the delivery would stay in flight under
+a lease its dispatcher keeps extending, holding back every later event of
+its key for as long as the process runs. (A Retry-After date beyond what a
+datetime holds once did exactly that.) The endpoint is not blamed for it:
+the circuit breaker is not told."""
+
 
 async def attempt(sender: HttpSender, endpoint: Endpoint,
                   deliveries: list[Delivery]) -> AttemptResult:
@@ -53,16 +64,26 @@ class Deliverer:
 
     async def __call__(self, endpoint: Endpoint, deliveries: list[Delivery]) -> bool:
         """One request; True unless the endpoint failed retryably (the breaker's word)."""
-        result = await attempt(self._sender, endpoint, deliveries)
+        try:
+            result = await attempt(self._sender, endpoint, deliveries)
+        except Exception:
+            log.exception("sending %d deliveries to %s failed in the dispatcher",
+                          len(deliveries), endpoint.name)
+            result = INTERNAL_ERROR
         self._metrics.attempt(endpoint.name, result.duration)
-        verdict = circuit_verdict(result)
+        verdict = None if result is INTERNAL_ERROR else circuit_verdict(result)
         if verdict is not None:
             self._completer.judge(endpoint.id, verdict)
         done = datetime.now(UTC)
         disable = False
         for delivery in deliveries:
-            decision = decide(delivery, endpoint, result, done, random.random,
-                              batch=deliveries)
+            try:
+                decision = decide(delivery, endpoint, result, done, random.random,
+                                  batch=deliveries)
+            except Exception:
+                log.exception("deciding the outcome of event %s for %s failed",
+                              delivery.event.id, endpoint.name)
+                decision = decide(delivery, endpoint, INTERNAL_ERROR, done, random.random)
             outcome = decision.outcome
             if outcome.action == "delivered":
                 lag = delivery.age + time.monotonic() - delivery.claimed_at
