@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from dispatcher.claimer import Claimer
@@ -59,16 +58,6 @@ class Parts:
     maintenance: Maintenance
     listener: Listener
     databases: tuple[Database, ...]
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop where it is installed (a dependency on Linux and macOS), else
-    asyncio's (None): the loop's own work is a share of every request (BENCHMARKS.md)."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 def build(config: DispatcherConfig) -> Parts:

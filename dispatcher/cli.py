@@ -150,10 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"outbox-dispatcher: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     setup_logging(config.log_format, config.log_level)
-    from dispatcher.app import loop_factory, run
+    from dispatcher.app import run
 
+    # asyncio's own event loop: uvloop was measured slower for this process
+    # (BENCHMARKS.md, "The hot path"), fewer events/s at more CPU per event.
     try:
-        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        with asyncio.Runner() as runner:
             return runner.run(run(config))
     except KeyboardInterrupt:  # a second Ctrl-C while shutting down
         return 130

@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 import pytest
 
-from dispatcher.app import loop_factory
 from dispatcher.http.netguard import NetworkPolicy
 from dispatcher.http.resolve import AddrInfo
 from dispatcher.http.sender import HttpSender
@@ -123,8 +122,8 @@ async def until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
 
 
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """On the event loop the dispatcher runs on (uvloop where installed)."""
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+    """On a fresh event loop, as the dispatcher runs."""
+    with asyncio.Runner() as runner:
         runner.run(main())
 
 
