@@ -1,6 +1,6 @@
 """The queue table at scale: claim and complete costs against a small table, and a long run.
 
-    python benchmarks/scale.py [--finished 10000000] [--pending 1000000] [--runs 15]
+    python benchmarks/scale.py [--finished 10000000] [--pending 1000000] [--runs 15] [--rounds 3]
     python benchmarks/scale.py --sustained-minutes 10 [--share 0.8]
 
 One throwaway PostgreSQL (fsync on, data on disk, the schema's autovacuum
@@ -8,10 +8,12 @@ settings), one endpoint.
 
 **Table size.** The claim statement (100 rows) and the complete statement
 (those 100 rows delivered) are timed, each run rolled back so that every run
-sees the same rows: first with 300 due deliveries and nothing else (the
-baseline), then with ``--finished`` delivered deliveries and their events and
-``--pending`` more pending deliveries (written in bulk with SQL, then
-vacuumed and analysed as autovacuum would). Medians of ``--runs``.
+sees the same rows, in two databases of the server: one with 300 due
+deliveries and nothing else (the baseline), one with the same 300 and
+``--finished`` delivered deliveries with their events and ``--pending`` more
+pending deliveries (written in bulk with SQL, then vacuumed and analysed as
+autovacuum would). The two are timed in turn, ``--rounds`` times, medians of
+``--runs`` each; the ratio is taken within each round.
 
 **Sustained load.** The dispatcher's rate is measured on a backlog first
 (its maximum here); then producers publish at ``--share`` of it, in small
@@ -96,25 +98,49 @@ def grow(dsn: str, finished: int, pending: int) -> float:
     return time.perf_counter() - start
 
 
-def table_size(finished: int, pending: int, runs: int) -> None:
-    with (TemporaryPostgres(fsync=True, tmpfs=False) as pg,
-          psycopg.connect(pg.dsn, options=DISPATCHER_OPTIONS) as conn):
+def prepare(dsn: str) -> None:
+    """Schema, one endpoint, and the 300 due deliveries every timed claim takes."""
+    with psycopg.connect(dsn) as conn:
         migrate(conn)
         conn.execute("INSERT INTO outbox.endpoints (name, url, max_in_flight) "
                      "VALUES ('bench', 'http://127.0.0.1:9/', 100)")
         conn.commit()
         outbox.publish_many(conn, [outbox.Event("bench.due", {"n": i}) for i in range(300)])
         conn.commit()
-        vacuum(pg.dsn)
-        base = timed(conn, runs)
-        print(f"baseline, 300 due deliveries: claim {base[0]:.2f} ms, complete {base[1]:.2f} ms",
-              flush=True)
-        took = grow(pg.dsn, finished, pending)
-        vacuum(pg.dsn)
+
+
+def table_size(finished: int, pending: int, runs: int, rounds: int) -> None:
+    """The same 300 due rows in two databases of one server, one of them grown; timed in turn.
+
+    Small and big are timed alternately, ``rounds`` times, so that both see
+    the same machine: a ratio is taken within each round, and their median
+    reported.
+    """
+    with TemporaryPostgres(fsync=True, tmpfs=False) as pg:
+        with psycopg.connect(pg.dsn, autocommit=True) as admin:
+            admin.execute("CREATE DATABASE big")
+        big_dsn = psycopg.conninfo.make_conninfo(pg.dsn, dbname="big")
+        for dsn in (pg.dsn, big_dsn):
+            prepare(dsn)
+        took = grow(big_dsn, finished, pending)
+        for dsn in (pg.dsn, big_dsn):
+            vacuum(dsn)
         print(f"  written and vacuumed in {took:.0f} s", flush=True)
-        big = timed(conn, runs)
-        print(f"+ {finished:,} finished and {pending:,} pending: claim {big[0]:.2f} ms "
-              f"({big[0] / base[0]:.2f}x), complete {big[1]:.2f} ms ({big[1] / base[1]:.2f}x)")
+        claim_ratios, complete_ratios = [], []
+        with (psycopg.connect(pg.dsn, options=DISPATCHER_OPTIONS) as small_conn,
+              psycopg.connect(big_dsn, options=DISPATCHER_OPTIONS) as big_conn):
+            for round_no in range(1, rounds + 1):
+                base = timed(small_conn, runs)
+                big = timed(big_conn, runs)
+                claim_ratios.append(big[0] / base[0])
+                complete_ratios.append(big[1] / base[1])
+                print(f"round {round_no}: claim {base[0]:.2f} -> {big[0]:.2f} ms "
+                      f"({claim_ratios[-1]:.2f}x), complete {base[1]:.2f} -> {big[1]:.2f} ms "
+                      f"({complete_ratios[-1]:.2f}x)", flush=True)
+        print(f"300 due deliveries alone against + {finished:,} finished and {pending:,} "
+              f"pending, median of the rounds' ratios: claim "
+              f"{statistics.median(claim_ratios):.2f}x, complete "
+              f"{statistics.median(complete_ratios):.2f}x")
 
 
 class Arrivals:
@@ -240,7 +266,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--finished", type=int, default=10_000_000)
     parser.add_argument("--pending", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--runs", type=int, default=15, help="timed claims per round")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sustained-minutes", type=float, default=0.0)
     parser.add_argument("--share", type=float, default=0.8)
     args = parser.parse_args()
@@ -248,7 +275,7 @@ def main() -> None:
     if args.sustained_minutes:
         sustained(args.sustained_minutes, args.share)
     else:
-        table_size(args.finished, args.pending, args.runs)
+        table_size(args.finished, args.pending, args.runs, args.rounds)
 
 
 if __name__ == "__main__":
