@@ -33,10 +33,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Literal
 
 from outbox.testing import Request
+from tests.support.loop_server import LoopServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,25 +100,20 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
-class HostileReceiver:
+class HostileReceiver(LoopServer):
     """``with HostileReceiver(scripted(Act.hang())) as rx:`` ... ``rx.url`` ... ``rx.tries``"""
 
     def __init__(self, script: Script | None = None, tls: ssl.SSLContext | None = None) -> None:
         """``tls``: serve HTTPS with this server context (``url`` then says https)."""
+        super().__init__("hostile-receiver")
         self.script = script or scripted()
         self.tls = tls
         self.requests: list[Request] = []
         self.tries: Counter[str] = Counter()  # per webhook-id
         self.peers: list[int] = []  # the client's port of each request, in arrival order
-        self.port = 0
         self._pending = 0
         self._released: asyncio.Event | None = None
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="hostile-receiver")
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def url(self) -> str:
@@ -217,26 +212,6 @@ class HostileReceiver:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
 
-    async def _stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def __enter__(self) -> HostileReceiver:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        if not self._thread.is_alive():
-            self._loop.close()
 
 
 async def _read(reader: asyncio.StreamReader) -> Request | None:

@@ -27,13 +27,15 @@ import asyncio
 import contextlib
 import socket
 import struct
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
+from typing import TypeVar
 
 import psycopg
 
+from tests.support.loop_server import LoopServer
+
+T = TypeVar("T")
 _CHUNK = 65536
 
 
@@ -60,23 +62,18 @@ class Link:
 Match = Callable[[Link], bool]
 
 
-class FaultProxy:
+class FaultProxy(LoopServer):
     """``with FaultProxy(port) as proxy:``; connect to ``proxy.port`` instead of ``port``."""
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        super().__init__("fault-proxy")
         self.target = (target_host, target_port)
-        self.port = 0
         self.latency = 0.0
         self.close_after: int | None = None
         self.refuse = False
         self._blackhole_new = False
         self.links: list[Link] = []
         self.accepted = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="fault-proxy")
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- controls, called from the test's thread -------------------------------------
 
@@ -119,8 +116,8 @@ class FaultProxy:
 
     # -- the loop ------------------------------------------------------------------------
 
-    def _call(self, function: Callable[[], object]) -> object:
-        async def run() -> object:
+    def _call(self, function: Callable[[], T]) -> T:
+        async def run() -> T:
             return function()
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=10)
 
@@ -180,25 +177,6 @@ class FaultProxy:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
 
-    async def _stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+    def _closing(self) -> None:
         for link in self.links:
             link.reset()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def __enter__(self) -> FaultProxy:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        if not self._thread.is_alive():
-            self._loop.close()
