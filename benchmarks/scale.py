@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -40,7 +41,10 @@ import psycopg
 import outbox
 from outbox.migrate import migrate
 from outbox.sql import queries
-from outbox.testing import Receiver, Request, Response, TemporaryPostgres, free_port
+from outbox.testing import Receiver, TemporaryPostgres, free_port
+
+sys.path.insert(0, str(Path(__file__).parent))
+import throughput  # the shared receiver counter and dispatcher stop
 
 DISPATCHER_OPTIONS = "-c jit=off"  # as the dispatcher's connections run (dispatcher/db.py)
 CLAIM = {"endpoint_ids": [1], "requests": [100], "held": [0], "prefetch": [0], "rows": [100],
@@ -143,17 +147,6 @@ def table_size(finished: int, pending: int, runs: int, rounds: int) -> None:
               f"{statistics.median(complete_ratios):.2f}x")
 
 
-class Arrivals:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.count = 0
-
-    def __call__(self, _: Request) -> Response:
-        with self.lock:
-            self.count += 1
-        return Response(204)
-
-
 def start_dispatcher(dsn: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "dispatcher", "--dsn", dsn, "--metrics-host", "127.0.0.1",
@@ -161,16 +154,7 @@ def start_dispatcher(dsn: str) -> subprocess.Popen[bytes]:
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def maximum(dsn: str, arrivals: Arrivals, events: int = 20000) -> float:
+def maximum(dsn: str, arrivals: throughput.Arrivals, events: int = 20000) -> float:
     """The dispatcher's events/s on a backlog, once started."""
     with psycopg.connect(dsn) as conn:
         for first in range(0, events, 5000):
@@ -186,7 +170,7 @@ def maximum(dsn: str, arrivals: Arrivals, events: int = 20000) -> float:
             time.sleep(0.01)
         return (arrivals.count - first) / (time.perf_counter() - start)
     finally:
-        stop(proc)
+        throughput.stop(proc)
 
 
 def produce(dsn: str, rate: float, until: float, published: list[int]) -> None:
@@ -222,7 +206,7 @@ def minute_stats(conn: psycopg.Connection[Any]) -> dict[str, float]:
 
 
 def sustained(minutes: float, share: float) -> None:
-    arrivals = Arrivals()
+    arrivals = throughput.Arrivals()
     settings = {"shared_preload_libraries": "pg_stat_statements"}
     with (TemporaryPostgres(fsync=True, tmpfs=False, settings=settings) as pg,
           Receiver(arrivals, record=False) as rx):
@@ -258,7 +242,7 @@ def sustained(minutes: float, share: float) -> None:
                     before = now
         finally:
             producer.join()
-            stop(proc)
+            throughput.stop(proc)
         print(f"published {published[0]:,}, delivered {arrivals.count:,}")
 
 

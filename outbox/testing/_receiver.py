@@ -28,6 +28,24 @@ class Request:
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
 
+    @classmethod
+    async def read(cls, reader: asyncio.StreamReader) -> Request:
+        """The next request on ``reader``, head and body (``Content-Length`` framing only).
+
+        Raises ``asyncio.IncompleteReadError`` when the client closed first.
+        """
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, value = line.split(":", 1)
+                headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        body = await reader.readexactly(length) if length else b""
+        return cls(method, path, headers, body, time.time())
+
 
 @dataclass(frozen=True, slots=True)
 class Response:
@@ -125,17 +143,7 @@ class Receiver:
             self._handlers.add(task)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                headers: dict[str, str] = {}
-                for line in lines[1:]:
-                    if ":" in line:
-                        name, value = line.split(":", 1)
-                        headers[name.strip().lower()] = value.strip()
-                length = int(headers.get("content-length", "0"))
-                body = await reader.readexactly(length) if length else b""
-                request = Request(method, path, headers, body, time.time())
+                request = await Request.read(reader)
                 with self._lock:
                     self.count += 1
                     if self.record:
@@ -150,7 +158,7 @@ class Receiver:
                 out += [f"{k}: {v}" for k, v in response.headers.items()]
                 writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + response.body)
                 await writer.drain()
-                if headers.get("connection", "").lower() == "close":
+                if (request.header("connection") or "").lower() == "close":
                     break
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError,
                 ValueError):

@@ -29,7 +29,6 @@ import socket
 import ssl
 import struct
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -217,16 +216,6 @@ class HostileReceiver(LoopServer):
 async def _read(reader: asyncio.StreamReader) -> Request | None:
     """One request, head and body; None when the client closed the connection."""
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
+        return await Request.read(reader)
     except asyncio.IncompleteReadError:
         return None
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if ":" in line:
-            name, value = line.split(":", 1)
-            headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0"))
-    body = await reader.readexactly(length) if length else b""
-    return Request(method, path, headers, body, time.time())

@@ -189,6 +189,22 @@ def received_ids(receiver: Receiver) -> list[str]:
     return [r.header("webhook-id") or "" for r in receiver.snapshot()]
 
 
+def nothing_lost(dsn: str, receiver: Receiver, acknowledged: Iterable[str],
+                 in_doubt: Iterable[str]) -> tuple[set[str], list[str]]:
+    """After a database crash: every commit the server acknowledged is stored, nothing
+    else is but commits left in doubt, and every stored event is delivered and sent.
+    Returns the stored event ids and the ids of every request (repeats included)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        stored = {str(i) for (i,) in conn.execute("SELECT id FROM outbox.events")}
+    acknowledged = set(acknowledged)
+    assert acknowledged <= stored, "a commit the server acknowledged is missing"
+    assert stored <= acknowledged | set(in_doubt)
+    wait_until(lambda: all_delivered(dsn, len(stored)), 60, "every stored event delivered")
+    got = received_ids(receiver)
+    assert set(got) == stored, "an event was sent that is not stored, or one was not sent"
+    return stored, got
+
+
 class Tracker:
     """A receiver responder that answers after ``delay`` and watches for double flights.
 
