@@ -1,10 +1,11 @@
 """The endpoints as the dispatcher sees them, reloaded from the database every few seconds.
 
 Secrets are resolved here, once per load: ``whsec_...`` decoded, ``env:NAME``
-looked up in the environment snapshot of the config (``OUTBOX_SECRET_*``
-names only). An endpoint whose secret cannot be resolved, a name outside
-that prefix included, is left out (its deliveries wait, nothing goes out
-unsigned) and the problem is logged once per change, without the secret.
+looked up in the environment snapshot of the config (which holds none of
+the configuration's own variables). An endpoint whose secret cannot be
+resolved, a name missing from that snapshot included, is left out (its
+deliveries wait, nothing goes out unsigned) and the problem is logged once
+per change, without the secret.
 """
 
 from __future__ import annotations

@@ -165,7 +165,8 @@ def glob_to_like(pattern: str) -> str:
 
 
 def check_secret(secret: object) -> str | None:
-    """``whsec_<base64>`` (its key checked) or ``env:OUTBOX_SECRET_...``; None means unsigned."""
+    """``whsec_<base64>`` (its key checked) or ``env:NAME`` (see ``check_env_name``); None
+    means unsigned."""
     if secret is None:
         return None
     if not isinstance(secret, str):
