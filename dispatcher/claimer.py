@@ -1,8 +1,11 @@
 """The claim loop: take due deliveries in one statement, hand them to requests.
 
-Each claim asks every active endpoint for what this dispatcher could use
-(``policy.quota``: request slots, a round of prefetch, a row cap) and the
-claim statement grants what the fleet's limits allow: slots under
+Each claim first learns which endpoints have due work (the ``due_endpoints``
+walk, from the cursor of their turns; its findings serve the claims of the
+next WALK_GAP seconds), then asks those, and the endpoints with requests
+running here, for what this dispatcher could use (``policy.quota``: request
+slots dealt in turns, a round of prefetch, a row cap), and the claim
+statement grants what the fleet's limits allow: slots under
 ``--max-in-flight``, turns under ``--rate-limit``, one probe or none while a
 circuit is open. Groups that got a slot start at once (after their turn);
 the others wait in :class:`~dispatcher.flights.Flights` for a slot passed on
@@ -31,7 +34,7 @@ from dispatcher.control import Control
 from dispatcher.db import Database, DatabaseDown
 from dispatcher.flights import Flights, Group
 from dispatcher.leases import Leases
-from dispatcher.policy.model import Delivery, EventData, Slot
+from dispatcher.policy.model import Delivery, Endpoint, EventData, Slot
 from dispatcher.policy.quota import Quotas
 from dispatcher.registry import Registry
 
@@ -47,9 +50,38 @@ for a slot or two: the gap gathers them, so that a fleet of dispatchers sharing 
 endpoint's slots makes few large claims rather than many small ones. After a rich claim
 the next one goes at once: a lone dispatcher's prefetched round may last less than the gap."""
 LEAN_CLAIM = 8
+WALK_STEPS = 256
+"""Endpoints with pending rows one ``due_endpoints`` walk looks at, at most: a claim's cost
+stays bounded however many endpoints wait on retries; the next walk goes on from there."""
+WALK_LAPS = 64
+"""Walks one claim may make while they find nothing due (a lap of 16,384 endpoints)."""
+WALK_GAP = 0.02
+"""Seconds a walk's findings serve the claims that follow, while every endpoint it found
+got its slots: fresh work elsewhere waits at most this long, under load only."""
 RATE_HORIZON = 0.25
 """Seconds ahead a rate-limited endpoint's turns may be taken: its requests wait their
 turn, so that one claim keeps it busy until the claimer looks again."""
+
+
+@dataclass(slots=True)
+class _Walk:
+    """What the last ``due_endpoints`` walk found, kept for the claims right after it."""
+
+    due: list[Endpoint] = field(default_factory=list)
+    more: bool = False  # it stopped at a limit: other endpoints may have due work
+    at: float = float("-inf")  # when, on the monotonic clock
+
+    def fresh(self, now: float) -> bool:
+        return bool(self.due) and not self.more and now - self.at < WALK_GAP
+
+    def found(self, now: float, due: list[Endpoint], *, more: bool) -> None:
+        self.due, self.more, self.at = due, more, now
+
+    def ran_dry(self, asked: list[int], got: dict[int, int]) -> None:
+        """Endpoints a claim found nothing for drop out until the next walk."""
+        dry = {ep_id for ep_id in asked if not got.get(ep_id)}
+        if dry:
+            self.due = [ep for ep in self.due if ep.id not in dry]
 
 
 @dataclass(slots=True)
@@ -78,22 +110,32 @@ class Claimer:
         self._poll_interval = poll_interval
         self._once = once
         self._quotas = Quotas()
+        self._walk = _Walk()
         self._throttled: float | None = None
         self._lean = False  # the last claim took fewer than LEAN_CLAIM rows
 
     async def claim_once(self) -> bool:
-        """One claim; True when some endpoint filled its quota (more may be due)."""
+        """One claim; True when some endpoint filled its quota (more may be due).
+
+        Bracketed from before the walk for due work to the claim's end, so
+        that slots of requests ending meanwhile wait for what the claim brings
+        (``Flights.claiming``) and the plan counts them as held.
+        """
         flights = self._flights
-        endpoints = self._registry.by_id
-        plan = self._quotas.plan(
-            self._registry.active(), {ep: flights.running(ep) for ep in endpoints},
-            {ep: flights.waiting(ep) for ep in endpoints}, self._concurrency, self._batch_size)
-        self._throttled = None
-        if not plan.endpoint_ids:
-            return False
-        started = time.monotonic()
-        flights.claim_started()
-        try:
+        with flights.claiming():
+            due, more_due = await self._due()
+            running, waiting = flights.counts()
+            seen = {ep.id for ep in due}
+            busy = [ep for ep_id in running
+                    if ep_id not in seen and (ep := self._registry.usable(ep_id)) is not None]
+            plan = self._quotas.plan(due, busy, running=running, waiting=waiting,
+                                     concurrency=self._concurrency,
+                                     batch_size=self._batch_size, more_due=more_due)
+            self._quotas.served(due, plan)
+            self._throttled = None
+            if not plan.endpoint_ids:
+                return False
+            started = time.monotonic()
             rows = await self._db.fetch("claim", {
                 **plan.params(), "lease_seconds": self._leases.seconds(),
                 "horizon": RATE_HORIZON})
@@ -104,13 +146,41 @@ class Claimer:
                     flights.start(group)
                 else:
                     flights.queue(group)
-        finally:
-            flights.claim_ended()
         self._throttled = claimed.throttled
+        self._walk.ran_dry(plan.endpoint_ids, claimed.rows)
         if time.monotonic() - started > _PARK_AFTER and await self._park(plan.endpoint_ids):
             self._control.wake.set()  # the next claim walks past what was just parked
         self._lean = sum(claimed.rows.values()) < LEAN_CLAIM
         return self._quotas.claimed(plan, claimed.rows)
+
+    async def _due(self) -> tuple[list[Endpoint], bool]:
+        """Endpoints with due work in turn order, and whether the walk left some unseen.
+
+        A fresh walk (``due_endpoints``) when the last one is older than
+        WALK_GAP, found nothing, or left endpoints waiting for a slot; else the
+        endpoints it found that still had rows at the last claim.
+        """
+        walk = self._walk
+        now = time.monotonic()
+        if not walk.fresh(now):
+            after = self._quotas.cursor
+            for _ in range(WALK_LAPS):
+                rows = await self._db.fetch("due_endpoints", {
+                    "after": after, "want": self._concurrency, "budget": WALK_STEPS,
+                    "horizon": RATE_HORIZON})
+                eligible = [ep_id for ep_id, ok, _ in rows if ok]
+                # Stopped at a limit, not at the end of its lap: others may be due.
+                stopped = bool(rows) and (rows[-1][2] >= WALK_STEPS
+                                          or len(eligible) >= self._concurrency)
+                # Endpoints this process cannot sign for (or has not loaded yet) are
+                # passed over: the database may count them, the claim cannot use them.
+                found = [ep for ep_id in eligible
+                         if (ep := self._registry.usable(ep_id)) is not None]
+                if found or not stopped:
+                    break
+                after = self._quotas.cursor = rows[-1][0]  # nothing yet: walk on from there
+            walk.found(now, found, more=stopped)
+        return walk.due, walk.more
 
     def _group(self, rows: Sequence[Sequence[Any]], started: float) -> _Claimed:
         """The claim's rows as groups (they come ordered by endpoint and group);

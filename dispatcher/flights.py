@@ -19,10 +19,11 @@ Every request that ends, however, gives its slot back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from dispatcher.policy.model import Delivery, Endpoint, Slot
@@ -83,6 +84,16 @@ class Flights:
         """Groups of this endpoint waiting in memory for a running request's slot."""
         return len(self._waiting.get(endpoint_id, ()))
 
+    def counts(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Per endpoint with any: slots held (requests running, and slots kept for the
+        claim on its way), and groups waiting for a slot."""
+        running = {ep: n for ep, n in self._running.items() if n}
+        for ep, spare in self._spare.items():
+            if spare:
+                running[ep] = running.get(ep, 0) + len(spare)
+        waiting = {ep: len(queue) for ep, queue in self._waiting.items() if queue}
+        return running, waiting
+
     def requests(self) -> int:
         """Requests started, over all endpoints."""
         return len(self._tasks)
@@ -105,6 +116,18 @@ class Flights:
     def queue(self, group: Group) -> None:
         """Keep the group until a request of its endpoint ends and hands it its slot."""
         self._waiting.setdefault(group.endpoint.id, deque()).append(group)
+
+    @contextlib.contextmanager
+    def claiming(self) -> Iterator[None]:
+        """A claim is on its way: slots of requests ending meanwhile wait for what it brings.
+
+        See :meth:`claim_started` and :meth:`claim_ended`, which this pairs.
+        """
+        self.claim_started()
+        try:
+            yield
+        finally:
+            self.claim_ended()
 
     def claim_started(self) -> None:
         """A claim is on its way: slots of requests ending meanwhile wait for what it brings.

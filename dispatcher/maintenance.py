@@ -81,9 +81,15 @@ class Maintenance:
             self._steps.append(_Step(RETENTION_PERIOD, self.purge, fleet=True))
 
     async def refresh_endpoints(self) -> None:
-        rows = await self._db.fetch("load_endpoints")
-        self._registry.load(rows)
-        self._metrics.known_endpoints(self._registry.names())
+        """Read again the endpoints that changed; one row when none did (``Registry``)."""
+        registry = self._registry
+        [(digest, now)] = await self._db.fetch("endpoints_fingerprint")
+        if registry.current(digest, now):
+            return
+        versions = dict(await self._db.fetch("endpoint_versions"))
+        stale = registry.stale(versions, now)
+        rows = await self._db.fetch("load_endpoints", {"ids": stale}) if stale else []
+        self._metrics.known_endpoints(registry.update(digest, versions, rows))
 
     async def extend_leases(self) -> None:
         ids, tokens, slots = self._leases.held()

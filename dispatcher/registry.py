@@ -1,4 +1,4 @@
-"""The endpoints as the dispatcher sees them, reloaded from the database every few seconds.
+"""The endpoints as the dispatcher sees them, kept up to date from the database.
 
 Secrets are resolved here, once per load: ``whsec_...`` decoded, ``env:NAME``
 looked up in the environment snapshot of the config (which holds none of
@@ -46,48 +46,111 @@ def _keys(name: str, secret: str | None, previous_json: str, environ: Mapping[st
     return tuple(keys)
 
 
+def _renew_at(previous_json: str, now: datetime) -> datetime | None:
+    """When the first of these rotated secrets' overlaps still running ends."""
+    ends = []
+    for old in json.loads(previous_json or "[]"):
+        try:
+            expires = datetime.fromisoformat(str(old.get("expires_at")))
+        except ValueError:
+            continue
+        expires = expires if expires.tzinfo else expires.replace(tzinfo=UTC)
+        if expires > now:
+            ends.append(expires)
+    return min(ends, default=None)
+
+
 class Registry:
-    """Live endpoints by id; ``active()`` is the enabled ones the dispatcher may claim for."""
+    """Live endpoints by id; :meth:`usable` tells those the dispatcher may claim for.
+
+    Kept up to date in steps (``Maintenance.refresh_endpoints``): a digest of
+    the endpoints' row versions says whether anything changed; if so, the
+    versions say which, and only those rows are read and resolved again. An
+    endpoint is also read again when an overlap of its rotated secrets ends,
+    so that the old secret stops signing on time.
+    """
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self._environ = environ
         self.by_id: dict[int, Endpoint] = {}
         self._enabled: dict[int, bool] = {}
         self._broken: dict[int, str] = {}
+        self._versions: dict[int, str] = {}
+        self._renew: dict[int, datetime] = {}  # endpoint -> end of its next overlap
+        self.digest: str | None = None
+        self._longest_timeout = 0.0
 
-    def load(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Replace the view with rows of the ``load_endpoints`` query.
+    def current(self, digest: str, now: datetime) -> bool:
+        """Nothing changed since the last update, and no overlap has ended since."""
+        return digest == self.digest and not any(end <= now for end in self._renew.values())
 
-        Each row carries the database's ``now()``: overlaps of rotated secrets end
-        by the database clock, whatever this process's clock says.
+    def stale(self, versions: Mapping[int, str], now: datetime) -> list[int]:
+        """The endpoints to read again: new, changed, or at the end of an overlap."""
+        return [ep_id for ep_id, version in versions.items()
+                if self._versions.get(ep_id) != version
+                or (ep_id in self._renew and self._renew[ep_id] <= now)]
+
+    def update(self, digest: str, versions: Mapping[int, str],
+               rows: Sequence[tuple[Any, ...]]) -> list[str]:
+        """Apply rows of ``load_endpoints``; endpoints absent from ``versions`` are gone.
+
+        Returns the names of endpoints not known before. Each row carries the
+        database's ``now()``: overlaps of rotated secrets end by the database
+        clock, whatever this process's clock says.
         """
-        by_id: dict[int, Endpoint] = {}
-        enabled: dict[int, bool] = {}
-        broken: dict[int, str] = {}
-        for (ep_id, name, url, secret, previous, max_attempts, timeout, min_backoff,
-             max_backoff, max_in_flight, rate_limit, max_batch, fmt, headers, is_on,
-             breaker_failures, now) in rows:
-            try:
-                keys = _keys(name, secret, previous, self._environ, now)
-            except (ValueError, KeyError) as exc:
-                broken[ep_id] = str(exc)
-                if self._broken.get(ep_id) != str(exc):
-                    log.error("endpoint %s cannot sign its requests, its deliveries wait: %s",
-                              name, exc)
-                keys = ()
-            by_id[ep_id] = Endpoint(
-                id=ep_id, name=name, url=url, keys=keys, max_attempts=max_attempts,
-                timeout=float(timeout), min_backoff=float(min_backoff),
-                max_backoff=float(max_backoff), max_in_flight=max_in_flight,
-                rate_limit=float(rate_limit) if rate_limit is not None else None,
-                max_batch=max_batch, format=cast(Format, fmt),
-                headers=json.loads(headers or "{}"), breaker_failures=breaker_failures)
-            enabled[ep_id] = bool(is_on)
-        self.by_id, self._enabled, self._broken = by_id, enabled, broken
+        for ep_id in [ep_id for ep_id in self.by_id if ep_id not in versions]:
+            self._forget(ep_id)
+        added = []
+        for row in rows:
+            ep_id, name = row[0], row[1]
+            if ep_id not in self.by_id:
+                added.append(name)
+            self._load(row)
+        self.digest = digest
+        self._longest_timeout = max((ep.timeout for ep in self.by_id.values()), default=0.0)
+        return added
 
-    def active(self) -> list[Endpoint]:
-        return [ep for ep_id, ep in self.by_id.items()
-                if self._enabled.get(ep_id) and ep_id not in self._broken]
+    def _forget(self, ep_id: int) -> None:
+        self.by_id.pop(ep_id, None)
+        self._enabled.pop(ep_id, None)
+        self._broken.pop(ep_id, None)
+        self._versions.pop(ep_id, None)
+        self._renew.pop(ep_id, None)
+
+    def _load(self, row: tuple[Any, ...]) -> None:
+        (ep_id, name, url, secret, previous, max_attempts, timeout, min_backoff,
+         max_backoff, max_in_flight, rate_limit, max_batch, fmt, headers, is_on,
+         breaker_failures, now, version) = row
+        try:
+            keys = _keys(name, secret, previous, self._environ, now)
+        except (ValueError, KeyError) as exc:
+            if self._broken.get(ep_id) != str(exc):
+                log.error("endpoint %s cannot sign its requests, its deliveries wait: %s",
+                          name, exc)
+            self._broken[ep_id] = str(exc)
+            keys = ()
+        else:
+            self._broken.pop(ep_id, None)
+        self.by_id[ep_id] = Endpoint(
+            id=ep_id, name=name, url=url, keys=keys, max_attempts=max_attempts,
+            timeout=float(timeout), min_backoff=float(min_backoff),
+            max_backoff=float(max_backoff), max_in_flight=max_in_flight,
+            rate_limit=float(rate_limit) if rate_limit is not None else None,
+            max_batch=max_batch, format=cast(Format, fmt),
+            headers=json.loads(headers or "{}"), breaker_failures=breaker_failures)
+        self._enabled[ep_id] = bool(is_on)
+        self._versions[ep_id] = version
+        renew = _renew_at(previous, now)
+        if renew is None:
+            self._renew.pop(ep_id, None)
+        else:
+            self._renew[ep_id] = renew
+
+    def usable(self, endpoint_id: int) -> Endpoint | None:
+        """The endpoint, if it is enabled and can sign: the claimer may claim for it."""
+        if not self._enabled.get(endpoint_id) or endpoint_id in self._broken:
+            return None
+        return self.by_id.get(endpoint_id)
 
     def names(self) -> list[str]:
         return [ep.name for ep in self.by_id.values()]
@@ -99,4 +162,4 @@ class Registry:
 
     def longest_timeout(self) -> float:
         """The longest request timeout of any live endpoint (leases must outlast it)."""
-        return max((ep.timeout for ep in self.by_id.values()), default=0.0)
+        return self._longest_timeout

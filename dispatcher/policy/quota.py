@@ -1,24 +1,36 @@
-"""What one claim asks for, per endpoint: request slots, prefetch, rows; and fairness.
+"""What one claim asks for, per endpoint: request slots, prefetch, rows; and whose turn it is.
 
 Pure bookkeeping, no I/O, so the claimer's sizing can be read (and tested)
 on its own. The fleet's limits (``--max-in-flight``, ``--rate-limit``, the
 circuit) are decided by the claim statement in the database, which grants at
 most what is asked here; the dispatcher only bounds what it asks by what it
-can use:
+can use.
 
-- **requests**: slots it could start now: the endpoint's ``--max-in-flight``
-  minus its requests already running here, within the free part of
-  ``--concurrency``;
+Which endpoints a claim looks at: those with due work, found by the
+``due_endpoints`` walk (dispatch.sql), in id order from a cursor that
+:class:`Quotas` keeps, plus those with requests running here (they may take
+prefetched groups). So a claim costs what the work costs, not what the
+number of endpoints is, and when more endpoints have work than the
+dispatcher has request slots they take turns: the cursor moves past the
+endpoints served, and the next claim starts after them.
+
+Per endpoint:
+
+- **requests**: slots it could start now, shared out in turns: one each in
+  cursor order, then a second each, and so on, each endpoint up to its
+  ``--max-in-flight`` minus its requests already running here, until the
+  free part of ``--concurrency`` is used up. An endpoint with a backlog
+  never takes slots that another endpoint with due work would get in the
+  same claim;
 - **held**: requests running here beyond the groups already waiting for them
   (each such request may pass its slot to one waiting group when it ends);
 - **prefetch**: groups it may keep waiting in memory, one round at most per
   endpoint and ``--concurrency`` in all (``PREFETCH``), so that one claim
   serves several rounds of requests instead of one; a rate-limited endpoint
-  does not prefetch (its requests go at their turns);
+  does not prefetch (its requests go at their turns). A slot thus serves at
+  most its request and one prefetched successor before it goes back to the
+  fleet, unless a later claim looks at the endpoint again;
 - **rows**: a cap, so that a claim takes at most ``--batch-size`` rows.
-
-The endpoint order rotates, so that under a full load no endpoint always
-comes first for the process's free slots and rows.
 """
 
 from __future__ import annotations
@@ -53,50 +65,86 @@ class Plan:
         return dict(zip(self.endpoint_ids, self.rows, strict=True))
 
 
-class Quotas:
-    def __init__(self) -> None:
-        # Endpoints whose last claim took all it asked for: more may be due.
-        self.backlogged: set[int] = set()
-        self._rotate = 0
+def share(free: int, caps: Sequence[int]) -> list[int]:
+    """``free`` slots dealt out in turns: one each in order, then a second each, ...
 
-    def plan(self, active: Sequence[Endpoint], running: Mapping[int, int],
-             waiting: Mapping[int, int], concurrency: int, batch_size: int) -> Plan:
-        """What to ask each endpoint for; ``running`` and ``waiting`` count what is held here."""
+    Each share stays within its cap; what no cap can take is left over.
+    """
+    shares = [0] * len(caps)
+    open_ = [i for i, cap in enumerate(caps) if cap > 0]
+    while free > 0 and open_:
+        level = min(free // len(open_), *(caps[i] - shares[i] for i in open_))
+        if level == 0:  # fewer slots than takers: one each, in order
+            for i in open_[:free]:
+                shares[i] += 1
+            break
+        for i in open_:
+            shares[i] += level
+        free -= level * len(open_)
+        open_ = [i for i in open_ if shares[i] < caps[i]]
+    return shares
+
+
+class Quotas:
+    """Sizes each claim and keeps the cursor of the endpoints' turns."""
+
+    def __init__(self) -> None:
+        self.cursor = -1
+        """The last endpoint given a request slot: the next walk for due work starts after it."""
+
+    def plan(self, due: Sequence[Endpoint], busy: Sequence[Endpoint], *,
+             running: Mapping[int, int], waiting: Mapping[int, int], concurrency: int,
+             batch_size: int, more_due: bool = False) -> Plan:
+        """What to ask each endpoint for.
+
+        ``due``: endpoints with due work, in turn order; ``busy``: others with
+        requests running here; ``running`` and ``waiting`` count what is held
+        here; ``more_due``: the walk stopped at its limit, others may be due.
+
+        While an endpoint with due work is left without any slot, no endpoint
+        keeps a slot beyond one prefetched successor of a request this claim
+        grants: requests running here take no waiting group, so their slots
+        come back to the fleet as they end and go round in turn.
+        """
         plan = Plan()
-        if active:
-            self._rotate = (self._rotate + 1) % len(active)
-            active = [*active[self._rotate:], *active[:self._rotate]]
+        candidates = [*due, *busy]
         free = concurrency - sum(running.values())
+        caps = [ep.max_in_flight - running.get(ep.id, 0) for ep in candidates]
+        requests = share(free, caps)
+        starved = (any(n == 0 and cap > 0 and not running.get(ep.id)
+                       for ep, n, cap in zip(due, requests, caps, strict=False))
+                   or (more_due and sum(requests) >= free))
         room = (PREFETCH - 1) * concurrency - sum(waiting.values())
         rows_left = batch_size
-        for ep in active:
+        for ep, asked in zip(candidates, requests, strict=True):
             if rows_left <= 0:
                 break
             ran, waits = running.get(ep.id, 0), waiting.get(ep.id, 0)
-            requests = max(0, min(ep.max_in_flight - ran, free))
-            held = max(0, ran - waits)
+            held = 0 if starved else max(0, ran - waits)
             prefetch = 0 if ep.rate_limit is not None else max(0, min(ep.max_in_flight, room))
-            groups = requests + min(prefetch, held + requests)
+            groups = asked + min(prefetch, held + asked)
             if groups <= 0:
                 continue
             rows = min(groups * ep.max_batch, rows_left)
-            free -= requests
-            room -= min(prefetch, held + requests)
+            room -= min(prefetch, held + asked)
             rows_left -= rows
             plan.endpoint_ids.append(ep.id)
-            plan.requests.append(requests)
+            plan.requests.append(asked)
             plan.held.append(held)
             plan.prefetch.append(prefetch)
             plan.rows.append(rows)
         return plan
 
-    def claimed(self, plan: Plan, got: Mapping[int, int]) -> bool:
-        """Note what a claim returned; True when some endpoint filled its quota."""
-        full = False
-        for endpoint_id, limit in plan.wanted().items():
-            if got.get(endpoint_id, 0) >= limit:
-                self.backlogged.add(endpoint_id)
-                full = True
-            else:
-                self.backlogged.discard(endpoint_id)
-        return full
+    def served(self, due: Sequence[Endpoint], plan: Plan) -> None:
+        """Move the cursor past the due endpoints this claim gave a request slot."""
+        asked = {ep_id for ep_id, n in zip(plan.endpoint_ids, plan.requests, strict=True) if n}
+        for ep in reversed(due):
+            if ep.id in asked:
+                self.cursor = ep.id
+                return
+
+    @staticmethod
+    def claimed(plan: Plan, got: Mapping[int, int]) -> bool:
+        """True when some endpoint filled its quota: more may be due."""
+        return any(got.get(endpoint_id, 0) >= limit
+                   for endpoint_id, limit in plan.wanted().items())

@@ -1,6 +1,6 @@
 """The chaos soak: a fleet delivering under every fault at once, then a check of the history.
 
-    ./dev soak [--minutes 10] [--rate 180] [--seed N]
+    ./dev soak [--minutes 10] [--rate 180] [--seed N] [--endpoints N]
 
 One throwaway PostgreSQL (fsync on, data on disk), one receiver, three
 dispatchers, two endpoints: ``orders`` (every ``order.*`` event, half of them
@@ -15,6 +15,17 @@ events, 2 % of them rolled back. Meanwhile:
 - a random dispatcher is SIGKILLed every 10-20 s and started again;
 - PostgreSQL is crash-stopped (``pg_ctl stop -m immediate``) and restarted
   at 25 % and 65 % of the run.
+
+With ``--endpoints N`` (the many-endpoints mode) there are N more
+endpoints, ``c0`` .. ``cN-1``, one per customer (endpoint ``cI`` takes the
+``customer.I`` events; --max-in-flight 4), and half of the events go to one
+of them at random. In either mode a watcher samples the database every
+second for deliveries that stay due and claimable (endpoint enabled,
+circuit closed, nothing earlier of their key unfinished) beside idle
+capacity (a free slot, at most half the endpoint's --max-in-flight in
+flight) for longer than ``UNCLAIMED`` seconds (ten poll intervals), outside
+the seconds after a database restart; the report counts them as
+``starved`` and gives the longest such wait.
 
 Then producing stops, the fleet drains, and ``tests.soak.checker`` judges the
 receiver's journal against what was committed and rolled back. The report's
@@ -56,6 +67,26 @@ HANG = 3.0
 LIMITS = {"orders": Limits(max_in_flight=16), "audit": Limits(max_in_flight=4, rate_limit=50.0)}
 DISPATCHERS = 3
 KEYS = 200
+POLL = 0.5
+UNCLAIMED = 10 * POLL
+"""Seconds a claimable delivery may stay due and unclaimed before the watcher counts it."""
+CUSTOMER = Limits(max_in_flight=4)
+STARVED = """
+SELECT e.name, d.id, d.key, d.attempts
+FROM outbox.deliveries d
+JOIN outbox.endpoints e ON e.id = d.endpoint_id AND e.enabled AND e.removed_at IS NULL
+JOIN outbox.endpoint_state s ON s.endpoint_id = d.endpoint_id AND s.circuit = 'closed'
+WHERE d.state = 'pending' AND d.next_attempt_at < now() - make_interval(secs => %s)
+  AND (e.rate_limit IS NULL OR s.next_turn < now())
+  AND (d.key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM outbox.deliveries p
+        WHERE p.endpoint_id = d.endpoint_id AND p.key = d.key AND p.seq < d.seq
+          AND p.state IN ('pending', 'in_flight')))
+  AND EXISTS (SELECT 1 FROM outbox.endpoint_slots sl
+              WHERE sl.endpoint_id = d.endpoint_id AND sl.expires_at < now())
+  AND (SELECT count(*) FROM outbox.deliveries f
+       WHERE f.endpoint_id = d.endpoint_id AND f.state = 'in_flight') <= e.max_in_flight / 2
+"""
 
 
 class Journal:
@@ -100,7 +131,7 @@ class Fleet:
         log = (self.logs / f"dispatcher-{index}.log").open("ab")
         self.procs[index] = subprocess.Popen(
             [sys.executable, "-m", "dispatcher", "--dsn", self.dsn, "--metrics-host",
-             "127.0.0.1", "--metrics-port", str(free_port()), "--poll-interval", "0.5",
+             "127.0.0.1", "--metrics-port", str(free_port()), "--poll-interval", str(POLL),
              "--lease", "5", "--shutdown-grace", "2", "--retention", "0"],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -133,10 +164,11 @@ class Fleet:
 class Producers:
     """Publish at a rate, 2 % of transactions rolled back; survive database restarts."""
 
-    def __init__(self, dsn: str, rate: float, rng: random.Random) -> None:
+    def __init__(self, dsn: str, rate: float, rng: random.Random, customers: int = 0) -> None:
         self.dsn = dsn
         self.rate = rate
         self.rng = rng
+        self.customers = customers
         self.events: list[Event] = []
         self.in_doubt: list[tuple[list[outbox.Event], list[str], list[tuple[str, ...]], float]] = []
         self.stopping = threading.Event()
@@ -147,6 +179,12 @@ class Producers:
         for _ in range(self.rng.randint(1, 5)):
             audited = self.rng.random() < 0.1
             key = f"customer-{self.rng.randrange(KEYS)}" if self.rng.random() < 0.5 else None
+            if self.customers and self.rng.random() < 0.5:
+                customer = self.rng.randrange(self.customers)
+                batch.append(outbox.Event(f"customer.{customer}", {"n": self.rng.random()},
+                                          key=key))
+                routes.append((f"c{customer}",))
+                continue
             event_type = "order.audited" if audited else "order.created"
             batch.append(outbox.Event(event_type, {"n": self.rng.random()}, key=key))
             routes.append(("orders", "audit") if audited else ("orders",))
@@ -209,8 +247,8 @@ def _drained(dsn: str) -> bool:
     return row is not None and row[0] == 0
 
 
-def _setup(dsn: str, url: str) -> None:
-    """The schema and the two endpoints, through the same API ``outbox endpoints add`` uses."""
+def _setup(dsn: str, url: str, customers: int) -> None:
+    """The schema and the endpoints, through the same API ``outbox endpoints add`` uses."""
     common: dict[str, Any] = {"timeout": TIMEOUT, "min_backoff": 0.2, "max_backoff": 2.0,
                               "max_attempts": 100, "breaker_failures": 10,
                               "breaker_cooldown": 5.0}
@@ -221,10 +259,62 @@ def _setup(dsn: str, url: str) -> None:
         add_endpoint(conn, EndpointSpec("audit", url + "audit", ("order.audited",),
                                         max_in_flight=LIMITS["audit"].max_in_flight,
                                         rate_limit=LIMITS["audit"].rate_limit, **common))
+        for i in range(customers):
+            add_endpoint(conn, EndpointSpec(f"c{i}", f"{url}c{i}", (f"customer.{i}",),
+                                            max_in_flight=CUSTOMER.max_in_flight, **common))
         conn.commit()
 
 
-def run(minutes: float, rate: float, seed: int) -> Report:
+class Watcher:
+    """Samples the database every second for deliveries left unclaimed beside idle capacity.
+
+    A delivery counts as starved when sample after sample, for longer than
+    UNCLAIMED seconds, it was due and claimable (endpoint enabled, circuit
+    closed, not behind its key) while its endpoint had a free slot and at
+    most half its --max-in-flight in flight: capacity idle, work waiting.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.quiet_until = 0.0  # time.monotonic(): no sampling before (a restart's wake)
+        self.starved: set[int] = set()
+        self.longest = 0.0
+        self.seen: list[str] = []  # the first samples that found some, for the report
+        self.began = time.monotonic()
+        self.stopping = threading.Event()
+        self._since: dict[int, float] = {}  # delivery id -> first sample it waited in
+
+    def run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while not self.stopping.wait(1.0):
+            if time.monotonic() < self.quiet_until:
+                self._since.clear()
+                continue
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self.dsn, connect_timeout=3, autocommit=True)
+                rows = conn.execute(STARVED, (POLL,)).fetchall()
+            except psycopg.OperationalError:
+                conn = None
+                self._since.clear()
+                continue
+            self._judge(rows, time.monotonic())
+        if conn is not None:
+            conn.close()
+
+    def _judge(self, rows: list[tuple[Any, ...]], now: float) -> None:
+        since = {row[1]: self._since.get(row[1], now) for row in rows}
+        self._since = since
+        late = [(row, now - since[row[1]]) for row in rows if now - since[row[1]] > UNCLAIMED]
+        for row, waited in late:
+            self.starved.add(row[1])
+            self.longest = max(self.longest, waited)
+        if late and len(self.seen) < 20:
+            self.seen.append(f"{now - self.began:.0f}s: " + ", ".join(
+                f"{r[0]} #{r[1]} key {r[2]} attempts {r[3]} for {w:.1f}s" for r, w in late[:5]))
+
+
+def run(minutes: float, rate: float, seed: int, customers: int = 0) -> Report:
     rng = random.Random(seed)
     report = Report()
     journal = Journal(random.Random(seed + 1))
@@ -232,13 +322,17 @@ def run(minutes: float, rate: float, seed: int) -> Report:
     seconds = minutes * 60
     with (TemporaryPostgres(fsync=True, tmpfs=False) as pg,
           Receiver(journal, record=False) as rx):
-        _setup(pg.dsn, rx.url)
+        _setup(pg.dsn, rx.url, customers)
+        limits = {**LIMITS, **{f"c{i}": CUSTOMER for i in range(customers)}}
         fleet = Fleet(pg.dsn, logs)
         for index in range(DISPATCHERS):
             fleet.start(index)
-        producers = Producers(pg.dsn, rate, random.Random(seed + 2))
+        producers = Producers(pg.dsn, rate, random.Random(seed + 2), customers)
         producing = threading.Thread(target=producers.run)
         producing.start()
+        watcher = Watcher(pg.dsn)
+        watching = threading.Thread(target=watcher.run)
+        watching.start()
         began, began_at = time.monotonic(), time.time()
         marks: list[tuple[float, str]] = []
         events = [(0.25, "restart"), (0.40, "outage"), (0.40 + 30 / seconds, "recover"),
@@ -251,15 +345,19 @@ def run(minutes: float, rate: float, seed: int) -> Report:
                     print(f"{elapsed:7.1f}s {what}", flush=True)
                     marks.append((time.time(), what))
                     if what == "restart":
+                        watcher.quiet_until = float("inf")
                         pg.stop("immediate")
                         time.sleep(rng.uniform(2, 5))
                         pg.start()
+                        # reconnect backoff (5 s at most) and a lease to expire
+                        watcher.quiet_until = time.monotonic() + 15
                         report.pg_restarts += 1
                     else:
                         journal.outage = what == "outage"
                 if time.monotonic() >= next_kill:
                     fleet.kill_one(rng)
                     marks.append((time.time(), "kill"))
+                    print(f"{time.monotonic() - began:7.1f}s kill", flush=True)
                     next_kill = time.monotonic() + rng.uniform(10, 20)
                 time.sleep(0.2)
         finally:
@@ -270,6 +368,10 @@ def run(minutes: float, rate: float, seed: int) -> Report:
         while not _drained(pg.dsn) and time.monotonic() < stopped + 600:
             time.sleep(0.5)
         drained = time.monotonic() - stopped
+        watcher.stopping.set()
+        watching.join()
+        report.starved, report.max_unclaimed_seconds = len(watcher.starved), watcher.longest
+        report.notes += [f"unclaimed at {line}" for line in watcher.seen]
         time.sleep(2)
         fleet.stop()
         producers.settle()
@@ -281,7 +383,7 @@ def run(minutes: float, rate: float, seed: int) -> Report:
         late = sum(1 for a in journal.arrivals if 200 <= a.status < 300
                    and a.end - a.start >= TIMEOUT - 0.1)
         report.duplicates_allowed = rescued + late
-        check(journal.arrivals, published, LIMITS, report)
+        check(journal.arrivals, published, limits, report)
         (logs / "journal.json").write_text(json.dumps(
             {"began": began_at, "marks": marks, "arrivals": [astuple(a) for a in journal.arrivals],
              "events": [astuple(e) for e in published]}))
@@ -300,10 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--rate", type=float, default=180.0, help="events published per second")
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--endpoints", type=int, default=0,
+                        help="customer endpoints beside the two (the many-endpoints mode)")
     args = parser.parse_args(argv)
     print(f"soak: {args.minutes:g} min at {args.rate:g} events/s, seed {args.seed}, "
-          f"{os.cpu_count()} cores", flush=True)
-    report = run(args.minutes, args.rate, args.seed)
+          f"{args.endpoints} customer endpoints, {os.cpu_count()} cores", flush=True)
+    report = run(args.minutes, args.rate, args.seed, args.endpoints)
     for note in report.notes:
         print(note)
     print(json.dumps(report.summary()))

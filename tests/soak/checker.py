@@ -58,13 +58,19 @@ class Report:
     pg_restarts: int = 0
     breaker_opens: int = 0
     max_lag_seconds: float = 0.0  # commit to first 2xx answer
+    # Deliveries seen due, claimable (endpoint enabled, circuit closed, a slot free, not
+    # behind their key) and unclaimed for longer than the soak's threshold, and the longest
+    # such wait seen (sampled from the database while the run goes on).
+    starved: int = 0
+    max_unclaimed_seconds: float = 0.0
     lag_p50_seconds: float = 0.0
     lag_p99_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     def ok(self) -> bool:
         return (self.lost == 0 and self.rolled_back_sent == 0 and self.order_violations == 0
-                and self.limit_violations == 0 and self.duplicates <= self.duplicates_allowed)
+                and self.limit_violations == 0 and self.duplicates <= self.duplicates_allowed
+                and self.starved == 0)
 
     def summary(self) -> dict[str, object]:
         """The report's last line: every figure, as one JSON object."""
@@ -76,7 +82,9 @@ class Report:
                 "pg_restarts": self.pg_restarts, "breaker_opens": self.breaker_opens,
                 "lag_p50_seconds": round(self.lag_p50_seconds, 3),
                 "lag_p99_seconds": round(self.lag_p99_seconds, 3),
-                "max_lag_seconds": round(self.max_lag_seconds, 3), "ok": self.ok()}
+                "max_lag_seconds": round(self.max_lag_seconds, 3), "starved": self.starved,
+                "max_unclaimed_seconds": round(self.max_unclaimed_seconds, 3),
+                "ok": self.ok()}
 
 
 def _success(arrival: Arrival) -> bool:
@@ -166,18 +174,27 @@ def _order_violations(arrivals: Sequence[Arrival], by_id: dict[str, Event]) -> i
 
 def _limit_violations(arrivals: Sequence[Arrival], limits: dict[str, Limits],
                       notes: list[str]) -> int:
+    """Requests beyond each endpoint's limits; a note per endpoint (one in all when many)."""
     violations = 0
+    by_endpoint: dict[str, list[Arrival]] = defaultdict(list)
+    for arrival in arrivals:
+        by_endpoint[arrival.endpoint].append(arrival)
+    lines: list[str] = []
     for endpoint, limit in limits.items():
-        mine = [a for a in arrivals if a.endpoint == endpoint]
+        mine = by_endpoint.get(endpoint, [])
         peak = most_at_once((a.start, a.end) for a in mine)
-        notes.append(f"{endpoint}: at most {peak} requests at once "
+        lines.append(f"{endpoint}: at most {peak} requests at once "
                      f"(--max-in-flight {limit.max_in_flight})")
         if peak > limit.max_in_flight:
             violations += peak - limit.max_in_flight
         if limit.rate_limit is not None:
             busiest = busiest_second([a.start for a in mine])
-            notes.append(f"{endpoint}: at most {busiest} requests in one second "
+            lines.append(f"{endpoint}: at most {busiest} requests in one second "
                          f"(--rate-limit {limit.rate_limit:g})")
             if busiest > limit.rate_limit:
                 violations += busiest - int(limit.rate_limit)
+    shown = 3
+    notes += lines if len(limits) <= 10 else [
+        *lines[:shown], f"... and {len(lines) - shown} more such lines: {violations} "
+        "requests beyond the endpoints' limits in all"]
     return violations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dispatcher.policy.model import Endpoint
-from dispatcher.policy.quota import Quotas
+from dispatcher.policy.quota import Quotas, share
 
 
 def _ep(ep_id: int, **kw: object) -> Endpoint:
@@ -13,7 +13,7 @@ def _ep(ep_id: int, **kw: object) -> Endpoint:
 def test_each_endpoint_asks_for_its_free_slots_and_one_round_of_prefetch() -> None:
     """Requests are the endpoint's slots not running here; prefetch one more round, in rows."""
     endpoints = [_ep(1, max_in_flight=4), _ep(2, max_in_flight=2, max_batch=10)]
-    plan = Quotas().plan(endpoints, running={1: 3}, waiting={1: 1}, concurrency=100,
+    plan = Quotas().plan(endpoints, [], running={1: 3}, waiting={1: 1}, concurrency=100,
                          batch_size=1000)
     by_endpoint = dict(zip(plan.endpoint_ids, zip(plan.requests, plan.held, plan.prefetch,
                                                   plan.rows, strict=True), strict=True))
@@ -24,7 +24,7 @@ def test_each_endpoint_asks_for_its_free_slots_and_one_round_of_prefetch() -> No
 
 def test_rate_limited_endpoints_do_not_prefetch() -> None:
     """A rate-limited endpoint asks for no more than its own in-flight slots."""
-    plan = Quotas().plan([_ep(1, max_in_flight=2, rate_limit=1000.0)], running={}, waiting={},
+    plan = Quotas().plan([_ep(1, max_in_flight=2, rate_limit=1000.0)], [], running={}, waiting={},
                          concurrency=100, batch_size=1000)
     assert (plan.requests, plan.prefetch, plan.rows) == ([2], [0], [2])
 
@@ -32,35 +32,66 @@ def test_rate_limited_endpoints_do_not_prefetch() -> None:
 def test_global_concurrency_and_batch_size_cap_the_plan() -> None:
     """The process's request slots and the claim's batch size are never exceeded."""
     endpoints = [_ep(i, max_in_flight=16) for i in range(1, 5)]
-    plan = Quotas().plan(endpoints, running={}, waiting={}, concurrency=20, batch_size=1000)
+    plan = Quotas().plan(endpoints, [], running={}, waiting={}, concurrency=20, batch_size=1000)
     assert sum(plan.requests) == 20
-    plan = Quotas().plan(endpoints, running={}, waiting={}, concurrency=100, batch_size=10)
+    plan = Quotas().plan(endpoints, [], running={}, waiting={}, concurrency=100, batch_size=10)
     assert sum(plan.rows) == 10
 
 
 def test_a_full_endpoint_still_prefetches_for_its_running_requests() -> None:
     """No free slot here, but running requests without a waiting group: prefetch for them."""
-    plan = Quotas().plan([_ep(1, max_in_flight=2)], running={1: 2}, waiting={}, concurrency=10,
+    plan = Quotas().plan([_ep(1, max_in_flight=2)], [], running={1: 2}, waiting={}, concurrency=10,
                          batch_size=100)
     assert (plan.requests, plan.held, plan.rows) == ([0], [2], [2])
-    plan = Quotas().plan([_ep(1, max_in_flight=2)], running={1: 2}, waiting={1: 2},
+    plan = Quotas().plan([_ep(1, max_in_flight=2)], [], running={1: 2}, waiting={1: 2},
                          concurrency=10, batch_size=100)
     assert plan.endpoint_ids == []
 
 
-def test_endpoint_order_rotates_between_claims() -> None:
-    """Under a full load no endpoint always comes first."""
+def test_the_cursor_moves_past_the_endpoints_served() -> None:
+    """Under a full load the next walk starts after the last endpoint given a slot."""
     quotas = Quotas()
-    endpoints = [_ep(i, max_in_flight=1) for i in range(1, 4)]
-    firsts = {quotas.plan(endpoints, running={}, waiting={}, concurrency=1,
-                          batch_size=10).endpoint_ids[0]
-              for _ in range(3)}
-    assert firsts == {1, 2, 3}
+    due = [_ep(i, max_in_flight=1) for i in range(1, 4)]
+    plan = quotas.plan(due, [], running={}, waiting={}, concurrency=2, batch_size=10)
+    quotas.served(due, plan)
+    assert plan.endpoint_ids == [1, 2]
+    assert quotas.cursor == 2
+
+
+def test_free_slots_go_round_one_each_before_any_endpoint_gets_a_second() -> None:
+    """A backlog never takes the slots another endpoint with due work would get."""
+    due = [_ep(1), _ep(2), _ep(3)]
+    plan = Quotas().plan(due, [], running={}, waiting={}, concurrency=2, batch_size=100)
+    assert (plan.endpoint_ids, plan.requests) == ([1, 2], [1, 1])
+    plan = Quotas().plan(due, [], running={}, waiting={}, concurrency=8, batch_size=100)
+    assert plan.requests == [3, 3, 2]
+
+
+def test_while_an_endpoint_waits_for_a_slot_no_one_keeps_theirs() -> None:
+    """A busy endpoint takes no waiting group while others with due work got no slot."""
+    hog, others = _ep(1, max_in_flight=64), [_ep(i) for i in range(2, 10)]
+    plan = Quotas().plan(others, [hog], running={1: 4}, waiting={}, concurrency=4,
+                         batch_size=100)
+    assert plan.endpoint_ids == []  # no free slot, and no prefetch for the hog's four
+    plan = Quotas().plan(others, [hog], running={1: 2}, waiting={}, concurrency=4,
+                         batch_size=100)
+    assert (plan.endpoint_ids, plan.requests, plan.rows) == ([2, 3], [1, 1], [2, 2])
+    alone = Quotas().plan([hog], [], running={1: 4}, waiting={}, concurrency=4,
+                          batch_size=100)
+    assert (alone.held, alone.rows) == ([4], [4])  # alone, it keeps its slots busy
+
+
+def test_share_deals_slots_in_turns_within_each_cap() -> None:
+    """share(): one each in order, then a second each; caps and the total hold."""
+    assert share(5, [16, 16]) == [3, 2]
+    assert share(10, [1, 16, 0]) == [1, 9, 0]
+    assert share(2, [1, 1, 1]) == [1, 1, 0]
+    assert share(0, [3]) == [0]
 
 
 def test_claimed_reports_whether_more_may_be_due() -> None:
     """A claim that got fewer rows than asked means the endpoint is drained."""
     quotas = Quotas()
-    plan = quotas.plan([_ep(1)], running={}, waiting={}, concurrency=16, batch_size=100)
+    plan = quotas.plan([_ep(1)], [], running={}, waiting={}, concurrency=16, batch_size=100)
     assert quotas.claimed(plan, {1: 3}) is False
     assert quotas.claimed(plan, {1: plan.rows[0]}) is True

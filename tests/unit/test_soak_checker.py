@@ -102,3 +102,10 @@ def test_interval_and_window_helpers() -> None:
     assert most_at_once([(0, 2), (1, 3), (1.5, 1.6)]) == 3
     assert busiest_second([0.0, 0.5, 0.99, 1.0, 1.5]) == 3
     assert busiest_second([]) == 0
+
+
+def test_a_starved_delivery_fails_the_report() -> None:
+    """A claimable delivery left unclaimed past the threshold makes the run fail."""
+    report = Report(starved=1)
+    assert not report.ok()
+    assert report.summary()["starved"] == 1

@@ -209,6 +209,64 @@ JOIN used u ON u.endpoint_id = c.endpoint_id
 LEFT JOIN handed h ON h.endpoint_id = c.endpoint_id
 ORDER BY c.endpoint_id, g.grp, c.seq;
 
+-- name: due_endpoints
+-- The endpoints that have due work, for the claim to look at: a claim then
+-- costs what the work costs, however many endpoints exist. A loose index scan
+-- over deliveries_pending, (endpoint_id, next_attempt_at) WHERE pending:
+-- each step is one descent to the first pending row of the next endpoint, and
+-- that row is the endpoint's earliest, so it tells whether anything is due.
+-- Endpoints without pending rows cost nothing; those whose rows all wait
+-- (retries backing off, parked keys) cost one descent each.
+--
+-- The walk starts after %(after)s (the claimer's cursor: the last endpoint it
+-- served) and goes round once, so that endpoints take turns in id order when
+-- more have work than the dispatcher has request slots. It stops after
+-- %(want)s endpoints it may claim for now (enabled, not removed, circuit
+-- closed or due its probe, a rate limit's next turn within the claim's
+-- horizon), or after %(budget)s steps; the last row walked
+-- always comes back, so the claimer can tell a walk cut short by the budget
+-- (visited = budget) and go on from there.
+-- The lateral's UNION ALL ... LIMIT 1 reads its second branch (back to the
+-- lowest endpoint id: the walk's one wrap-around) only when the first finds
+-- nothing above the current endpoint.
+WITH RECURSIVE walk (endpoint_id, lap, visited, found, eligible) AS (
+    SELECT %(after)s::bigint, 0, 0, 0, false
+    UNION ALL
+    SELECT n.endpoint_id, n.lap, w.visited + 1, w.found + n.eligible::int, n.eligible
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT nx.endpoint_id, nx.lap,
+               coalesce(nx.next_attempt_at <= now() AND e.enabled AND e.removed_at IS NULL
+                        AND (e.rate_limit IS NULL
+                             OR s.next_turn <= now() + make_interval(secs => %(horizon)s))
+                        AND (s.circuit = 'closed'
+                             OR (s.circuit = 'open' AND s.opened_at
+                                   + make_interval(secs => e.breaker_cooldown_seconds) <= now())
+                             OR (s.circuit = 'half-open' AND s.probe_until < now())),
+                        false) AS eligible
+        FROM ((SELECT d.endpoint_id, d.next_attempt_at, w.lap
+               FROM outbox.deliveries d
+               WHERE d.state = 'pending' AND d.endpoint_id > w.endpoint_id
+               ORDER BY d.endpoint_id, d.next_attempt_at
+               LIMIT 1)
+              UNION ALL
+              (SELECT d.endpoint_id, d.next_attempt_at, 1
+               FROM outbox.deliveries d
+               WHERE d.state = 'pending' AND w.lap = 0
+               ORDER BY d.endpoint_id, d.next_attempt_at
+               LIMIT 1)
+              LIMIT 1) nx
+        LEFT JOIN outbox.endpoints e ON e.id = nx.endpoint_id
+        LEFT JOIN outbox.endpoint_state s ON s.endpoint_id = nx.endpoint_id
+    ) n
+    WHERE w.found < %(want)s AND w.visited < %(budget)s
+      AND (n.lap = 0 OR n.endpoint_id <= %(after)s)
+)
+SELECT endpoint_id, eligible, visited
+FROM walk
+WHERE visited > 0 AND (eligible OR visited = (SELECT max(visited) FROM walk))
+ORDER BY visited;
+
 -- name: complete
 -- Record the outcomes of finished attempts, many in one statement.
 -- Guarded by lease token and state: a dispatcher whose lease expired (and
@@ -476,14 +534,33 @@ UPDATE outbox.endpoints
 SET enabled = false, disabled_reason = %(reason)s, updated_at = now()
 WHERE id = %(id)s AND removed_at IS NULL;
 
+-- name: endpoints_fingerprint
+-- Whether any live endpoint changed since the last look, in one row: a digest
+-- of every live endpoint's row version (xmin changes with each UPDATE,
+-- however it is made: the outbox command, a migration, SQL by hand). The
+-- dispatcher reloads only when it differs, so that idle dispatchers beside
+-- thousands of endpoints read one row every few seconds, not thousands.
+-- now() comes along for rotated secrets' overlaps, judged on the database clock.
+SELECT coalesce(md5(string_agg(id::text || ':' || xmin::text, ',' ORDER BY id)), ''), now()
+FROM outbox.endpoints
+WHERE removed_at IS NULL;
+
+-- name: endpoint_versions
+-- Every live endpoint's row version, to find those that changed (few columns,
+-- no secrets): only those are loaded again.
+SELECT id, xmin::text
+FROM outbox.endpoints
+WHERE removed_at IS NULL;
+
 -- name: load_endpoints
+-- These endpoints' definitions (those still live), each with its row version.
 -- now() comes along so that the dispatcher judges rotated secrets' overlaps
 -- (previous_secrets' expires_at) on the database clock, never its own.
 SELECT id, name, url, secret, previous_secrets::text, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
-       format, headers::text, enabled, breaker_failures, now()
+       format, headers::text, enabled, breaker_failures, now(), xmin::text
 FROM outbox.endpoints
-WHERE removed_at IS NULL
+WHERE removed_at IS NULL AND id = ANY (%(ids)s::bigint[])
 ORDER BY id;
 
 -- name: ping
