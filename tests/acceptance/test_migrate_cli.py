@@ -48,7 +48,7 @@ def _version_2_database(dsn: str) -> None:
 
 
 def test_check_and_dry_run_change_nothing(empty_dsn: str) -> None:
-    """--check exits 1 and --dry-run 0 while a step is pending, both naming it and changing nothing."""
+    """--check exits 1 and --dry-run 0 while a step is pending; both name it, neither changes."""
     _version_2_database(empty_dsn)
     check = _outbox("migrate", "--check", "--dsn", empty_dsn)
     dry = _outbox("migrate", "--dry-run", "--dsn", empty_dsn)
@@ -84,7 +84,7 @@ def test_blocked_step_exits_one(empty_dsn: str) -> None:
 
 
 def test_inbox_only_database(empty_dsn: str) -> None:
-    """--inbox-only makes the inbox; --check judges that alone; other commands say the outbox is missing."""
+    """--inbox-only: the inbox alone, judged alone by --check; other commands: outbox missing."""
     made = _outbox("migrate", "--inbox-only", "--dsn", empty_dsn)
     assert made.returncode == 0, made.stderr
     for args in (("--check",), ("--check", "--inbox-only")):
