@@ -11,6 +11,7 @@ ahead of the installed package), its dependencies being ours.
 
 from __future__ import annotations
 
+import json
 import lzma
 import re
 import subprocess
@@ -23,6 +24,7 @@ from functools import cache
 from pathlib import Path
 
 from tests.support.cli import clean_environment
+from tests.support.dispatcher import Dispatcher
 
 FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "releases"
 _NAME = re.compile(r"^v(\d+)-([0-9a-f]{7,40})\.tar\.xz$")
@@ -63,12 +65,35 @@ class Release:
         return subprocess.run(self.command(module, *args), cwd=self.sources(), env=env,
                               capture_output=True, text=True, timeout=timeout, check=False)
 
+    def dispatcher(self, dsn: str, *args: str, once: bool = False) -> Dispatcher:
+        """This release's dispatcher (not started), with the tests' quick options."""
+        return Dispatcher(dsn, *args, env={"PYTHONPATH": str(self.sources())}, once=once,
+                          cwd=self.sources())
+
+    def publish(self, dsn: str, events: list[tuple[str, str | None, int]]) -> None:
+        """Publish ``(type, key, n)`` events, payload ``{"n": n}``, one transaction each,
+        through this release's ``outbox.publish``."""
+        result = self.python(_PUBLISH, dsn, json.dumps(events))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip().startswith(str(self.sources())), result.stdout
+
     def python(self, code: str, *args: str, timeout: float = 120,
                ) -> subprocess.CompletedProcess[str]:
         """Run ``code`` with this release's ``outbox`` package importable."""
         return subprocess.run([sys.executable, "-c", code, *args], cwd=self.sources(),
                               env=self.environment(), capture_output=True, text=True,
                               timeout=timeout, check=False)
+
+
+_PUBLISH = """
+import json, sys
+import psycopg, outbox
+with psycopg.connect(sys.argv[1]) as conn:
+    for event_type, key, n in json.loads(sys.argv[2]):
+        outbox.publish(conn, event_type, {"n": n}, key=key)
+        conn.commit()
+print(outbox.__file__)
+"""
 
 
 @cache
