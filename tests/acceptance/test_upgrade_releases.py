@@ -137,7 +137,8 @@ def test_rolling_deploy_beside_the_previous_release(empty_dsn: str, dsn: str,
                     _old(old, target, "status")
         wait_until(lambda: len(endpoints.bodies("/ok")) >= total or None, timeout=60,
                    what=f"{total} deliveries")
-        assert old_dispatcher.process is not None and new_dispatcher.process is not None
+        assert old_dispatcher.process is not None
+        assert new_dispatcher.process is not None
         assert old_dispatcher.process.poll() is None, old_dispatcher.log()
         assert new_dispatcher.process.poll() is None, new_dispatcher.log()
     bodies = endpoints.bodies("/ok")
