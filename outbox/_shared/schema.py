@@ -35,8 +35,10 @@ def outbox_problem(state: SchemaState, needed: int) -> str | None:
     if not state.outbox:
         if state.inbox:
             return ("the outbox is missing: this database holds only the inbox "
-                    "(`outbox migrate --inbox-only`); run `outbox migrate` to add the outbox")
-        return "the outbox schema is missing: run `outbox migrate` first"
+                    f"(`outbox migrate --inbox-only`), version {needed} of the outbox is "
+                    "needed: run `outbox migrate` to add it")
+        return (f"the outbox schema is missing (no version found, version {needed} needed): "
+                "run `outbox migrate` first")
     if state.version < needed:
         return (f"the outbox schema is at version {state.version}, older than version "
                 f"{needed} that this outbox-dispatcher needs: run `outbox migrate`")
