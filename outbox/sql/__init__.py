@@ -113,6 +113,12 @@ def _load() -> dict[QueryName, LiteralString]:
     return cast(dict[QueryName, LiteralString], loaded)
 
 
+def grants_text() -> str:
+    """The packaged grants.sql: the application's and the dispatcher's privileges,
+    with ``{application}`` and ``{dispatcher}`` where their role names go."""
+    return resources.files(__package__).joinpath("grants.sql").read_text("utf-8")
+
+
 def schema_text() -> str:
     """The packaged schema.sql (the root copy is kept identical by a test)."""
     return resources.files(__package__).joinpath("schema.sql").read_text("utf-8")
@@ -179,4 +185,5 @@ queries: dict[QueryName, LiteralString] = _load()
 SCHEMA_VERSION: int = steps()[-1].version
 """The version this package's schema ends at: its last step's (schema.sql records it too)."""
 
-__all__ = ["SCHEMA_VERSION", "QueryName", "Step", "queries", "schema_text", "steps"]
+__all__ = ["SCHEMA_VERSION", "QueryName", "Step", "grants_text", "queries", "schema_text",
+           "steps"]

@@ -31,7 +31,16 @@
 --   check trigger runs per delivery row); retention deletes an event only
 --   once it has no delivery left, which is what the key would have enforced.
 
-CREATE SCHEMA IF NOT EXISTS outbox;
+-- Made only when missing: CREATE SCHEMA IF NOT EXISTS would need CREATE on
+-- the database even when the schema is there, and the operator role may own
+-- a schema made for it beforehand without that right (README, "Roles").
+DO $$
+BEGIN
+    IF to_regnamespace('outbox') IS NULL THEN
+        CREATE SCHEMA outbox;
+    END IF;
+END
+$$;
 
 -- Applied by hand to a database of an earlier version, this file would add
 -- the new tables but not the new columns, and record the new version: refuse.

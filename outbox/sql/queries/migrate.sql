@@ -41,7 +41,13 @@ INSERT INTO outbox.schema_version (version) VALUES (%(version)s) ON CONFLICT DO 
 -- name: version_table
 -- What `outbox migrate --inbox-only` makes before the inbox steps: the
 -- schema and the version bookkeeping, as schema.sql makes them.
-CREATE SCHEMA IF NOT EXISTS outbox;
+DO $$
+BEGIN
+    IF to_regnamespace('outbox') IS NULL THEN
+        CREATE SCHEMA outbox;
+    END IF;
+END
+$$;
 CREATE TABLE IF NOT EXISTS outbox.schema_version (
     version     integer PRIMARY KEY,
     applied_at  timestamptz NOT NULL DEFAULT now()
