@@ -111,8 +111,7 @@ def test_upgrade_keeps_and_delivers_an_old_releases_data(release: Release, empty
 
 def test_rolling_deploy_beside_the_previous_release(empty_dsn: str, dsn: str,
                                                     receiver: Receiver) -> None:
-    """Old and new publishers and dispatchers share the upgraded schema: nothing lost, none twice,
-    key order kept, and the old release's own migrate run afterwards leaves it working."""
+    """Previous release beside the new, its migrate after ours: none lost or twice, in order."""
     old, endpoints = previous(), _Endpoints(receiver)
     target = empty_dsn
     _old(old, target, "migrate")
