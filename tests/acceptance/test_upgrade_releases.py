@@ -120,26 +120,37 @@ def test_rolling_deploy_beside_the_previous_release(empty_dsn: str, dsn: str,
     old.publish(target, [("order.created", f"k{n % 3}", n) for n in range(6)])
     _new(target, "migrate")  # migrate first, then roll the pods
     total = 6
-    with old.dispatcher(target) as old_dispatcher, \
-            Dispatcher(target) as new_dispatcher:
-        with psycopg.connect(target) as conn:
-            for round_ in range(6):
-                start = total
-                old.publish(target, [("order.created", f"k{n % 3}", n)
-                                     for n in range(start, start + 5)])
-                for n in range(start + 5, start + 10):
-                    outbox.publish(conn, "order.created", {"n": n}, key=f"k{n % 3}")
-                    conn.commit()
-                total += 10
-                if round_ == 2:  # a pod not yet replaced starts: its own migrate
-                    assert "up to date" in _old(old, target, "migrate")
-                    _old(old, target, "status")
+
+    def rounds(count: int, conn: psycopg.Connection[Any], *, old_migrate_at: int = -1) -> None:
+        nonlocal total
+        for round_ in range(count):
+            start = total
+            old.publish(target, [("order.created", f"k{n % 3}", n)
+                                 for n in range(start, start + 5)])
+            for n in range(start + 5, start + 10):
+                outbox.publish(conn, "order.created", {"n": n}, key=f"k{n % 3}")
+                conn.commit()
+            total += 10
+            if round_ == old_migrate_at:  # a pod not yet replaced starts: its own migrate
+                assert "up to date" in _old(old, target, "migrate")
+                _old(old, target, "status")
         wait_until(lambda: len(endpoints.bodies("/ok")) >= total or None, timeout=60,
                    what=f"{total} deliveries")
-        assert old_dispatcher.process is not None
-        assert new_dispatcher.process is not None
-        assert old_dispatcher.process.poll() is None, old_dispatcher.log()
-        assert new_dispatcher.process.poll() is None, new_dispatcher.log()
+
+    old_dispatcher = old.dispatcher(target, "--log-level", "debug")
+    new_dispatcher = Dispatcher(target, "--log-level", "debug")
+    with old_dispatcher, psycopg.connect(target) as conn:
+        rounds(1, conn)                            # the old pods alone
+        with new_dispatcher:
+            rounds(4, conn, old_migrate_at=1)      # old and new side by side
+            assert old_dispatcher.stop() == 0, old_dispatcher.log()
+            old_log = old_dispatcher.log()
+            rounds(1, conn)                        # the old pods replaced
+            assert new_dispatcher.process is not None
+            assert new_dispatcher.process.poll() is None, new_dispatcher.log()
+            new_log = new_dispatcher.log()
+    assert "POST [" in old_log  # each delivered some
+    assert "POST [" in new_log
     bodies = endpoints.bodies("/ok")
     ids = [b["id"] for b in bodies]
     assert len(ids) == len(set(ids)) == total  # nothing lost, nothing twice
