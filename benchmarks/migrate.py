@@ -22,6 +22,13 @@ has published (the issue's slow request), a producer publishes one event per
 transaction for ``--seconds``, alone and then while ``migrate()`` runs in a
 loop beside it (a database already current: nothing to do); ``--runs``
 rounds, alone and beside in turn. Reported: median and slowest publish().
+
+**A step behind a long transaction.** With that transaction open, a step
+that needs ``outbox.events`` exclusively (an ADD COLUMN, made up for the
+benchmark) is tried with the default lock timeout and attempts while the
+producer publishes: how long migrate takes to give up, and the slowest
+publish() meanwhile (each failed try holds publishers back for at most the
+lock timeout, then lets them through).
 """
 
 from __future__ import annotations
@@ -39,8 +46,8 @@ from typing import Any
 import psycopg
 
 import outbox
-from outbox.migrate import migrate
-from outbox.sql import queries, steps
+from outbox.migrate import SCHEMA_VERSION, MigrationBlocked, migrate
+from outbox.sql import Step, queries, steps
 from outbox.testing import TemporaryPostgres
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -201,6 +208,28 @@ def noop_part(dsn: str, runs: int, seconds: float) -> None:
         slow.rollback()
 
 
+def blocked_part(dsn: str, runs: int) -> None:
+    """A step that must wait behind a long transaction: how long publish() is held back."""
+    extra = Step(SCHEMA_VERSION + 1, f"{SCHEMA_VERSION + 1:04d}_bench_probe",
+                 "ALTER TABLE outbox.events ADD COLUMN bench_probe text;")
+    print("\n| run | migrate gave up after | publish() meanwhile: median | slowest |")
+    print("| ---: | ---: | ---: | ---: |")
+    for run in range(1, runs + 1):
+        with psycopg.connect(dsn) as slow, psycopg.connect(dsn) as conn:
+            outbox.publish(slow, "bench.slow_request", {"n": 0})  # left open
+            publisher = Publisher(dsn)
+            start = time.perf_counter()
+            try:
+                migrate(conn, available=[*steps(), extra])
+                raise SystemExit("the step should have given up")
+            except MigrationBlocked:
+                took = time.perf_counter() - start
+            latencies = publisher.finish()
+            slow.rollback()
+        print(f"| {run} | {took:.1f} s | {statistics.median(latencies) * 1000:.2f} ms "
+              f"| {max(latencies) * 1000:.0f} ms |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--finished", type=int, default=10_000_000)
@@ -218,6 +247,7 @@ def main() -> None:
         print(f"  {grow(pg.dsn, args.finished, args.pending):.0f} s", flush=True)
         steps_part(pg.dsn, args.runs)
         noop_part(pg.dsn, args.runs, args.seconds)
+        blocked_part(pg.dsn, args.runs)
 
 
 if __name__ == "__main__":
