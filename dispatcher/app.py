@@ -6,7 +6,10 @@ parts talk through :class:`~dispatcher.control.Control` events and the
 methods they are given, never through each other's insides.
 
 Start-up never fails for a database outage: endpoints are loaded with capped
-backoff while ``/healthz`` answers 200 and ``/readyz`` 503. The first SIGTERM
+backoff while ``/healthz`` answers 200 and ``/readyz`` 503. Nor does it
+dispatch against a schema older than it needs: the schema gate waits for
+``outbox migrate`` (``--once`` exits 1 instead, as it does when the server
+refuses its credentials or database). The first SIGTERM
 or SIGINT starts a graceful stop (``dispatcher.shutdown``); a second one
 abandons the grace period.
 """
@@ -33,8 +36,10 @@ from dispatcher.maintenance import Maintenance
 from dispatcher.observe.metrics import Metrics
 from dispatcher.observe.server import HealthServer, dsn_connector
 from dispatcher.registry import Registry
+from dispatcher.schema_gate import SchemaGate, Verdict
 from dispatcher.shutdown import drain
 from outbox import __version__
+from outbox.sql import SCHEMA_VERSION
 
 log = logging.getLogger("dispatcher")
 _ALIVE_AFTER = 60.0  # seconds without a loop turn before /healthz fails
@@ -57,6 +62,7 @@ class Parts:
     claimer: Claimer
     maintenance: Maintenance
     listener: Listener
+    gate: SchemaGate
     databases: tuple[Database, ...]
 
 
@@ -85,8 +91,9 @@ def build(config: DispatcherConfig) -> Parts:
                               leases=leases, control=control)
     listener = Listener(config.dsn, control.wake.set,
                         endpoints_changed=control.endpoints_changed.set)
+    gate = SchemaGate(upkeep_db, health, needed=SCHEMA_VERSION)
     return Parts(config, control, health, metrics, registry, leases, sender, deliverer,
-                 flights, completer, claimer, maintenance, listener,
+                 flights, completer, claimer, maintenance, listener, gate,
                  (claim_db, complete_db, upkeep_db))
 
 
@@ -107,13 +114,19 @@ def _health_server(parts: Parts) -> HealthServer:
     config = parts.config
     return HealthServer(
         parts.metrics, host=config.metrics_host, port=config.metrics_port,
-        is_alive=parts.control.heartbeat.alive, is_ready=lambda: parts.health.db_ok,
+        is_alive=parts.control.heartbeat.alive, is_ready=lambda: parts.health.ready,
         connect=dsn_connector(config.dsn))
 
 
-async def _dispatch(parts: Parts) -> None:
-    """Load endpoints, run the claimer until stopped, drain, record what is left."""
+async def _dispatch(parts: Parts) -> bool:
+    """Wait for a usable schema, load endpoints, run the claimer until stopped, drain,
+    record what is left. False when it could not start (``--once`` only)."""
     config, control = parts.config, parts.control
+    verdict = await parts.gate.wait(control.stopping, once=config.once,
+                                    interval=min(max(config.poll_interval, 0.1), 5.0),
+                                    beat=control.heartbeat.beat)
+    if verdict is not Verdict.READY:
+        return verdict is Verdict.STOPPED
 
     async def load_endpoints() -> None:
         # Each try counts as a beat: waiting out a database that is down at
@@ -144,6 +157,7 @@ async def _dispatch(parts: Parts) -> None:
         for task in (completer, *helpers):
             task.cancel()
         await asyncio.gather(completer, *helpers, return_exceptions=True)
+    return True
 
 
 async def run(config: DispatcherConfig) -> int:
@@ -158,7 +172,7 @@ async def run(config: DispatcherConfig) -> int:
             except OSError as exc:
                 log.error("%s", exc)
                 return 1
-        await _dispatch(parts)
+        started = await _dispatch(parts)
     finally:
         await parts.maintenance.resign()
         await parts.sender.aclose()
@@ -167,4 +181,6 @@ async def run(config: DispatcherConfig) -> int:
         if server is not None:
             await server.stop()
     log.info("stopped")
+    if not started:
+        return 1
     return 1 if config.once and parts.deliverer.dead_lettered else 0

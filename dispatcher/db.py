@@ -4,7 +4,8 @@ Each job of the dispatcher (claiming, recording results, maintenance) owns one
 :class:`Database`: a single autocommit connection, so every statement is its
 own short transaction and no connection ever sits idle in a transaction while
 HTTP requests run. When the server goes away a call raises
-:class:`DatabaseDown`; the caller decides whether to skip a beat or retry
+:class:`DatabaseDown` (:class:`DatabaseRefused` when it refuses us for good,
+a wrong password say); the caller decides whether to skip a beat or retry
 (:func:`retry_until`), and the next call reconnects. :class:`Health` remembers
 whether the database answered last, for ``/readyz``.
 """
@@ -56,12 +57,40 @@ class DatabaseDown(Exception):
     """The database could not be reached or dropped the connection."""
 
 
+class DatabaseRefused(DatabaseDown):
+    """The server answered but refuses us: bad credentials, no such database or role.
+
+    Waiting does not fix these (someone must), so ``--once`` gives up on them
+    at once; a long-running dispatcher keeps retrying, as for an outage, in
+    case a secret is being rotated.
+    """
+
+
+# libpq gives no SQLSTATE for a failed connection, only the server's message:
+# what retrying cannot fix, as PostgreSQL words it (lc_messages in English).
+_REFUSALS = ("authentication failed", "does not exist", "no pg_hba.conf entry",
+             "permission denied for database", "is not permitted to log in",
+             "no password supplied", "password is required")
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether a connection failure is one retrying cannot fix."""
+    text = str(exc)
+    return any(phrase in text for phrase in _REFUSALS)
+
+
 class Health:
     """Whether the database answered the last statement anyone sent."""
 
     def __init__(self) -> None:
         self.db_ok = False
+        self.schema_ok = False  # set by the schema gate once the schema is one we can use
         self._said: str | None = None  # the last state logged, so each change logs once
+
+    @property
+    def ready(self) -> bool:
+        """/readyz: the database answers and its schema is one this dispatcher can use."""
+        return self.db_ok and self.schema_ok
 
     def up(self) -> None:
         if self._said != "up":
@@ -110,6 +139,8 @@ class Database:
             await self.close()
             why = first_line(exc)
             self._health.down(why)
+            if refused(exc):
+                raise DatabaseRefused(why) from exc
             raise DatabaseDown(why) from exc
         self._health.up()
         return rows

@@ -1,45 +1,220 @@
-"""Apply the packaged schema and its numbered upgrade steps, recording the version.
+"""Create the outbox schema, or bring it up to date one numbered step at a time.
 
-``schema.sql`` is idempotent and brings any earlier version up to its own
-(it adds what is missing); a change it cannot express that way (moving data,
-say) is a file ``sql/migrations/NNNN_name.sql`` applied once, in order, in
-one transaction with its version row. A transaction-scoped advisory lock serialises
-concurrent migrators (two pods starting at once).
+A database without the outbox gets ``schema.sql`` (the current shape). One
+of an earlier version gets exactly the steps of ``sql/migrations/`` it
+lacks, in order, each in its own transaction with its version row, so that
+a step that fails leaves the steps before it applied and changes nothing
+itself; the next run goes on from there.
+
+Locks. The state is read first, read-only, from the catalogue and
+``outbox.schema_version`` alone: a database already current is never locked
+(only the advisory lock below is taken, and only when there is work). Each
+step runs under a short ``lock_timeout``: a step waiting for a table lock
+makes every later ``publish()`` queue behind it, so it gives up after a
+fraction of a second, lets them through, and tries again a few times; a step
+that still cannot get its locks raises :class:`MigrationBlocked`.
+
+Concurrent migrators (pods starting at once) take turns on a
+transaction-scoped advisory lock and re-read the state under it, so each
+step runs once.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from outbox.sql import migrations, queries, schema_file_version, schema_text
+from outbox._shared.schema import SchemaState
+from outbox._shared.text import first_line
+from outbox.errors import OutboxError
+from outbox.sql import SCHEMA_VERSION, Step, queries, schema_text, steps
 
-SCHEMA_VERSION = max([schema_file_version(), *(version for version, _ in migrations())])
-"""The version this package's schema ends at."""
+__all__ = ["SCHEMA_VERSION", "MigrationBlocked", "Plan", "migrate", "plan", "read_state"]
+
+LOCK_TIMEOUT = 0.5
+"""Seconds a step waits for one lock before it gives up (and publish() goes on)."""
+LOCK_ATTEMPTS = 5
+"""Tries per step; the pauses between them grow, about 5 s of trying in all."""
 
 
-def migrate(conn: psycopg.Connection[Any]) -> tuple[int, int]:
-    """Bring the database up to :data:`SCHEMA_VERSION`; returns (before, after).
+class MigrationBlocked(OutboxError):
+    """A step could not get its locks: a long transaction holds the tables it changes."""
 
-    Commits on success. Safe to run any number of times, from several
-    processes at once.
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What :func:`migrate` would do to a database in ``state``."""
+
+    state: SchemaState
+    create: bool                 # schema.sql makes the whole outbox
+    steps: tuple[Step, ...]      # then (or instead) these, in order
+    inbox_only: bool
+
+    @property
+    def pending(self) -> bool:
+        return self.create or bool(self.steps)
+
+    def describe(self) -> list[str]:
+        """One line per thing to do, in order."""
+        lines = [f"schema.sql: create the outbox schema at version {SCHEMA_VERSION}"
+                 ] if self.create else []
+        lines += [f"{step.name}: upgrade to version {step.version}" for step in self.steps]
+        return lines
+
+
+def read_state(conn: psycopg.Connection[Any]) -> SchemaState:
+    """The database's schema state; reads the catalogue and outbox.schema_version only."""
+    row = conn.execute(queries["schema_objects"]).fetchone()
+    assert row is not None
+    versions: list[int] = []
+    if row[0]:
+        found = conn.execute(queries["schema_versions"]).fetchone()
+        versions = list(found[0]) if found else []
+    return SchemaState(versions_table=bool(row[0]), outbox=bool(row[1]), inbox=bool(row[2]),
+                       versions=frozenset(versions))
+
+
+def plan(state: SchemaState, *, inbox_only: bool = False,
+         available: Sequence[Step] | None = None) -> Plan:
+    """What brings ``state`` up to date (with ``inbox_only``: its inbox part alone).
+
+    A database that holds the outbox is upgraded whole, its inbox included,
+    even when ``inbox_only`` is asked for: skipping its other steps would
+    leave a version recorded whose steps were not all applied.
     """
+    available = steps() if available is None else tuple(available)
+    if state.outbox:
+        return Plan(state, False, tuple(s for s in available if s.version > state.version),
+                    False)
+    if inbox_only:
+        return Plan(state, False, tuple(s for s in available
+                                        if s.inbox and s.version not in state.versions), True)
+    return Plan(state, True, (), False)
+
+
+def migrate(conn: psycopg.Connection[Any], *, inbox_only: bool = False,
+            lock_timeout: float = LOCK_TIMEOUT, attempts: int = LOCK_ATTEMPTS,
+            available: Sequence[Step] | None = None,
+            on_step: Callable[[str], None] | None = None) -> tuple[int, int]:
+    """Bring the database up to date; returns the versions (before, after).
+
+    ``conn`` must not be in a transaction; every step commits on its own.
+    ``on_step`` is told each thing done as it is done (the lines of
+    :meth:`Plan.describe`). Raises :class:`MigrationBlocked` when a step
+    cannot get its locks in ``attempts`` tries of ``lock_timeout`` seconds.
+    """
+    available = steps() if available is None else tuple(available)
     with conn.transaction():
-        conn.execute(queries["migrate_lock"])
-        before = _current_version(conn)
-        conn.execute(schema_text().encode())
-        for version, sql in migrations():
-            if version > max(before, schema_file_version()):
-                conn.execute(sql.encode())
-                conn.execute(queries["record_version"], {"version": version})
-        after = _current_version(conn)
+        todo = plan(read_state(conn), inbox_only=inbox_only, available=available)
+    # The outbox's version; an inbox-only database has none until it gets the outbox.
+    before = todo.state.version if todo.state.outbox or todo.inbox_only else 0
+    if not todo.pending:
+        return before, before
+    runner = _Runner(conn, lock_timeout, attempts)
+    if todo.create:
+        if runner.run(None, inbox_only=False) and on_step:
+            on_step(todo.describe()[0])
+        # Another migrator may have been first; its steps are the same as ours.
+        with conn.transaction():
+            todo = plan(read_state(conn), available=available)
+    for step in todo.steps:
+        if runner.run(step, inbox_only=todo.inbox_only) and on_step:
+            on_step(f"{step.name}: upgraded to version {step.version}")
+    with conn.transaction():
+        after = read_state(conn).version
     return before, after
 
 
-def _current_version(conn: psycopg.Connection[Any]) -> int:
-    exists = conn.execute(queries["schema_exists"]).fetchone()
-    if not exists or not exists[0]:
-        return 0
-    row = conn.execute(queries["schema_version"]).fetchone()
-    return int(row[0]) if row else 0
+class _Runner:
+    """Applies one step (None: schema.sql) with its version row, retrying lock timeouts."""
+
+    def __init__(self, conn: psycopg.Connection[Any], lock_timeout: float,
+                 attempts: int) -> None:
+        self._conn = conn
+        self._timeout = f"{max(1, round(lock_timeout * 1000))}ms"
+        self._pause = lock_timeout
+        self._attempts = max(1, attempts)
+
+    def run(self, step: Step | None, *, inbox_only: bool) -> bool:
+        """Apply ``step`` unless another migrator did; True when this call applied it."""
+        last: psycopg.errors.LockNotAvailable | None = None
+        for attempt in range(1, self._attempts + 1):
+            try:
+                if step is None or step.transactional:
+                    return self._in_transaction(step, inbox_only)
+                return self._outside_transaction(step)
+            except psycopg.errors.LockNotAvailable as exc:
+                last = exc
+                if attempt < self._attempts:
+                    time.sleep(self._pause * attempt)
+        what = "schema.sql" if step is None else step.name
+        why = first_line(last) if last else "lock timeout"
+        raise MigrationBlocked(
+            f"{what}: could not get its locks in {self._attempts} tries of "
+            f"{self._timeout} each (a long transaction holds a table it changes: {why}); "
+            f"the steps before it are applied, this one changed nothing: "
+            f"run `outbox migrate` again") from last
+
+    def _done(self, step: Step | None) -> bool:
+        state = read_state(self._conn)
+        if step is None:
+            return state.outbox
+        if state.outbox:
+            return state.version >= step.version
+        return step.version in state.versions
+
+    def _in_transaction(self, step: Step | None, inbox_only: bool) -> bool:
+        conn = self._conn
+        with conn.transaction():
+            conn.execute(queries["migrate_lock"])
+            if self._done(step):
+                return False
+            conn.execute(queries["set_lock_timeout"],
+                         {"lock_timeout": self._timeout, "local": True})
+            if step is None:
+                conn.execute(schema_text().encode())  # records its version itself
+                return True
+            if inbox_only:
+                conn.execute(queries["version_table"])
+            conn.execute(step.sql.encode())
+            conn.execute(queries["record_version"], {"version": step.version})
+        return True
+
+    def _outside_transaction(self, step: Step) -> bool:
+        conn = self._conn
+        conn.autocommit = True
+        try:
+            conn.execute(queries["migrate_session_lock"])
+            try:
+                if self._done(step):
+                    return False
+                conn.execute(queries["set_lock_timeout"],
+                             {"lock_timeout": self._timeout, "local": False})
+                for statement in _statements(step.sql):
+                    conn.execute(statement.encode())
+                conn.execute(queries["record_version"], {"version": step.version})
+                return True
+            finally:
+                conn.execute("RESET lock_timeout")
+                conn.execute(queries["migrate_session_unlock"])
+        finally:
+            conn.autocommit = False
+
+
+def _statements(text: str) -> list[str]:
+    """A no-transaction step's statements: each ends with ``;`` at the end of a line."""
+    found, current = [], []
+    for line in text.splitlines():
+        current.append(line)
+        if line.rstrip().endswith(";"):
+            statement = "\n".join(current).strip()
+            current = []
+            if any(not part.strip().startswith("--") for part in statement.splitlines()
+                   if part.strip()):
+                found.append(statement)
+    return found
+

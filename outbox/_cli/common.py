@@ -15,7 +15,9 @@ from typing import Any
 import psycopg
 
 from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn, server_options
+from outbox._shared.schema import outbox_problem
 from outbox._shared.text import first_line
+from outbox.sql import SCHEMA_VERSION
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -35,8 +37,15 @@ def add_dsn_option(parser: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def connect(args: argparse.Namespace) -> Iterator[psycopg.Connection[Any]]:
-    """A connection for one command; a database that cannot be reached is exit 1."""
+def connect(args: argparse.Namespace, *, needs: str | None = "outbox",
+            ) -> Iterator[psycopg.Connection[Any]]:
+    """A connection for one command; a database that cannot be reached is exit 1.
+
+    ``needs="outbox"``: the outbox schema must be there at this package's
+    version or newer, else exit 1 with what was found and ``outbox migrate``
+    (nothing is locked for the check: it reads the catalogue and
+    ``outbox.schema_version``). ``None``: no check (``outbox migrate``).
+    """
     dsn = resolve_dsn(getattr(args, "dsn", None))
     try:
         check_dsn(dsn)
@@ -50,9 +59,20 @@ def connect(args: argparse.Namespace) -> Iterator[psycopg.Connection[Any]]:
         raise CommandFailed(f"cannot connect to the database: {first_line(exc)}") from exc
     try:
         with conn:
+            if needs == "outbox":
+                _check_schema(conn)
             yield conn
     except psycopg.errors.UndefinedTable as exc:
         raise CommandFailed("the outbox schema is missing: run `outbox migrate` first") from exc
+
+
+def _check_schema(conn: psycopg.Connection[Any]) -> None:
+    from outbox.migrate import read_state
+
+    with conn.transaction():
+        problem = outbox_problem(read_state(conn), SCHEMA_VERSION)
+    if problem is not None:
+        raise CommandFailed(problem)
 
 
 def print_json(value: Any) -> None:

