@@ -102,7 +102,7 @@ class Verifier:
 
     __slots__ = ("_keys", "_tolerance")
 
-    def __init__(self, secrets: str | Iterable[str], *,
+    def __init__(self, secrets: str | Iterable[str],
                  tolerance: timedelta = DEFAULT_TOLERANCE) -> None:
         listed = [secrets] if isinstance(secrets, str) else list(secrets)
         if not listed:
