@@ -13,7 +13,7 @@ import json
 import uuid
 from typing import Any
 
-from outbox._publish import _sync_executor
+from outbox._publish import _sync_executor, _values
 from outbox.sql import queries
 
 _COLUMNS = ("id", "type", "key", "payload", "headers", "idempotency_key", "created_at")
@@ -33,7 +33,7 @@ def published_events(conn: Any, type: str | None = None) -> list[dict[str, Any]]
     rows = execute(queries["testing_published_events"], {"type": type})
     events = []
     for row in rows:
-        event = dict(zip(_COLUMNS, list(row), strict=True))
+        event = dict(zip(_COLUMNS, list(_values(row)), strict=True))
         event["id"] = uuid.UUID(str(event["id"]))
         event["payload"] = _parsed(event["payload"])
         event["headers"] = _parsed(event["headers"])
