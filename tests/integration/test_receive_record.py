@@ -34,7 +34,7 @@ def first(handle: Handle, event_id: str, consumer: str = "default") -> bool:
 @pytest.mark.parametrize("kind", KINDS, ids=[k.__name__ for k in KINDS])
 def test_first_time_lives_and_dies_with_the_callers_transaction(
         kind: Callable[[str], Any], dsn: str) -> None:
-    """Through every kind publish() takes: True once, False after; rollback forgets, commit keeps."""
+    """Through every kind publish() takes: True once, then False; rollback forgets, commit keeps."""
     event_id = str(uuid.uuid4())
     with kind(dsn) as handle:
         assert first(handle, event_id) is True
@@ -91,7 +91,7 @@ def holder(dsn: str) -> Iterator[psycopg.Connection[Any]]:
 @pytest.mark.parametrize(("ending", "expected"), [("commit", False), ("rollback", True)])
 def test_a_concurrent_record_is_waited_for(
         dsn: str, holder: psycopg.Connection[Any], ending: str, expected: bool) -> None:
-    """Two transactions record one id at once: the second waits; commit -> False, rollback -> True."""
+    """Two transactions record one id at once: the second waits; commit: False, rollback: True."""
     event_id = str(uuid.uuid4())
     assert receive.first_time(holder, event_id) is True
     contender = Contender(dsn, event_id)
@@ -145,5 +145,5 @@ def test_a_database_without_the_inbox_says_so(empty_dsn: str) -> None:
         async with await psycopg.AsyncConnection.connect(empty_dsn) as aconn:
             await receive.afirst_time(aconn, "e")
 
-    with pytest.raises(SchemaMissing, match="outbox.inbox"):
+    with pytest.raises(SchemaMissing, match=r"outbox\.inbox"):
         asyncio.run(attempt())
