@@ -13,18 +13,7 @@ import pytest
 from outbox import receive
 from outbox.retention import apurge
 from tests.support.cli import run_outbox
-
-# The DDL of the inbox as the migration creates it, and nothing else of the outbox.
-INBOX_ONLY = """
-CREATE SCHEMA IF NOT EXISTS outbox;
-CREATE TABLE IF NOT EXISTS outbox.inbox (
-    consumer      text NOT NULL,
-    event_id      text NOT NULL,
-    processed_at  timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (consumer, event_id)
-);
-CREATE INDEX IF NOT EXISTS inbox_processed_at ON outbox.inbox (processed_at);
-"""
+from tests.support.receiving import INBOX_ONLY
 
 
 def record(dsn: str, *ids: str, days_ago: int = 0, consumer: str = "default") -> None:
