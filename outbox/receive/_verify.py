@@ -148,7 +148,7 @@ class Verifier:
             version, _, encoded = part.partition(",")
             if version == "v1":
                 try:
-                    digests.append(base64.b64decode(encoded, validate=True))
+                    digests.append(binascii.a2b_base64(encoded, strict_mode=True))
                 except (binascii.Error, ValueError):
                     continue
         if not digests:
@@ -206,13 +206,13 @@ def _text(obj: dict[str, Any], name: str, where: str) -> str:
     return value
 
 
-def _time(value: str, where: str) -> datetime:
+def _time(value: str, where: str, name: str = "") -> datetime:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise InvalidDelivery(f"{where} is not an RFC 3339 time") from None
+        raise InvalidDelivery(f"{where}{name} is not an RFC 3339 time") from None
     if moment.tzinfo is None:
-        raise InvalidDelivery(f"{where} has no time zone offset")
+        raise InvalidDelivery(f"{where}{name} has no time zone offset")
     return moment
 
 
@@ -230,7 +230,7 @@ def _webhook(obj: Any, where: str) -> Received:
         raise InvalidDelivery(f"{where}: 'data' is missing")
     return Received(id=_text(obj, "id", where), type=_text(obj, "type", where),
                     key=_optional_key(obj, "key", where), data=obj["data"],
-                    time=_time(_text(obj, "timestamp", where), f"{where}: 'timestamp'"))
+                    time=_time(_text(obj, "timestamp", where), where, ": 'timestamp'"))
 
 
 def _structured(obj: Any, where: str) -> Received:
@@ -240,7 +240,7 @@ def _structured(obj: Any, where: str) -> Received:
         raise InvalidDelivery(f"{where}: 'specversion' is not '1.0'")
     return Received(id=_text(obj, "id", where), type=_text(obj, "type", where),
                     key=_optional_key(obj, "subject", where), data=obj.get("data"),
-                    time=_time(_text(obj, "time", where), f"{where}: 'time'"))
+                    time=_time(_text(obj, "time", where), where, ": 'time'"))
 
 
 def _binary(headers: Headers, body: bytes, msg_id: str) -> Received:
