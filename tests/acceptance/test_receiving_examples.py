@@ -13,9 +13,11 @@ import httpx
 import psycopg
 import pytest
 
+import outbox
 from outbox._shared.wire import sign
 from outbox.testing import signed_batch, signed_request
 from tests.support.receiving import EXAMPLES, effects, load_example, serve_asgi, serve_wsgi
+from tests.support.resilience import Fleet, add_endpoint, all_delivered, wait_until
 
 SECRET = "whsec_" + base64.b64encode(b"the receiver's secret, 32 bytes!").decode()
 OLD = "whsec_" + base64.b64encode(b"the previous secret, 32 bytes!!!").decode()
@@ -121,3 +123,22 @@ def test_a_failure_is_5xx_and_rolls_back_so_the_retry_does_the_work(
     assert post(url, request.headers, request.body) == 204
     assert effects(receiver_db, table) == [(5, request.events[0].id)]
     assert inbox(receiver_db) == [(consumer, request.events[0].id)]
+
+
+@pytest.mark.parametrize(("fmt", "max_batch"), [("standard-webhooks", 1), ("cloudevents", 1),
+                                                ("standard-webhooks", 10), ("cloudevents", 10)])
+def test_the_real_dispatcher_delivers_to_the_examples_in_every_format(
+        app: tuple[str, str, str], receiver_db: str, dsn: str, fleet: Fleet,
+        fmt: str, max_batch: int) -> None:
+    """The dispatcher's own requests, single or batched, either format: each order once."""
+    url, table, consumer = app
+    add_endpoint(dsn, url, secret=OLD, format=fmt, max_batch=max_batch)
+    with psycopg.connect(dsn) as conn:
+        ids = [str(i) for i in outbox.publish_many(conn, [
+            outbox.Event("order.created", {"order_id": n}, key="caf\u00e9 %" if n % 2 else None)
+            for n in range(1, 8)])]
+        conn.commit()
+    fleet.start()
+    wait_until(lambda: all_delivered(dsn, 7), 30, "every event delivered")
+    assert effects(receiver_db, table) == [(n, i) for n, i in enumerate(ids, 1)]
+    assert sorted(inbox(receiver_db)) == sorted((consumer, i) for i in ids)
