@@ -4,9 +4,12 @@
 
 The event exists exactly when the caller's transaction commits; the
 ``outbox-dispatcher`` sidecar then delivers it over HTTP to every endpoint
-subscribed to its type, at least once.
+subscribed to its type, at least once. On the receiving side,
+:mod:`outbox.receive` verifies a delivery and records, in the receiver's own
+transaction, that its work was done once.
 """
 
+from outbox import receive
 from outbox._event import MAX_PAYLOAD_BYTES, Event
 from outbox._publish import apublish, apublish_many, publish, publish_many
 from outbox.errors import (
@@ -48,4 +51,5 @@ __all__ = [
     "apublish_many",
     "publish",
     "publish_many",
+    "receive",
 ]

@@ -130,8 +130,11 @@ def _check_paramstyle(sa_conn: Any) -> None:
             "postgresql+psycopg:// (or postgresql+psycopg2:// for synchronous code)")
 
 
-def _sync_executor(conn: Any) -> SyncExecute:
-    """An executor for whatever synchronous connection-like object the caller holds."""
+def _sync_executor(conn: Any, verb: str = "publish") -> SyncExecute:
+    """An executor for whatever synchronous connection-like object the caller holds.
+
+    ``verb`` names the caller's function in the error for an unknown kind.
+    """
     given = conn
     if isinstance(conn, psycopg.Cursor):  # any psycopg cursor: use its connection
         conn = conn.connection
@@ -170,11 +173,11 @@ def _sync_executor(conn: Any) -> SyncExecute:
                 cur.close()
         return execute_dbapi
     raise TypeError(
-        f"cannot publish through a {type(given).__name__}: pass a psycopg connection or "
+        f"cannot {verb} through a {type(given).__name__}: pass a psycopg connection or "
         "cursor, a SQLAlchemy Connection or Session, or a DB-API 2 connection")
 
 
-async def _async_executor(conn: Any) -> AsyncExecute:
+async def _async_executor(conn: Any, verb: str = "apublish") -> AsyncExecute:
     """An executor for an async connection (SQLAlchemy sessions must be awaited first)."""
     given = conn
     if isinstance(conn, psycopg.AsyncCursor):
@@ -198,7 +201,7 @@ async def _async_executor(conn: Any) -> AsyncExecute:
             return list(result.fetchall())
         return execute_sqlalchemy
     raise TypeError(
-        f"cannot apublish through a {type(given).__name__}: pass a psycopg "
+        f"cannot {verb} through a {type(given).__name__}: pass a psycopg "
         "AsyncConnection or AsyncCursor, or a SQLAlchemy AsyncConnection or AsyncSession")
 
 

@@ -11,7 +11,9 @@
     │   └── EndpointExists          a live endpoint already has that name
     ├── EndpointNotFound (LookupError)  no live endpoint has that name
     ├── EndpointBusy                removal refused: undelivered deliveries remain
-    └── EventsNotFound (LookupError)  replay named event ids the database does not hold
+    ├── EventsNotFound (LookupError)  replay named event ids the database does not hold
+    ├── InvalidSignature            receiving: no or wrong signature, timestamp out of tolerance
+    └── InvalidDelivery             receiving: signed, but not a delivery of either format
 
 Input errors are raised before any SQL runs, so the caller's transaction is
 untouched and can still commit its other work. Driver errors raised while
@@ -121,3 +123,19 @@ class EventsNotFound(OutboxError, LookupError):
         noun = "event" if len(missing) == 1 else "events"
         super().__init__(f"no {noun} with id {shown}; nothing was replayed")
         self.missing = list(missing)
+
+
+class InvalidSignature(OutboxError):
+    """A request did not prove it comes from the dispatcher (``outbox.receive``).
+
+    No or wrong ``webhook-signature``, missing ``webhook-id`` or
+    ``webhook-timestamp``, or a timestamp outside the tolerance. A receiver
+    answers 401. The message names the check that failed, never a secret.
+    """
+
+
+class InvalidDelivery(OutboxError):
+    """A correctly signed request whose body or headers are not a delivery of either format.
+
+    A receiver answers 400 (a 4xx: the dispatcher dead-letters it at once).
+    """

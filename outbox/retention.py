@@ -14,6 +14,12 @@ large purge never holds many row locks or an old snapshot (which would keep
 VACUUM from cleaning up behind the dispatchers). The cutoff is read once from
 the database clock.
 
+With ``inbox=True`` (``outbox purge``; never the dispatcher's ``--retention``)
+the receiving side's records (``outbox.inbox``, see ``outbox.receive``)
+processed before the cutoff go too. A receiver's own database may hold only
+that table (``outbox migrate --inbox-only``): each half is purged when its
+tables exist.
+
 As with publish, one pure core (:func:`_plan`, a generator yielding the
 statements of each transaction and receiving the rows of the last one)
 drives a sync shell (:func:`purge`) and an async one (:func:`apurge`).
@@ -30,7 +36,7 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg.rows import tuple_row
 
-from outbox.errors import OutboxError
+from outbox.errors import OutboxError, SchemaMissing
 from outbox.sql import queries
 
 DEFAULT_BATCH_SIZE = 1000
@@ -48,6 +54,8 @@ class PurgeResult:
     """Delivered deliveries deleted."""
     events: int
     """Events deleted."""
+    inbox: int = 0
+    """Inbox records (processed event ids) deleted."""
 
 
 def uuid7_floor(moment: datetime) -> uuid.UUID:
@@ -56,8 +64,23 @@ def uuid7_floor(moment: datetime) -> uuid.UUID:
     return uuid.UUID(int=(ms & 0xFFFF_FFFF_FFFF) << 80)
 
 
-def _plan(older_than: timedelta, batch_size: int) -> Plan:
+def _plan(older_than: timedelta, batch_size: int, inbox: bool) -> Plan:
     """The transactions of one purge, one list of statements per transaction."""
+    rows = yield [(queries["purge_tables"], {"older_than": older_than})]
+    has_events, has_inbox, inbox_cutoff = rows[0]
+    if not has_events and not has_inbox:
+        raise SchemaMissing("the outbox schema is missing: run `outbox migrate` first")
+    records = 0
+    if inbox and has_inbox:
+        while True:
+            rows = yield [(queries["inbox_purge_batch"],
+                           {"cutoff": inbox_cutoff, "batch_size": batch_size})]
+            deleted = int(rows[0][0])
+            records += deleted
+            if deleted < batch_size:
+                break
+    if not has_events:
+        return PurgeResult(deliveries=0, events=0, inbox=records)
     rows = yield [(queries["purge_start"], {"older_than": older_than})]
     cutoff, endpoint_ids = rows[0]
     base = {"cutoff": cutoff, "batch_size": batch_size}
@@ -80,7 +103,7 @@ def _plan(older_than: timedelta, batch_size: int) -> Plan:
         scanned, last_id, deleted = rows[0]
         events += int(deleted)
         if scanned < batch_size:
-            return PurgeResult(deliveries=deliveries, events=events)
+            return PurgeResult(deliveries=deliveries, events=events, inbox=records)
         cursor["after"] = last_id
 
 
@@ -99,14 +122,15 @@ def _idle(status: psycopg.pq.TransactionStatus) -> None:
 
 
 def purge(conn: psycopg.Connection[Any], older_than: timedelta,
-          batch_size: int = DEFAULT_BATCH_SIZE) -> PurgeResult:
+          batch_size: int = DEFAULT_BATCH_SIZE, *, inbox: bool = False) -> PurgeResult:
     """Delete delivered deliveries and unneeded events older than ``older_than``.
 
-    Commits after each batch; the connection must not be inside a transaction.
+    ``inbox``: inbox records processed before then too. Commits after each
+    batch; the connection must not be inside a transaction.
     """
     _check(older_than, batch_size)
     _idle(conn.info.transaction_status)
-    plan = _plan(older_than, batch_size)
+    plan = _plan(older_than, batch_size, inbox)
     try:
         unit = next(plan)
         while True:
@@ -120,11 +144,11 @@ def purge(conn: psycopg.Connection[Any], older_than: timedelta,
 
 
 async def apurge(conn: psycopg.AsyncConnection[Any], older_than: timedelta,
-                 batch_size: int = DEFAULT_BATCH_SIZE) -> PurgeResult:
+                 batch_size: int = DEFAULT_BATCH_SIZE, *, inbox: bool = False) -> PurgeResult:
     """:func:`purge` for an ``AsyncConnection``."""
     _check(older_than, batch_size)
     _idle(conn.info.transaction_status)
-    plan = _plan(older_than, batch_size)
+    plan = _plan(older_than, batch_size, inbox)
     try:
         unit = next(plan)
         while True:

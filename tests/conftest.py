@@ -22,7 +22,7 @@ from outbox.migrate import migrate
 from outbox.testing import Receiver, TemporaryPostgres
 
 # Fixtures shared by several test modules, kept beside their helpers.
-pytest_plugins = ["tests.support.resilience", "tests.support.faults"]
+pytest_plugins = ["tests.support.resilience", "tests.support.faults", "tests.support.receiving"]
 
 # The property tests draw the same cases on every run, so that CI's verdict on a
 # commit is the commit's, not the draw's. HYPOTHESIS_PROFILE=explore draws anew

@@ -1,126 +1,18 @@
-"""The wire format: events to request headers and body, signed per Standard Webhooks.
+"""The wire format for an endpoint: its events to request headers and body, signed.
 
-Pure and on the hot path: no I/O, no clock of its own (the attempt's ``now`` is
-passed in) and no ``json.loads``. The payload is JSON text stored byte for byte
-at publish time, so the envelope is spliced around it as bytes; re-serialising
-it would cost time and could change what the producer wrote.
-
-Choices the contract leaves open, documented in the README:
-
-- An endpoint with ``max_batch > 1`` always gets an array, even of one event,
-  so that a receiver that opted into batches sees one body shape. Its
-  ``webhook-id`` is ``batch_`` and a hash of the sorted event ids: the same on
-  every retry of the same events, and free of ``.`` as the spec requires.
-- CloudEvents ``source`` is the constant ``/outbox-dispatcher``.
-- A batch carries only the event headers that every event in it has with the
-  same value; the others are left out.
-- Custom headers (endpoint and event, the event winning on the same name) never
-  replace a header this module writes: those are dropped from the custom set.
+The format itself lives in ``outbox._shared.wire``, shared with the receiving
+side (``outbox.receive``, ``outbox.testing.signed_request``) so that what the
+dispatcher sends and what a receiver checks cannot drift apart; this module
+applies an endpoint's settings to it. Pure: the attempt's ``now`` is passed in.
 """
 
 from __future__ import annotations
 
-import base64
-import functools
-import hashlib
-import hmac
-import json
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Final
-from urllib.parse import quote
+from collections.abc import Sequence
+from datetime import datetime
 
 from dispatcher.policy.model import Endpoint, EventData
-from outbox._shared.headers import is_reserved
-
-CLOUDEVENTS_SOURCE: Final = "/outbox-dispatcher"
-"""The CloudEvents ``source`` attribute of every event."""
-
-_JSON: Final = ("content-type", "application/json")
-_CE_BATCH: Final = ("content-type", "application/cloudevents-batch+json")
-_CE_SPECVERSION: Final = ("ce-specversion", "1.0")
-_CE_SOURCE: Final = ("ce-source", CLOUDEVENTS_SOURCE)
-_CE_PREFIX: Final = '{"specversion":"1.0","id":"'
-_CE_MIDDLE: Final = '","source":' + json.dumps(CLOUDEVENTS_SOURCE) + ',"type":'
-# CloudEvents HTTP binding 3.1.3.2: printable ASCII except space, '"' and '%'
-# goes into a ce- header as is; everything else is percent-encoded.
-_CE_SAFE: Final = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in ' "%')
-
-
-def sign(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
-    """``v1,<base64 HMAC-SHA256>`` of ``"{msg_id}.{timestamp}.{body}"`` under ``key``."""
-    return _sign_content(key, _signed_content(msg_id, timestamp, body))
-
-
-def _signed_content(msg_id: str, timestamp: int, body: bytes) -> bytes:
-    return b"%s.%d.%s" % (msg_id.encode(), timestamp, body)
-
-
-@functools.lru_cache(maxsize=256)
-def _keyed_hmac(key: bytes) -> hmac.HMAC:
-    # The key schedule (padding, inner and outer hash states) done once per key;
-    # copying it is cheaper than hmac.new() on every request.
-    return hmac.new(key, digestmod=hashlib.sha256)
-
-
-def _sign_content(key: bytes, content: bytes) -> str:
-    mac = _keyed_hmac(key).copy()
-    mac.update(content)
-    return "v1," + base64.b64encode(mac.digest()).decode("ascii")
-
-
-def batch_id(events: Iterable[EventData]) -> str:
-    """The ``webhook-id`` of a batch: the same for the same events in any order."""
-    ids = sorted(str(event.id) for event in events)
-    return "batch_" + hashlib.sha256(",".join(ids).encode()).hexdigest()[:32]
-
-
-def rfc3339(moment: datetime) -> str:
-    """``moment`` in UTC as RFC 3339 with microseconds and ``Z`` (naive means UTC)."""
-    if moment.utcoffset():
-        moment = moment.astimezone(UTC)
-    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-
-
-def _webhook_body(event: EventData) -> str:
-    key = "null" if event.key is None else json.dumps(event.key)
-    return (
-        f'{{"id":"{event.id}","type":{json.dumps(event.type)},'
-        f'"timestamp":"{rfc3339(event.created_at)}","key":{key},"data":{event.payload}}}'
-    )
-
-
-def _structured_cloudevent(event: EventData) -> str:
-    subject = "" if event.key is None else ',"subject":' + json.dumps(event.key)
-    return (
-        f"{_CE_PREFIX}{event.id}{_CE_MIDDLE}{json.dumps(event.type)},"
-        f'"time":"{rfc3339(event.created_at)}"{subject},'
-        f'"datacontenttype":"application/json","data":{event.payload}}}'
-    )
-
-
-def _custom_headers(
-    endpoint_headers: Mapping[str, str], event_headers: Mapping[str, str]
-) -> list[tuple[str, str]]:
-    merged: dict[str, str] = {}
-    for source in (endpoint_headers, event_headers):  # later wins
-        for name, value in source.items():
-            lowered = name.lower()
-            if is_reserved(lowered):
-                continue
-            merged[lowered] = value
-    return list(merged.items())
-
-
-def _common_headers(events: Sequence[EventData]) -> Mapping[str, str]:
-    first, *rest = events
-    if not first.headers:
-        return first.headers
-    common = {name.lower(): value for name, value in first.headers.items()}
-    for event in rest:
-        other = {name.lower(): value for name, value in event.headers.items()}
-        common = {name: value for name, value in common.items() if other.get(name) == value}
-    return common
+from outbox._shared.wire import CLOUDEVENTS_SOURCE, batch_id, encode_request, rfc3339, sign
 
 
 def encode(
@@ -136,36 +28,9 @@ def encode(
     batched = endpoint.max_batch > 1
     if len(events) > 1 and not batched:
         raise ValueError(f"endpoint {endpoint.name!r} takes one event per request")
-    cloudevents = endpoint.format == "cloudevents"
-    headers: list[tuple[str, str]]
-    if batched:
-        msg_id = batch_id(events)
-        part = _structured_cloudevent if cloudevents else _webhook_body
-        body = ("[" + ",".join(part(event) for event in events) + "]").encode()
-        headers = [_CE_BATCH if cloudevents else _JSON]
-        event_headers = _common_headers(events)
-    else:
-        event = events[0]
-        msg_id = str(event.id)
-        event_headers = event.headers
-        if cloudevents:
-            body = event.payload.encode()
-            headers = [
-                _JSON, _CE_SPECVERSION, ("ce-id", msg_id), ("ce-type", event.type),
-                _CE_SOURCE, ("ce-time", rfc3339(event.created_at)),
-            ]
-            if event.key is not None:
-                headers.append(("ce-subject", quote(event.key, safe=_CE_SAFE)))
-        else:
-            body = _webhook_body(event).encode()
-            headers = [_JSON]
-    if endpoint.keys or not cloudevents:
-        timestamp = int(now.timestamp())
-        headers.append(("webhook-id", msg_id))
-        headers.append(("webhook-timestamp", str(timestamp)))
-        if endpoint.keys:
-            content = _signed_content(msg_id, timestamp, body)
-            signatures = " ".join(_sign_content(key, content) for key in endpoint.keys)
-            headers.append(("webhook-signature", signatures))
-    headers.extend(_custom_headers(endpoint.headers, event_headers))
-    return headers, body
+    return encode_request(events, now, keys=endpoint.keys,
+                          cloudevents=endpoint.format == "cloudevents", batched=batched,
+                          endpoint_headers=endpoint.headers)
+
+
+__all__ = ["CLOUDEVENTS_SOURCE", "batch_id", "encode", "rfc3339", "sign"]

@@ -108,7 +108,9 @@ def _print_summary(s: Summary) -> None:
     rows = [
         ("delivered", f"{ep.accepted} of {s.total} events arrived"
          f"{f', {missing} missing' if missing else ''} (the dispatcher recorded "
-         f"{s.recorded_delivered} as delivered; {ep.duplicates} duplicates)"),
+         f"{s.recorded_delivered} as delivered)"),
+        ("duplicates", f"{ep.duplicates} deliveries arrived again and were absorbed by "
+         f"first_time; demo_shipments holds {s.shipments} shipments"),
         ("retried", f"{ep.retries} attempts beyond the first ({ep.answered_503} answered 503, "
          f"{ep.timed_out} timed out)"),
         ("dead-lettered", str(s.dead)),

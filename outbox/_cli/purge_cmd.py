@@ -21,11 +21,15 @@ def duration(text: str) -> timedelta:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
-        "purge", help="delete delivered deliveries and events older than a duration",
+        "purge", help="delete delivered deliveries, events and inbox records older than a "
+        "duration",
         description="Delete delivered deliveries finished more than DURATION ago, then events "
         "created more than DURATION ago that have no delivery left (old unrouted events "
-        "included). Pending and in-flight deliveries and dead letters, and their events, are "
-        "kept. Works in small batches, each its own short transaction.")
+        "included), and inbox records (event ids a receiver processed) older than DURATION: "
+        "a delivery of such an event that arrives later is processed again. Pending and "
+        "in-flight deliveries and dead letters, and their events, are kept. On a receiver's "
+        "own database (outbox migrate --inbox-only) only the inbox is purged. Works in small "
+        "batches, each its own short transaction.")
     parser.add_argument("--older-than", type=duration, required=True, metavar="DURATION",
                         help="age to keep, such as 7d or 12h")
     common.add_dsn_option(parser)
@@ -34,8 +38,10 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
-        result = retention.purge(conn, args.older_than)
+        result = retention.purge(conn, args.older_than, inbox=True)
     deliveries = "delivery" if result.deliveries == 1 else "deliveries"
     events = "event" if result.events == 1 else "events"
-    print(f"purged {result.deliveries} delivered {deliveries} and {result.events} {events}")
+    records = "inbox record" if result.inbox == 1 else "inbox records"
+    print(f"purged {result.deliveries} delivered {deliveries}, {result.events} {events} "
+          f"and {result.inbox} {records}")
     return common.EXIT_OK

@@ -220,12 +220,12 @@ def test_purge_deletes_old_delivered_and_keeps_dead_and_pending(
     aged = {name: age_event(conn, event, days=8) for name, event in scene.items()}
     result = outbox(dsn, "purge", "--older-than", "7d")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "purged 1 delivered delivery and 2 events"
+    assert result.stdout.strip() == "purged 1 delivered delivery, 2 events and 0 inbox records"
     assert count(conn, "events") == 3
     assert [d[1] for d in deliveries(conn, aged["dead"])] == ["dead"]
     assert [d[1] for d in deliveries(conn, aged["pending"])] == ["pending"]
     again = outbox(dsn, "purge", "--older-than", "7d")
-    assert again.stdout.strip() == "purged 0 delivered deliveries and 0 events"
+    assert again.stdout.strip() == "purged 0 delivered deliveries, 0 events and 0 inbox records"
 
 
 def test_unreachable_database_is_exit_1_in_one_line(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def _assert_nothing_left(stdout: str, tmp: Path) -> None:
 
 def test_demo_delivers_everything_and_cleans_up(
         demo_env: tuple[dict[str, str], Path]) -> None:
-    """`outbox demo --events 200` exits 0, summarises 200 of 200 arrived, and leaves nothing."""
+    """`outbox demo --events 200` exits 0, 200 of 200 arrived and shipped once, nothing left."""
     env, tmp = demo_env
     result = subprocess.run(_command("demo", "--events", "200"), capture_output=True,
                             text=True, timeout=120, check=False, env=env)
@@ -88,6 +88,8 @@ def test_demo_delivers_everything_and_cleans_up(
     assert re.search(r"rolled back\s+\d+ transactions: 0 of their events arrived",
                      result.stdout)
     assert "all in publish order" in result.stdout
+    assert re.search(r"duplicates\s+\d+ deliveries arrived again and were absorbed by "
+                     r"first_time; demo_shipments holds 200 shipments", result.stdout)
     assert re.search(r"signatures\s+(\d+) of \1 requests verified", result.stdout)
     assert "result: OK" in result.stdout
     assert "progress: 200/200 delivered" in result.stderr

@@ -35,6 +35,10 @@ class Handle:
     commit: Callable[[], None]
     rollback: Callable[[], None]
     in_transaction: Callable[[], bool] | None = None
+    target: Any = None
+    """The connection-like object itself, for other functions taking one."""
+    runner: asyncio.Runner | None = None
+    """The runner driving it, when it is an async one."""
 
 
 def _sync(target: Any, commit: Callable[[], None], rollback: Callable[[], None],
@@ -42,7 +46,7 @@ def _sync(target: Any, commit: Callable[[], None], rollback: Callable[[], None],
     return Handle(
         publish=lambda t: outbox.publish(target, t, {"via": type(target).__name__}),
         publish_many=lambda ts: outbox.publish_many(target, [outbox.Event(t, {}) for t in ts]),
-        commit=commit, rollback=rollback, in_transaction=in_transaction)
+        commit=commit, rollback=rollback, in_transaction=in_transaction, target=target)
 
 
 def _async(runner: asyncio.Runner, target: Any, commit: Callable[[], Coroutine[Any, Any, None]],
@@ -53,7 +57,7 @@ def _async(runner: asyncio.Runner, target: Any, commit: Callable[[], Coroutine[A
         publish_many=lambda ts: runner.run(
             outbox.apublish_many(target, [outbox.Event(t, {}) for t in ts])),
         commit=lambda: runner.run(commit()), rollback=lambda: runner.run(rollback()),
-        in_transaction=in_transaction)
+        in_transaction=in_transaction, target=target, runner=runner)
 
 
 def _sa_url(dsn: str, driver: str = "psycopg") -> Any:

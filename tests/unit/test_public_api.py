@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
+from datetime import timedelta
 
 import outbox
 import outbox.endpoints
 import outbox.errors
+import outbox.receive
 import outbox.testing
 
 INTENDED = {
@@ -23,6 +26,7 @@ INTENDED = {
     "apublish_many",
     "publish",
     "publish_many",
+    "receive",
 }
 
 
@@ -44,7 +48,7 @@ def test_all_is_the_intended_set_and_sorted() -> None:
 
 def test_every_public_name_is_importable() -> None:
     """Every name in __all__ (of outbox, its endpoints and testing) exists and star-imports."""
-    for module in (outbox, outbox.endpoints, outbox.testing):
+    for module in (outbox, outbox.endpoints, outbox.receive, outbox.testing):
         namespace: dict[str, object] = {}
         exec(f"from {module.__name__} import *", namespace)
         for name in module.__all__:
@@ -55,7 +59,9 @@ def test_public_names_live_in_public_or_private_modules_of_outbox() -> None:
     """Public callables and classes come from outbox itself, not re-exported third parties."""
     for name in INTENDED:
         value = getattr(outbox, name)
-        if inspect.isclass(value) or inspect.isfunction(value):
+        if inspect.ismodule(value):
+            assert value.__name__.startswith("outbox."), name
+        elif inspect.isclass(value) or inspect.isfunction(value):
             assert value.__module__.startswith("outbox."), name
 
 
@@ -98,3 +104,26 @@ def test_version_is_a_string() -> None:
     """outbox.__version__ is the package version text."""
     assert isinstance(outbox.__version__, str)
     assert outbox.__version__[0].isdigit()
+
+
+RECEIVE = {"DEFAULT_CONSUMER", "DEFAULT_TOLERANCE", "Headers", "InvalidDelivery",
+           "InvalidSignature", "Received", "Verifier", "afirst_time", "first_time"}
+
+
+def test_receive_exports_the_contracts_names() -> None:
+    """`from outbox import receive` offers exactly the receiving side's names, sorted."""
+    from outbox import receive
+
+    assert receive is outbox.receive
+    assert set(receive.__all__) == RECEIVE
+    assert receive.__all__ == sorted(receive.__all__, key=_isort_key)
+    for error in (receive.InvalidSignature, receive.InvalidDelivery):
+        assert issubclass(error, outbox.OutboxError)
+    assert list(inspect.signature(receive.first_time).parameters) == [
+        "conn", "event_id", "consumer"]
+    assert inspect.signature(receive.first_time).parameters["consumer"].default == "default"
+    assert inspect.iscoroutinefunction(receive.afirst_time)
+    assert [f.name for f in dataclasses.fields(receive.Received)] == [
+        "id", "type", "key", "data", "time"]
+    tolerance = inspect.signature(receive.Verifier).parameters["tolerance"]
+    assert tolerance.default == timedelta(minutes=5)

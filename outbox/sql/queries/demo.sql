@@ -21,3 +21,19 @@ SELECT count(*) FROM public.demo_orders;
 -- name: demo_dead_count
 -- Polled while the demo runs; reads the deliveries_finished partial index.
 SELECT count(*) FROM outbox.deliveries WHERE state = 'dead';
+
+-- name: demo_shipments_table
+-- The receiving service's business table: one shipment per order it took.
+-- No unique key on purpose: only first_time keeps a duplicate delivery from
+-- shipping twice, and the summary counts the rows to show it did.
+CREATE TABLE IF NOT EXISTS public.demo_shipments (
+    order_id    bigint NOT NULL,
+    event_id    text NOT NULL,
+    shipped_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: demo_shipment_insert
+INSERT INTO public.demo_shipments (order_id, event_id) VALUES (%(order_id)s, %(event_id)s);
+
+-- name: demo_shipment_count
+SELECT count(*) FROM public.demo_shipments;
