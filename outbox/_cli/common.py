@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
@@ -37,14 +37,16 @@ def add_dsn_option(parser: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def connect(args: argparse.Namespace, *, needs: str | None = "outbox",
-            ) -> Iterator[psycopg.Connection[Any]]:
+def connect(args: argparse.Namespace, *, needs: Literal["outbox", "outbox or inbox"] | None
+            = "outbox") -> Iterator[psycopg.Connection[Any]]:
     """A connection for one command; a database that cannot be reached is exit 1.
 
     ``needs="outbox"``: the outbox schema must be there at this package's
     version or newer, else exit 1 with what was found and ``outbox migrate``
     (nothing is locked for the check: it reads the catalogue and
-    ``outbox.schema_version``). ``None``: no check (``outbox migrate``).
+    ``outbox.schema_version``). ``"outbox or inbox"``: a receiver's database
+    holding only the inbox will do too (``outbox purge``). ``None``: no check
+    (``outbox migrate``).
     """
     dsn = resolve_dsn(getattr(args, "dsn", None))
     try:
@@ -59,18 +61,21 @@ def connect(args: argparse.Namespace, *, needs: str | None = "outbox",
         raise CommandFailed(f"cannot connect to the database: {first_line(exc)}") from exc
     try:
         with conn:
-            if needs == "outbox":
-                _check_schema(conn)
+            if needs is not None:
+                _check_schema(conn, inbox_will_do=needs == "outbox or inbox")
             yield conn
     except psycopg.errors.UndefinedTable as exc:
         raise CommandFailed("the outbox schema is missing: run `outbox migrate` first") from exc
 
 
-def _check_schema(conn: psycopg.Connection[Any]) -> None:
+def _check_schema(conn: psycopg.Connection[Any], *, inbox_will_do: bool) -> None:
     from outbox.migrate import read_state
 
     with conn.transaction():
-        problem = outbox_problem(read_state(conn), SCHEMA_VERSION)
+        state = read_state(conn)
+    if inbox_will_do and state.inbox and not state.outbox:
+        return
+    problem = outbox_problem(state, SCHEMA_VERSION)
     if problem is not None:
         raise CommandFailed(problem)
 

@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with common.connect(args) as conn:
+    with common.connect(args, needs="outbox or inbox") as conn:
         result = retention.purge(conn, args.older_than, inbox=True)
     deliveries = "delivery" if result.deliveries == 1 else "deliveries"
     events = "event" if result.events == 1 else "events"

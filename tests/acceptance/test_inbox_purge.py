@@ -13,7 +13,7 @@ import pytest
 from outbox import receive
 from outbox.retention import apurge
 from tests.support.cli import run_outbox
-from tests.support.receiving import INBOX_ONLY
+from tests.support.receiving import inbox_only as make_inbox_only
 
 
 def record(dsn: str, *ids: str, days_ago: int = 0, consumer: str = "default") -> None:
@@ -34,8 +34,7 @@ def remaining(dsn: str) -> list[str]:
 @pytest.fixture
 def inbox_only(empty_dsn: str) -> str:
     """A receiver's own database: the outbox schema holds the inbox and nothing else."""
-    with psycopg.connect(empty_dsn, autocommit=True) as conn:
-        conn.execute(INBOX_ONLY)
+    make_inbox_only(empty_dsn)
     return empty_dsn
 
 

@@ -24,22 +24,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from outbox.migrate import migrate
 from outbox.testing._postgres import free_port
 from tests.support.dispatcher import wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
-
-INBOX_ONLY = """
-CREATE SCHEMA IF NOT EXISTS outbox;
-CREATE TABLE IF NOT EXISTS outbox.inbox (
-    consumer      text NOT NULL,
-    event_id      text NOT NULL,
-    processed_at  timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (consumer, event_id)
-);
-CREATE INDEX IF NOT EXISTS inbox_processed_at ON outbox.inbox (processed_at);
-"""
-"""The inbox as its migration step creates it, and nothing else of the outbox."""
 
 BUSINESS = """
 CREATE TABLE shipments (order_id int NOT NULL, event_id text NOT NULL);
@@ -113,7 +102,13 @@ def effects(dsn: str, table: str) -> list[tuple[int, str]]:
 @pytest.fixture
 def receiver_db(empty_dsn: str) -> str:
     """A receiver's own database: the inbox and its business tables, no outbox tables."""
+    inbox_only(empty_dsn)
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
-        conn.execute(INBOX_ONLY)
         conn.execute(BUSINESS)
     return empty_dsn
+
+
+def inbox_only(dsn: str) -> None:
+    """Make ``dsn`` a receiver's own database, as `outbox migrate --inbox-only` does."""
+    with psycopg.connect(dsn) as conn:
+        migrate(conn, inbox_only=True)
