@@ -98,9 +98,6 @@ class Flights:
         """Requests started, over all endpoints."""
         return len(self._tasks)
 
-    def waiting_total(self) -> int:
-        return sum(len(queue) for queue in self._waiting.values())
-
     def idle(self) -> bool:
         """Nothing running and nothing waiting."""
         return not self._tasks and not any(self._waiting.values())

@@ -55,9 +55,9 @@ class Leases:
         """Forget slots given back to the fleet."""
         self._slots.difference_update(slots)
 
-    def held(self) -> tuple[list[int], list[uuid.UUID], str]:
-        """Ids and tokens of the deliveries held, side by side, and the slots as JSON."""
-        return list(self._held), list(self._held.values()), slots_json(self._slots)
+    def held(self) -> tuple[list[int], list[uuid.UUID], list[Slot]]:
+        """Ids and tokens of the deliveries held, side by side, and the slots held."""
+        return list(self._held), list(self._held.values()), list(self._slots)
 
     def __len__(self) -> int:
         return len(self._held)

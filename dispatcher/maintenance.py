@@ -36,7 +36,7 @@ import psycopg
 from dispatcher.config import DispatcherConfig
 from dispatcher.control import Control
 from dispatcher.db import Database, DatabaseDown, connect
-from dispatcher.leases import Leases
+from dispatcher.leases import Leases, slots_json
 from dispatcher.observe.metrics import Metrics
 from dispatcher.registry import Registry
 from outbox._shared.text import first_line
@@ -93,9 +93,9 @@ class Maintenance:
 
     async def extend_leases(self) -> None:
         ids, tokens, slots = self._leases.held()
-        if ids or slots != "[]":
+        if ids or slots:
             await self._db.fetch("extend_leases", {
-                "ids": ids, "tokens": tokens, "slots": slots,
+                "ids": ids, "tokens": tokens, "slots": slots_json(slots),
                 "lease_seconds": self._leases.seconds()})
 
     async def contend(self) -> None:

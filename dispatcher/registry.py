@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from dispatcher.policy.model import Endpoint, Format
+from dispatcher.policy.model import Endpoint
+from outbox._shared.endpoint_defaults import Format
 from outbox.endpoints import decode_secret
 
 log = logging.getLogger("dispatcher.endpoints")

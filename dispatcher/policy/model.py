@@ -21,9 +21,9 @@ from outbox._shared.endpoint_defaults import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MIN_BACKOFF,
     DEFAULT_TIMEOUT,
+    Format,
 )
 
-Format = Literal["standard-webhooks", "cloudevents"]
 FailureReason = Literal["timeout", "connect", "http_4xx", "http_5xx", "other"]
 ErrorKind = Literal["timeout", "connect", "blocked", "other"]
 CircuitVerdict = Literal["answered", "failed"]

@@ -1,7 +1,14 @@
 """Endpoint option defaults: what ``endpoints add`` leaves out, the columns and the dispatcher.
 
-schema.sql's column defaults are the same (a test keeps them equal).
+schema.sql's column defaults are the same (a test keeps them equal). The wire formats
+an endpoint may choose are named here too, once for the commands, the dispatcher and
+the receiving side.
 """
+
+from typing import Literal
+
+Format = Literal["standard-webhooks", "cloudevents"]
+FORMATS: tuple[Format, ...] = ("standard-webhooks", "cloudevents")
 
 DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_TIMEOUT = 10.0

@@ -16,6 +16,8 @@ from outbox._shared.endpoint_defaults import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MIN_BACKOFF,
     DEFAULT_TIMEOUT,
+    FORMATS,
+    Format,
 )
 from outbox.endpoints._checks import (
     ENV_SECRET_PREFIX,
@@ -24,9 +26,7 @@ from outbox.endpoints._checks import (
     glob_to_like,
 )
 from outbox.endpoints._spec import (
-    FORMATS,
     EndpointSpec,
-    Format,
     decode_secret,
     generate_secret,
     parse_header,

@@ -25,7 +25,7 @@ import base64
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any
 
 from outbox._shared.endpoint_defaults import (
     DEFAULT_BREAKER_COOLDOWN,
@@ -36,13 +36,12 @@ from outbox._shared.endpoint_defaults import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MIN_BACKOFF,
     DEFAULT_TIMEOUT,
+    FORMATS,
+    Format,
 )
 from outbox.durations import parse_duration
 from outbox.endpoints import _checks as checks
 from outbox.errors import InvalidEndpoint
-
-Format = Literal["standard-webhooks", "cloudevents"]
-FORMATS: tuple[Format, ...] = ("standard-webhooks", "cloudevents")
 
 # Upper bounds: generous for any real receiver, small enough to catch a typo
 # (a timeout of 3000 s where 30 was meant would pin a lease for an hour).

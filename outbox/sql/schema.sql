@@ -269,7 +269,7 @@ CREATE INDEX IF NOT EXISTS deliveries_key_order
 CREATE INDEX IF NOT EXISTS deliveries_finished
     ON outbox.deliveries (state, endpoint_id, finished_at)
     WHERE state IN ('delivered', 'dead');
--- Cascading deletes from events, replay and dead retry by event id.
+-- Deliveries by event id: replay, dead retry, show, and retention deleting events.
 CREATE INDEX IF NOT EXISTS deliveries_event
     ON outbox.deliveries (event_id);
 

@@ -16,13 +16,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from outbox._event import uuid7
+from outbox._shared.endpoint_defaults import Format
 from outbox._shared.wire import encode_request
 from outbox.receive import Received
 
-Format = Literal["standard-webhooks", "cloudevents"]
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 

@@ -7,7 +7,7 @@ verdict), leases extended, dispatchers dying (their leases back-dated) and
 the upkeep rescuing their deliveries, late results from the leases they
 lost, backoffs and cool-downs running out (back-dated too: nothing sleeps),
 ``outbox dead retry`` and ``outbox replay``. A plain Python model says what
-README and CONTRACT promise for each step; after every step the database
+README promises for each step; after every step the database
 must agree with it, and these hold:
 
 - a delivery is in flight under one lease token at most: a result (or a lease
@@ -151,7 +151,7 @@ class Circuit:
 
 @dataclass
 class Model:
-    """What README and CONTRACT say the database holds."""
+    """What the README says the database holds."""
 
     rows: dict[int, Row] = field(default_factory=dict)
     slots: list[SlotModel] = field(default_factory=lambda: [SlotModel() for _ in range(SLOTS)])

@@ -1,6 +1,6 @@
 """publish / publish_many over generated arguments, valid and not, against a real PostgreSQL.
 
-The promise (CONTRACT, "Producer API"): bad input raises ``InvalidEvent`` or
+The promise (README, "Publishing, in detail"): bad input raises ``InvalidEvent`` or
 ``PayloadTooLarge`` before any SQL runs, so the caller's transaction goes on
 and can still commit; good input is stored as given, the payload byte for
 byte. Whatever a producer passes, nothing else may come out: not a driver

@@ -1,4 +1,4 @@
-"""Names the contract fixes, as data the tests check against (CONTRACT.md, "Metrics and health")."""
+"""Names the contract fixes, as data the tests check against (README, "Metrics and health")."""
 
 from __future__ import annotations
 
