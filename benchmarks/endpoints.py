@@ -1,7 +1,7 @@
 """Many endpoints, one dispatcher: throughput and idle cost against one endpoint, same run.
 
     python benchmarks/endpoints.py [--endpoints 1,100,1000,10000] [--events 20000]
-                                   [--rounds 3] [--idle-seconds 10]
+                                   [--rounds 3] [--idle-seconds 10] [--max-in-flight N]
 
 One throwaway PostgreSQL (fsync on), one lean local receiver (so one
 connection pool: the endpoints differ by path), one dispatcher with its
@@ -37,7 +37,8 @@ from outbox.migrate import migrate
 from outbox.testing import Receiver, TemporaryPostgres
 
 
-def prepare(admin_dsn: str, dbname: str, url: str, endpoints: int, events: int) -> str:
+def prepare(admin_dsn: str, dbname: str, url: str, endpoints: int, events: int,
+            max_in_flight: int) -> str:
     """A fresh database with the endpoints and the backlog; its DSN."""
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
@@ -47,9 +48,9 @@ def prepare(admin_dsn: str, dbname: str, url: str, endpoints: int, events: int) 
     with psycopg.connect(dsn) as conn:
         migrate(conn)
         conn.execute(
-            "INSERT INTO outbox.endpoints (name, url, events, events_like)"
-            " SELECT 'c' || i, %s || 'c' || i, ARRAY['t.' || i], ARRAY['t.' || i]"
-            " FROM generate_series(0, %s) AS i", (url, endpoints - 1))
+            "INSERT INTO outbox.endpoints (name, url, events, events_like, max_in_flight)"
+            " SELECT 'c' || i, %s || 'c' || i, ARRAY['t.' || i], ARRAY['t.' || i], %s"
+            " FROM generate_series(0, %s) AS i", (url, max_in_flight, endpoints - 1))
         conn.commit()
         batch: list[outbox.Event] = []
         for n in range(events):
@@ -111,9 +112,9 @@ class StatementLog:
 
 
 def measure(admin_dsn: str, logfile: Path, url: str, arrivals: throughput.Arrivals, endpoints: int,
-            events: int, idle_seconds: float) -> dict[str, float]:
+            events: int, idle_seconds: float, max_in_flight: int) -> dict[str, float]:
     dbname = f"endpoints_{endpoints}"
-    dsn = prepare(admin_dsn, dbname, url, endpoints, events)
+    dsn = prepare(admin_dsn, dbname, url, endpoints, events, max_in_flight)
     arrivals.reset()
     proc = throughput.start_dispatcher(dsn)
     cpu_at_first: list[float] = []
@@ -145,6 +146,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--max-in-flight", type=int, default=16,
+                        help="every endpoint's --max-in-flight (default 16, the default; 64 "
+                        "lets one endpoint use all of the dispatcher's --concurrency)")
     args = parser.parse_args()
     counts = [int(n) for n in args.endpoints.split(",")]
     arrivals = throughput.Arrivals()
@@ -153,7 +157,7 @@ def main() -> None:
         for round_no in range(1, args.rounds + 1):
             for n in counts:
                 got = measure(pg.dsn, pg.logfile, rx.url, arrivals, n, args.events,
-                              args.idle_seconds)
+                              args.idle_seconds, args.max_in_flight)
                 results[n].append(got)
                 print(f"round {round_no} {n:6d} endpoints: {got['rate']:7.0f} ev/s "
                       f"{got['cpu_ms']:.3f} ms CPU/event; idle {got['idle_cpu_ms']:.1f} ms "
