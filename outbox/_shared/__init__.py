@@ -8,5 +8,6 @@ dispatcher's pure policy can take the header rules without a database driver.
 - ``headers``: valid custom headers, and the names only the dispatcher writes;
 - ``endpoint_defaults``: the defaults of every endpoint option;
 - ``dsn``: finding the database, and refusing a malformed connection string;
-- ``text``: the first line of an exception, for one-line messages.
+- ``text``: the first line of an exception, for one-line messages;
+- ``urls``: an endpoint URL as it may be shown (query values masked).
 """

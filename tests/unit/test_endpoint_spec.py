@@ -110,13 +110,17 @@ def test_valid_urls(url: str) -> None:
     ("https://exa\nmple.com/", "control characters"),
     ("https://example.com/\x00", "control characters"),
     ("https://example.com\\@evil.com/", "backslashes"),
-    ("http://example.com:99999/", "not a valid URL"),
-    ("http://example.com:abc/", "not a valid URL"),
+    ("http://example.com:99999/", "port that is not a number"),
+    ("http://example.com:abc/", "port that is not a number"),
     ("http://[::1/", "not a valid URL"),
     ("http://[not-ip]/", "not a valid URL"),
     ("http://exa<mple.com/", "invalid host"),
     ("http://example..com/", "invalid host"),
     ("http://example.com:0/", "port 0"),
+    ("http://xn--/", "invalid host"),  # accepted once, then failed every attempt
+    ("http://xn--zz.example/", "invalid host"),
+    ("http://" + "a" * 64 + ".example/", "invalid host"),
+    ("http://" + ("a" * 60 + ".") * 5 + "example/", "invalid host"),  # 300 characters
     ("https://example.com/" + "x" * 2048, "longer than"),
     ("https://example.com/\udcff", "not valid UTF-8"),  # argv bytes that were not UTF-8
     ("https://example.com/\ud800x", "not valid UTF-8"),
@@ -133,6 +137,27 @@ def test_url_credentials_are_not_echoed() -> None:
     with pytest.raises(InvalidEndpoint) as info:
         spec(url="https://user:hunter2@example.com/")
     assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", [
+    "ftp://user:PASSW0RD@example.com/x",  # the scheme is wrong too: credentials said first
+    "http://admin:PASSW0RD/",  # no @: read as a port, which must not be echoed either
+    "http://admin:PASSW0RD@[::1/",  # malformed too
+    "gopher://example.com/?token=PASSW0RD",
+    "http://example.com:99999/?token=PASSW0RD",
+    "http://example.com/?token=PASSW0RD#x",
+])
+def test_no_url_error_repeats_a_password_or_query_value(url: str) -> None:
+    """Whatever else is wrong with the URL, its password, port text and query values stay out."""
+    with pytest.raises(InvalidEndpoint) as info:
+        spec(url=url)
+    assert "PASSW0RD" not in str(info.value)
+
+
+@pytest.mark.parametrize("host", ["a" * 63 + ".example", "xn--bcher-kva.example", "bücher.de"])
+def test_hosts_the_idna_codec_sends_are_accepted(host: str) -> None:
+    """63-character labels and well-formed A-labels (or their Unicode form) are accepted."""
+    assert spec(url=f"https://{host}/").url == f"https://{host}/"
 
 
 @pytest.mark.parametrize("patterns", [
