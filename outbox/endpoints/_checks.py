@@ -221,8 +221,12 @@ def check_env_name(name: str) -> str:
     return name
 
 
-def key_bytes(encoded: str, what: str) -> bytes:
-    """The HMAC key inside a secret: base64 (padding optional) of 24 to 64 bytes."""
+def key_bytes(encoded: str, what: str, *, show_length: bool = True) -> bytes:
+    """The HMAC key inside a secret: base64 (padding optional) of 24 to 64 bytes.
+
+    ``show_length=False`` keeps the key's length out of the message: for a
+    variable of the dispatcher's environment, which its reader did not write.
+    """
     padded = encoded + "=" * (-len(encoded) % 4)
     try:
         key = base64.b64decode(padded, validate=True)
@@ -230,8 +234,9 @@ def key_bytes(encoded: str, what: str) -> bytes:
         raise InvalidEndpoint(f"is not valid: {what} is not base64", "secret") from None
     low, high = _KEY_BYTES
     if not low <= len(key) <= high:
+        holds = f"holds a {len(key)}-byte key" if show_length else "holds a key of another size"
         raise InvalidEndpoint(
-            f"is not valid: {what} holds a {len(key)}-byte key; Standard Webhooks keys "
+            f"is not valid: {what} {holds}; Standard Webhooks keys "
             f"are {low} to {high} bytes", "secret")
     return key
 

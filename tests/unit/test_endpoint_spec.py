@@ -249,25 +249,50 @@ def test_decode_secret_whsec() -> None:
     assert decode_secret(SECRET, {}) == base64.b64decode(SECRET[6:])
 
 
-@pytest.mark.parametrize("value", [SECRET, SECRET[6:], SECRET + "\n"])
+@pytest.mark.parametrize("value", [SECRET, SECRET + "\n", " " + SECRET])
 def test_decode_secret_env(value: str) -> None:
-    """env:NAME reads the given mapping: whsec_ or bare base64, surrounding whitespace ignored."""
+    """env:NAME reads the given mapping: a whsec_ secret, surrounding whitespace ignored."""
     key = decode_secret("env:OUTBOX_SECRET_HOOK", {"OUTBOX_SECRET_HOOK": value})
+    assert key == base64.b64decode(SECRET[6:])
+
+
+def test_decode_secret_env_contract_example() -> None:
+    """The contract's own example, a name outside OUTBOX_SECRET_*, works as it is."""
+    key = decode_secret("env:WORKFLOW_WEBHOOK_SECRET", {"WORKFLOW_WEBHOOK_SECRET": SECRET})
     assert key == base64.b64decode(SECRET[6:])
 
 
 @pytest.mark.parametrize("environ", [{}, {"OUTBOX_SECRET_HOOK": ""}, {"OTHER": SECRET}])
 def test_decode_secret_env_missing(environ: dict[str, str]) -> None:
     """A missing or empty variable is a clear error naming it."""
-    with pytest.raises(InvalidEndpoint, match=r"OUTBOX_SECRET_HOOK.*not set"):
+    with pytest.raises(InvalidEndpoint, match=r"no variable OUTBOX_SECRET_HOOK holding"):
         decode_secret("env:OUTBOX_SECRET_HOOK", environ)
 
 
-def test_decode_secret_env_invalid_value_not_echoed() -> None:
-    """A variable holding a bad key is refused without showing its value."""
+@pytest.mark.parametrize(("name", "value"), [
+    ("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),  # 30 bytes of base64
+    ("POSTGRES_PASSWORD", "c2VjcmV0LXBhc3N3b3JkLXRoaXJ0eS1ieXRlcyE="),
+    ("OUTBOX_SECRET_HOOK", SECRET[6:]),  # bare base64: no longer enough
+])
+def test_decode_secret_env_needs_the_whsec_form(name: str, value: str) -> None:
+    """A variable not holding whsec_... never signs, and the error is the one of a missing
+    variable: it tells nothing of what the environment holds, neither value nor length."""
+    with pytest.raises(InvalidEndpoint) as info:
+        decode_secret(f"env:{name}", {name: value})
+    with pytest.raises(InvalidEndpoint) as missing:
+        decode_secret(f"env:{name}", {})
+    assert str(info.value) == str(missing.value)
+    assert value not in str(info.value)
+    assert not re.search(r"\d+-byte", str(info.value))
+
+
+@pytest.mark.parametrize("value", ["whsec_c2hvcnRrZXk=", "whsec_" + b64(65), "whsec_!!"])
+def test_decode_secret_env_invalid_value_not_echoed(value: str) -> None:
+    """A variable holding a bad whsec_ key is refused without its value or its length."""
     with pytest.raises(InvalidEndpoint, match="OUTBOX_SECRET_HOOK") as info:
-        decode_secret("env:OUTBOX_SECRET_HOOK", {"OUTBOX_SECRET_HOOK": "whsec_c2hvcnRrZXk="})
-    assert "c2hvcnRrZXk" not in str(info.value)
+        decode_secret("env:OUTBOX_SECRET_HOOK", {"OUTBOX_SECRET_HOOK": value})
+    assert value[6:] not in str(info.value)
+    assert not re.search(r"\d+-byte", str(info.value))
 
 
 @pytest.mark.parametrize("name", ["OUTBOX_DSN", "DATABASE_URL", "PGPASSWORD"])
