@@ -16,6 +16,9 @@ The contract's rules, as tables a reader can check against it:
   ``connect`` (no connection was made).
 - 1xx or a status outside 100-599, or any other error: retried, reason
   ``other``.
+- The dispatcher's own trouble (error kind ``internal``: a bug of ours, no
+  file descriptor left): retried, reason ``other``, and the endpoint is not
+  blamed: no circuit breaker vote.
 
 ``last_error`` is the text stored in the database, shown by ``outbox dead
 list`` and logged. It is built only from the response (status, body excerpt,
@@ -74,6 +77,7 @@ ERROR_RULES: Final[dict[ErrorKind, tuple[Verdict, FailureReason, str]]] = {
     "timeout": ("retry", "timeout", "timeout"),
     "connect": ("retry", "connect", "connection failed"),
     "blocked": ("permanent", "connect", "address refused by --block-private-networks"),
+    "internal": ("retry", "other", "request failed"),  # ours: the circuit is not told
     "other": ("retry", "other", "request failed"),
 }
 _OTHER_STATUS: Final[tuple[Verdict, FailureReason]] = ("retry", "other")
@@ -137,12 +141,14 @@ def circuit_verdict(result: AttemptResult) -> CircuitVerdict | None:
     """What the attempt says of the endpoint: a retryable failure, or an answer.
 
     Any HTTP answer that is not a retryable failure (2xx, a permanent 4xx, a
-    redirect) shows the endpoint up. An address refused before connecting
-    says nothing about it.
+    redirect) shows the endpoint up. An address refused before connecting,
+    or the dispatcher's own trouble, says nothing about it.
     """
     if result.status is not None:
         verdict, _ = _status_rule(result.status)
         return "failed" if verdict == "retry" else "answered"
+    if result.error_kind == "internal":
+        return None
     if result.error_kind is None or ERROR_RULES[result.error_kind][0] == "retry":
         return "failed"
     return None

@@ -25,6 +25,7 @@ import pytest
 
 from dispatcher.policy.outcome import MAX_ERROR_LENGTH
 from outbox.testing import Receiver, Request, Response
+from tests.support.cli import run_outbox
 from tests.support.dispatcher import (
     Dispatcher,
     add_endpoint,
@@ -32,7 +33,6 @@ from tests.support.dispatcher import (
     wait_for_state,
     wait_until,
 )
-from tests.support.cli import run_outbox
 from tests.support.faults import terminate
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
