@@ -15,8 +15,9 @@ Secrets are ``whsec_<base64>`` or ``env:NAME``, NAME none of the
 configuration's (``OUTBOX_*`` but ``OUTBOX_SECRET_*``, ``DATABASE_URL``,
 ``PG*``); :func:`decode_secret` turns either into HMAC key bytes,
 reading ``env:`` references from the environment mapping it is given (the
-dispatcher's snapshot), never from ``os.environ``, and refusing other names
-there too, for endpoints written into the table by hand.
+dispatcher's snapshot), never from ``os.environ``, refusing other names
+there too, for endpoints written into the table by hand, and any variable
+whose value is not a ``whsec_`` secret.
 """
 
 from __future__ import annotations
