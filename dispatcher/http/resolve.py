@@ -117,8 +117,9 @@ class HostResolver:
 
         Lookups not yet started are cancelled: close it when nothing waits any more.
         """
-        for task in self._tasks:
-            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(RuntimeError):  # its loop already closed
+                task.cancel()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
