@@ -202,8 +202,11 @@ def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: d
     delivery) with its attempts as they were, and never dead-lettered for it.
     """
     limit = delivery.attempts + 1 if delivery.probe else endpoint.max_attempts
+    # What the request carried matters only to a last_error: a success (the usual
+    # case, once per delivered event) does not pay for collecting it.
+    succeeded = result.status is not None and _status_rule(result.status)[0] == "success"
     outcome = classify(result, delivery.attempts, limit, now,
-                       sent=Sent.of(endpoint, delivery, batch))
+                       sent=None if succeeded else Sent.of(endpoint, delivery, batch))
     if outcome.action == "delivered":
         return Decision(Record(delivery.id, delivery.lease_token, "delivered",
                                status=outcome.last_status), outcome)
