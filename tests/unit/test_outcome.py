@@ -67,6 +67,8 @@ def middle() -> float:
         pytest.param(status(101), "retry", "other", id="1xx odd"),
         pytest.param(status(600), "retry", "other", id="600 odd"),
         pytest.param(failure("other", "malformed response"), "retry", "other", id="other error"),
+        pytest.param(failure("internal", "no file descriptor left"), "retry", "other",
+                     id="internal error"),
         pytest.param(AttemptResult(), "retry", "other", id="nothing at all"),
     ],
 )
@@ -426,8 +428,10 @@ def test_retry_after_is_ignored_when_the_delivery_is_dead() -> None:
     (AttemptResult(error_kind="connect"), "failed"),
     (AttemptResult(error_kind="other"), "failed"),
     (AttemptResult(error_kind="blocked"), None),
+    (AttemptResult(error_kind="internal"), None),
 ])
 def test_circuit_verdict(result: AttemptResult, verdict: str | None) -> None:
     """Retryable failures count against the circuit; any other answer resets it; a refused
-    address says nothing of the endpoint."""
+    address, or the dispatcher's own trouble (out of descriptors), says nothing of the
+    endpoint."""
     assert circuit_verdict(result) == verdict
