@@ -182,7 +182,11 @@ def test_stalling_names_of_many_domains_hold_up_no_healthy_lookup() -> None:
     async def main() -> tuple[list[AddrInfo], float, int]:
         names = [f"s.evil{i}.test" for i in range(12)] + [f"n{i}.one.test" for i in range(10)]
         stalled = [asyncio.create_task(resolver(name, 80)) for name in names]
-        await asyncio.sleep(0.6)  # every lookup that could start has stalled by now
+        for _ in range(300):  # until every lookup that may start has (3 s at most)
+            if resolver.threads_in_use() >= 12 + 2:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # and has stalled: no other would start now
         started = time.monotonic()
         good = await asyncio.wait_for(resolver("good.test", 443), 5)
         took = time.monotonic() - started

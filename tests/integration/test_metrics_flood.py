@@ -69,6 +69,15 @@ def flooding(port: int, seconds: float = 60.0) -> Iterator[list[int]]:
         thread.join(10)
 
 
+def answer(client: httpx.Client, url: str, tries: int = 5) -> httpx.Response:
+    """GET ``url``, as a probe with a failure threshold would: a few tries, 0.2 s apart."""
+    for _ in range(tries - 1):
+        with contextlib.suppress(httpx.TransportError):
+            return client.get(url)
+        time.sleep(0.2)
+    return client.get(url)
+
+
 def test_metrics_flood_costs_no_delivery_and_healthz_answers(
         conn: psycopg.Connection[Any], dsn: str) -> None:
     """Under a flood of idle metrics connections: every delivery to a healthy endpoint
@@ -88,8 +97,8 @@ def test_metrics_flood_costs_no_delivery_and_healthz_answers(
                 peak = max(peak, len(os.listdir(f"/proc/{pid}/fd")))
                 wait_for_state(conn, event_id, "delivered", dispatcher=dispatcher)
             with httpx.Client(trust_env=False, timeout=5) as client:
-                health = client.get(dispatcher.base_url + "/healthz")
-                metrics = client.get(dispatcher.base_url + "/metrics").text
+                health = answer(client, dispatcher.base_url + "/healthz")
+                metrics = answer(client, dispatcher.base_url + "/metrics").text
             peak = max(peak, len(os.listdir(f"/proc/{pid}/fd")))
         log = dispatcher.log()
     assert opened[0] > FLOOD  # the server closed idle connections and the flood reopened
