@@ -34,6 +34,7 @@ from dispatcher.leases import Leases
 from dispatcher.listener import Listener
 from dispatcher.maintenance import Maintenance
 from dispatcher.observe.metrics import Metrics
+from dispatcher.observe.resources import quiet_resource_errors, raise_open_files_limit
 from dispatcher.observe.server import HealthServer, dsn_connector
 from dispatcher.registry import Registry
 from dispatcher.schema_gate import SchemaGate, Verdict
@@ -162,6 +163,8 @@ async def _dispatch(parts: Parts) -> bool:
 
 async def run(config: DispatcherConfig) -> int:
     """Run the dispatcher; returns the process exit code."""
+    raise_open_files_limit()
+    quiet_resource_errors(asyncio.get_running_loop())
     parts = build(config)
     _install_signals(parts.control)
     server = None if config.once else _health_server(parts)

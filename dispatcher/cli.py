@@ -137,9 +137,10 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
         check_dsn(values["dsn"])
     except InvalidDsn as exc:
         raise ConfigError(str(exc)) from None
-    # Only the variables an env: secret may name: the rest (OUTBOX_DSN with its
-    # password first) never reaches the endpoint registry.
-    secrets = {k: v for k, v in environ.items() if env_name_allowed(k)}
+    # Only the variables an env: secret may name, holding a whsec_ secret: the rest
+    # (OUTBOX_DSN with its password first, cloud keys) never reaches the registry.
+    secrets = {k: v for k, v in environ.items()
+               if env_name_allowed(k) and v.strip().startswith("whsec_")}
     return DispatcherConfig(environ=secrets, **values)
 
 

@@ -3,8 +3,9 @@
 The command line and the ``OUTBOX_*`` environment build it (dispatcher.cli);
 nothing else in the dispatcher reads the environment. ``environ`` is the
 snapshot of the variables an ``env:NAME`` secret may name, taken at start
-(all but the configuration's: ``OUTBOX_*`` other than ``OUTBOX_SECRET_*``,
-``DATABASE_URL``, ``PG*``), kept only to resolve endpoint secrets.
+(those holding a ``whsec_`` secret, none of the configuration's: ``OUTBOX_*``
+other than ``OUTBOX_SECRET_*``, ``DATABASE_URL``, ``PG*``), kept only to
+resolve endpoint secrets.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ class DispatcherConfig:
     log_level: str = "INFO"
     """Lowest level logged. Defaults to INFO."""
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
-    """The variables env:NAME secrets may name, at start (none of the configuration's).
-    Defaults to empty."""
+    """The variables env:NAME secrets may name, at start: whsec_ values only, none of the
+    configuration's. Defaults to empty."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.metrics_port <= 65535:

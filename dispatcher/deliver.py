@@ -21,13 +21,16 @@ from dispatcher.completer import Completer
 from dispatcher.db import Database, DatabaseDown
 from dispatcher.http.sender import HttpSender
 from dispatcher.observe.metrics import Metrics
+from dispatcher.observe.throttle import Throttled
 from dispatcher.policy.model import AttemptResult, Delivery, Endpoint
 from dispatcher.policy.outcome import circuit_verdict, decide
 from dispatcher.policy.signing import encode
 
 log = logging.getLogger("dispatcher")
+# Out of descriptors, every delivery fails alike: said once a minute, with the count.
+_OUT_OF_FILES_LOG = Throttled(60.0)
 
-INTERNAL_ERROR = AttemptResult(error_kind="other",
+INTERNAL_ERROR = AttemptResult(error_kind="internal",
                                error="internal error in the dispatcher (see its log)")
 """What an attempt becomes when our own code raised: a failure to retry, then dead-letter.
 
@@ -71,7 +74,9 @@ class Deliverer:
                           len(deliveries), endpoint.name)
             result = INTERNAL_ERROR
         self._metrics.attempt(endpoint.name, result.duration)
-        verdict = None if result is INTERNAL_ERROR else circuit_verdict(result)
+        if result.error_kind == "internal" and result is not INTERNAL_ERROR:
+            _OUT_OF_FILES_LOG.warning(log, "%s (endpoint %s)", result.error, endpoint.name)
+        verdict = circuit_verdict(result)  # None for our own trouble: the endpoint is not blamed
         if verdict is not None:
             self._completer.judge(endpoint.id, verdict)
         done = datetime.now(UTC)

@@ -13,11 +13,27 @@ describes, as aiohttp and asyncio do: families interleaved, one more attempt
 every 250 ms or as soon as one fails, the first connected wins. A host whose
 IPv6 address is unreachable then still answers over IPv4 within the
 deadline.
+
+Whoever runs an endpoint's domain chooses how many addresses it has, and a
+socket to a silent address stays open until the deadline: a name with 100
+addresses once opened an attempt every 250 ms and took every descriptor of
+the process. So the race has bounds: ``ATTEMPTS_RACING`` attempts at once
+for one connection (the next starts when one fails), the first
+``ADDRESSES_PER_FAMILY`` addresses of each family, and ``DialLimit``, a
+ceiling on the sockets connecting at once in the whole process (one per
+transport; a dial waits for room within its deadline).
+
+Running out of descriptors (``EMFILE``, ``ENFILE``) while looking up or
+connecting is the dispatcher's own trouble, not the endpoint's: it raises
+``DescriptorsExhausted``, which is no ``ConnectError``, so the attempt is
+not charged to the endpoint as a failed connection nor counted by its
+circuit breaker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import socket
 import ssl
@@ -29,28 +45,51 @@ from dispatcher.http.netguard import NetworkPolicy
 from dispatcher.http.resolve import AddrInfo, Resolver
 
 _ATTEMPT_DELAY = 0.25  # seconds before racing the next address (RFC 8305: 250 ms)
+ATTEMPTS_RACING = 2
+ADDRESSES_PER_FAMILY = 4
+DIALS_IN_FLIGHT = 256
+_OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 class BlockedAddress(httpx.ConnectError):
     """The network policy refused to connect to this host."""
 
 
+class DescriptorsExhausted(OSError):
+    """This process (or the system) has no file descriptor left: our trouble, not the host's."""
+
+
+class DialLimit:
+    """The sockets connecting at once, in the whole process: at most ``limit``."""
+
+    def __init__(self, limit: int = DIALS_IN_FLIGHT) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._room = asyncio.Semaphore(limit)
+
+    async def dial(self, info: AddrInfo) -> socket.socket:
+        """A socket connected to ``info``'s address, once the ceiling leaves room."""
+        async with self._room:
+            self.in_flight += 1
+            try:
+                return await _dial(info)
+            finally:
+                self.in_flight -= 1
+
+
+def out_of_files(exc: BaseException) -> bool:
+    """Whether ``exc`` says that no file descriptor was left."""
+    return isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES
+
+
 async def open_connection(conn: Connection, host: str, port: int, *, tls: ssl.SSLContext | None,
-                          policy: NetworkPolicy | None, resolve: Resolver) -> None:
+                          policy: NetworkPolicy | None, resolve: Resolver,
+                          dials: DialLimit | None = None) -> None:
     """Connect ``conn`` to ``host``: a checked address that answers first, TLS on top."""
     refusal = policy.refusal(host) if policy is not None else None
     if refusal is not None:
         raise BlockedAddress(refusal)
-    try:
-        literal = ipaddress.ip_address(host)
-    except ValueError:
-        try:
-            infos = await resolve(host, port)
-        except OSError as exc:
-            raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
-    else:
-        family = int(socket.AF_INET if literal.version == 4 else socket.AF_INET6)
-        infos = [(family, int(socket.SOCK_STREAM), socket.IPPROTO_TCP, "", (host, port))]
+    infos = await _addresses(host, port, resolve)
     if policy is not None and not policy.host_allowed(host):
         allowed = [info for info in infos if policy.address_allowed(info[4][0])]
         if not allowed:
@@ -61,7 +100,9 @@ async def open_connection(conn: Connection, host: str, port: int, *, tls: ssl.SS
     if not infos:
         raise httpx.ConnectError(f"cannot resolve {host}: no address")
     try:
-        sock = await _first_to_connect(infos)
+        sock = await _first_to_connect(infos, dials or DialLimit())
+    except DescriptorsExhausted:
+        raise
     except OSError as exc:
         failure = httpx.ConnectTimeout if isinstance(exc, TimeoutError) else httpx.ConnectError
         raise failure(f"cannot connect to {host}:{port}: {exc}") from exc
@@ -75,20 +116,40 @@ async def open_connection(conn: Connection, host: str, port: int, *, tls: ssl.SS
             sock.close()
 
 
-async def _first_to_connect(infos: list[AddrInfo]) -> socket.socket:
-    """The socket of the first address to connect; the error if none does."""
+async def _addresses(host: str, port: int, resolve: Resolver) -> list[AddrInfo]:
+    """Where ``host`` is: the address it is written as, else what the resolver says."""
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            return await resolve(host, port)
+        except OSError as exc:
+            if out_of_files(exc):
+                raise DescriptorsExhausted(exc.errno, f"cannot resolve {host}: {exc}") from exc
+            raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
+    family = int(socket.AF_INET if literal.version == 4 else socket.AF_INET6)
+    return [(family, int(socket.SOCK_STREAM), socket.IPPROTO_TCP, "", (host, port))]
+
+
+async def _first_to_connect(infos: list[AddrInfo], dials: DialLimit) -> socket.socket:
+    """The socket of the first address to connect; the error if none does.
+
+    At most ATTEMPTS_RACING attempts at once; the next starts 250 ms after
+    the last one, or as soon as one fails when the race is full.
+    """
     if len(infos) == 1:
-        return await _dial(infos[0])
+        return await dials.dial(infos[0])
     queue = _interleaved(infos)
     running: set[asyncio.Task[socket.socket]] = set()
     errors: list[OSError] = []
     winner: socket.socket | None = None
     try:
         while winner is None and (queue or running):
-            if queue:
-                running.add(asyncio.create_task(_dial(queue.pop(0))))
+            if queue and len(running) < ATTEMPTS_RACING:
+                running.add(asyncio.create_task(dials.dial(queue.pop(0))))
+            room = bool(queue) and len(running) < ATTEMPTS_RACING
             done, running = await asyncio.wait(
-                running, timeout=_ATTEMPT_DELAY if queue else None,
+                running, timeout=_ATTEMPT_DELAY if room else None,
                 return_when=asyncio.FIRST_COMPLETED)
             winner = _settle(done, errors)
     finally:
@@ -115,18 +176,21 @@ def _settle(done: set[asyncio.Task[socket.socket]], errors: list[OSError]) -> so
                 winner = task.result()
             else:
                 task.result().close()
-        elif isinstance(error, OSError):
+        elif isinstance(error, OSError) and not isinstance(error, DescriptorsExhausted):
             errors.append(error)
         else:
+            if winner is not None:
+                winner.close()
             raise error
     return winner
 
 
 def _interleaved(infos: list[AddrInfo]) -> list[AddrInfo]:
-    """The resolver's order, alternating address families from the first one's."""
+    """The resolver's order, alternating address families from the first one's; the first
+    ADDRESSES_PER_FAMILY of each family only."""
     first = infos[0][0]
-    same = [info for info in infos if info[0] == first]
-    other = [info for info in infos if info[0] != first]
+    same = [info for info in infos if info[0] == first][:ADDRESSES_PER_FAMILY]
+    other = [info for info in infos if info[0] != first][:ADDRESSES_PER_FAMILY]
     out: list[AddrInfo] = []
     for i in range(max(len(same), len(other))):
         out += same[i:i + 1] + other[i:i + 1]
@@ -135,7 +199,13 @@ def _interleaved(infos: list[AddrInfo]) -> list[AddrInfo]:
 
 async def _dial(info: AddrInfo) -> socket.socket:
     family, kind, proto, _, address = info
-    sock = socket.socket(family, kind, proto)
+    try:
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        if out_of_files(exc):
+            raise DescriptorsExhausted(exc.errno, f"no file descriptor left for a socket: "
+                                                  f"{exc.strerror or exc}") from exc
+        raise
     try:
         sock.setblocking(False)
         await asyncio.get_running_loop().sock_connect(sock, address)

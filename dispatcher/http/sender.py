@@ -14,8 +14,9 @@ response: httpx's read timeout restarts on every read, so a server dripping
 one byte a second would otherwise hold a delivery forever.
 
 Whatever goes wrong becomes an ``AttemptResult`` with an ``error_kind``
-(``timeout``, ``connect``, ``blocked``, ``other``) and a short text that
-never carries the request's headers (signatures) or body.
+(``timeout``, ``connect``, ``blocked``, ``other``; ``internal`` when this
+process ran out of file descriptors) and a short text that never carries the
+request's headers (signatures) or body.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from typing import cast
 import httpx
 
 from dispatcher.http.netguard import NetworkPolicy
-from dispatcher.http.transport import BlockedAddress, H1Transport, PoolKey, ReadBody
+from dispatcher.http.transport import (
+    BlockedAddress,
+    DescriptorsExhausted,
+    H1Transport,
+    PoolKey,
+    ReadBody,
+)
 from dispatcher.policy.model import AttemptResult, ErrorKind
 
 # How much of a response body we read and keep: enough for an error message,
@@ -78,14 +85,8 @@ class HttpSender:
                 return await attempt(url, headers, body, started)
         except TimeoutError:
             return _failed("timeout", f"no complete response within {timeout:g} s", started)
-        except BlockedAddress as exc:
-            return _failed("blocked", _describe(exc, url), started)
-        except httpx.TimeoutException as exc:
-            return _failed("timeout", _describe(exc, url), started)
-        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError) as exc:
-            return _failed("connect", _describe(exc, url), started)
         except Exception as exc:  # an attempt reports, it never raises
-            return _failed("other", _describe(exc, url), started)
+            return _failed(*_classified(exc, url), started)
 
     async def _attempt(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
                        started: float) -> AttemptResult:
@@ -197,6 +198,21 @@ async def _read_capped(response: httpx.Response) -> bytes:
             if len(excerpt) >= BODY_EXCERPT_BYTES:
                 break
     return bytes(excerpt[:BODY_EXCERPT_BYTES])
+
+
+def _classified(exc: Exception, url: str) -> tuple[ErrorKind, str]:
+    """The error kind of an exception, and its short text."""
+    if isinstance(exc, DescriptorsExhausted):  # ours, not the endpoint's
+        return "internal", f"internal error in the dispatcher: {exc.strerror}"
+    if isinstance(exc, BlockedAddress):
+        kind: ErrorKind = "blocked"
+    elif isinstance(exc, httpx.TimeoutException):
+        kind = "timeout"
+    elif isinstance(exc, httpx.ConnectError | httpx.ReadError | httpx.WriteError):
+        kind = "connect"
+    else:
+        kind = "other"
+    return kind, _describe(exc, url)
 
 
 def _failed(kind: ErrorKind, error: str, started: float) -> AttemptResult:

@@ -17,7 +17,9 @@ request is never resent once a byte of it may have reached the server (a
 POST is not idempotent): only when the very first write on a reused
 connection failed outright does it go once more, on a new connection.
 
-Errors, all httpx ones: ``BlockedAddress`` (a ``ConnectError``) when the
+Errors, all httpx ones but ``DescriptorsExhausted`` (an ``OSError``: this
+process has no file descriptor left, nothing the endpoint did), which passes
+through as it is: ``BlockedAddress`` (a ``ConnectError``) when the
 policy refuses the host; ``ConnectError`` (refused, DNS, TLS);
 ``ConnectTimeout``/``ReadTimeout``/``PoolTimeout`` (only for the timeouts an
 ``httpx.AsyncClient`` puts in the request's extensions); ``WriteError``;
@@ -37,13 +39,13 @@ import certifi
 import httpx
 
 from dispatcher.http.connection import Connection, PoolKey
-from dispatcher.http.dial import BlockedAddress, open_connection
+from dispatcher.http.dial import BlockedAddress, DescriptorsExhausted, DialLimit, open_connection
 from dispatcher.http.netguard import NetworkPolicy
 from dispatcher.http.parse import ResponseParser
 from dispatcher.http.pool import Pool
 from dispatcher.http.resolve import HostResolver, Resolver
 
-__all__ = ["BlockedAddress", "H1Transport", "PoolKey", "ReadBody"]
+__all__ = ["BlockedAddress", "DescriptorsExhausted", "H1Transport", "PoolKey", "ReadBody"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -69,6 +71,7 @@ class H1Transport(httpx.AsyncBaseTransport):
             resolver = self._own_resolver = HostResolver()
         self._resolve = resolver
         self._tls = tls_context
+        self.dials = DialLimit()  # the ceiling on sockets connecting at once
 
     def idle_connections(self) -> int:
         """Idle connections still open (for tests)."""
@@ -152,7 +155,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         scheme, host, port = conn.key
         tls = self._context() if scheme == "https" else None
         await open_connection(conn, host, port, tls=tls, policy=self._policy,
-                              resolve=self._resolve)
+                              resolve=self._resolve, dials=self.dials)
 
     def _context(self) -> ssl.SSLContext:
         if self._tls is None:

@@ -1,10 +1,21 @@
 """The metrics and health server: ``GET /metrics``, ``/healthz`` and ``/readyz``.
 
-A few dozen lines of HTTP/1.1 on :func:`asyncio.start_server`, in the
+A few dozen lines of HTTP/1.1 on asyncio's streams, in the
 dispatcher's own event loop, so that it needs no dependency and no thread.
 Each connection serves one request and is closed (``Connection: close``):
 Prometheus and the kubelet ask every few seconds, so keep-alive would buy
-nothing. Requests are small and bounded (8 KiB of head, 10 s to send it).
+nothing. Requests are small and bounded (8 KiB of head, 5 s to send it).
+
+Connections are bounded too: at most ``MAX_CLIENTS`` at once, decided as
+each is accepted. A client that connects beyond them closes the oldest
+connection that has sent nothing yet (else the oldest still sending its
+head; it is itself closed when every one is being answered), so a flood of
+idle connections holds a few dozen descriptors, not all of the process's:
+it once took every descriptor and with them every delivery. A scraper that
+sends its request as it connects, as Prometheus and the kubelet do, has
+spoken before many newer idle connections can push it out, and is answered
+during such a flood. The listen backlog is small for the same reason: few
+connections are accepted per turn of the loop.
 
 - ``/metrics`` first refreshes the backlog gauges through a short-lived
   database connection (``on_scrape``), bounded by ``scrape_timeout``. If the
@@ -43,7 +54,9 @@ log = logging.getLogger("dispatcher.observe.server")
 DEFAULT_HOST = "0.0.0.0"  # noqa: S104 - a sidecar is scraped and probed on the pod address
 DEFAULT_PORT = 9464
 _MAX_HEAD = 8192
-_READ_TIMEOUT = 10.0
+_READ_TIMEOUT = 5.0  # seconds for the whole head, however it is dribbled
+MAX_CLIENTS = 32
+_BACKLOG = 8  # also how many connections one turn of the loop accepts
 # Two scrapes within this many seconds (say, two Prometheus replicas) share a measurement.
 _MIN_REFRESH_INTERVAL = 1.0
 _TEXT = "text/plain; charset=utf-8"
@@ -91,6 +104,7 @@ class HealthServer:
         self._scrape_timeout = scrape_timeout
         self._server: asyncio.Server | None = None
         self._clients: set[asyncio.Task[Any]] = set()
+        self._open: dict[_Protocol, asyncio.Transport] = {}  # oldest first
         self._refresh_lock = asyncio.Lock()
         self._refresh_failing = False
 
@@ -104,8 +118,9 @@ class HealthServer:
     async def start(self) -> None:
         """Bind and start serving; a busy port raises OSError with a clear message."""
         try:
-            self._server = await asyncio.start_server(
-                self._serve, self._host, self._port, limit=_MAX_HEAD)
+            loop = asyncio.get_running_loop()
+            self._server = await loop.create_server(
+                lambda: _Protocol(self, loop), self._host, self._port, backlog=_BACKLOG)
         except OSError as exc:
             raise OSError(exc.errno, f"cannot listen for metrics on {self._host}:{self._port}: "
                                      f"{exc.strerror or exc}") from exc
@@ -158,6 +173,24 @@ class HealthServer:
             async with self._connect() as conn:
                 await self._metrics.refresh_backlog(conn)
 
+    def _admit(self, protocol: _Protocol, transport: asyncio.Transport) -> bool:
+        """Whether a connection just accepted is served; at the limit, another makes room.
+
+        The oldest connection that has sent nothing goes first, then the oldest
+        still sending its head; one being answered is never closed for another.
+        """
+        if len(self._open) >= MAX_CLIENTS:
+            waiting = [p for p in self._open if not p.answering]
+            victim = next((p for p in waiting if not p.spoke), waiting[0] if waiting else None)
+            if victim is None:
+                return False
+            self._open.pop(victim).abort()  # its reader fails; its descriptor is freed
+        self._open[protocol] = transport
+        return True
+
+    def _forget(self, protocol: _Protocol) -> None:
+        self._open.pop(protocol, None)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
@@ -168,6 +201,9 @@ class HealthServer:
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                     TimeoutError, ConnectionError):
                 return  # a client that sends no complete request gets no answer
+            protocol = writer.transport.get_protocol()
+            if isinstance(protocol, _Protocol):
+                protocol.answering = True  # no longer one to close for a newcomer
             try:
                 method, reply = await self._answer(head)
             except Exception:  # a bug here must not cost the whole server
@@ -204,6 +240,33 @@ class HealthServer:
             return _Reply(200, self._metrics.render(), CONTENT_TYPE_LATEST)
         probe, what, failing = probes[target]
         return _Reply(200, b"ok\n") if _check(probe, what) else _Reply(503, failing)
+
+
+class _Protocol(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, telling the server when a connection is accepted and when
+    it first speaks: the connection limit is applied at once, before any task runs."""
+
+    def __init__(self, server: HealthServer, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(asyncio.StreamReader(limit=_MAX_HEAD, loop=loop), server._serve,
+                         loop)
+        self._health = server
+        self.spoke = False
+        self.answering = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        if not self._health._admit(self, transport):
+            transport.abort()
+            return
+        super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.spoke = True
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._health._forget(self)
+        super().connection_lost(exc)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,9 @@ The contract's rules, as tables a reader can check against it:
   ``connect`` (no connection was made).
 - 1xx or a status outside 100-599, or any other error: retried, reason
   ``other``.
+- The dispatcher's own trouble (error kind ``internal``: a bug of ours, no
+  file descriptor left): retried, reason ``other``, and the endpoint is not
+  blamed: no circuit breaker vote.
 
 ``last_error`` is the text stored in the database, shown by ``outbox dead
 list`` and logged. It is built only from the response (status, body excerpt,
@@ -74,6 +77,7 @@ ERROR_RULES: Final[dict[ErrorKind, tuple[Verdict, FailureReason, str]]] = {
     "timeout": ("retry", "timeout", "timeout"),
     "connect": ("retry", "connect", "connection failed"),
     "blocked": ("permanent", "connect", "address refused by --block-private-networks"),
+    "internal": ("retry", "other", "request failed"),  # ours: the circuit is not told
     "other": ("retry", "other", "request failed"),
 }
 _OTHER_STATUS: Final[tuple[Verdict, FailureReason]] = ("retry", "other")
@@ -137,12 +141,14 @@ def circuit_verdict(result: AttemptResult) -> CircuitVerdict | None:
     """What the attempt says of the endpoint: a retryable failure, or an answer.
 
     Any HTTP answer that is not a retryable failure (2xx, a permanent 4xx, a
-    redirect) shows the endpoint up. An address refused before connecting
-    says nothing about it.
+    redirect) shows the endpoint up. An address refused before connecting,
+    or the dispatcher's own trouble, says nothing about it.
     """
     if result.status is not None:
         verdict, _ = _status_rule(result.status)
         return "failed" if verdict == "retry" else "answered"
+    if result.error_kind == "internal":
+        return None
     if result.error_kind is None or ERROR_RULES[result.error_kind][0] == "retry":
         return "failed"
     return None
@@ -196,8 +202,11 @@ def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: d
     delivery) with its attempts as they were, and never dead-lettered for it.
     """
     limit = delivery.attempts + 1 if delivery.probe else endpoint.max_attempts
+    # What the request carried matters only to a last_error: a success (the usual
+    # case, once per delivered event) does not pay for collecting it.
+    succeeded = result.status is not None and _status_rule(result.status)[0] == "success"
     outcome = classify(result, delivery.attempts, limit, now,
-                       sent=Sent.of(endpoint, delivery, batch))
+                       sent=None if succeeded else Sent.of(endpoint, delivery, batch))
     if outcome.action == "delivered":
         return Decision(Record(delivery.id, delivery.lease_token, "delivered",
                                status=outcome.last_status), outcome)

@@ -16,6 +16,7 @@ from typing import Any
 
 from outbox import endpoints as store
 from outbox._cli import common
+from outbox._shared.urls import shown_url
 from outbox.durations import parse_duration
 from outbox.endpoints import (
     EndpointSpec,
@@ -124,7 +125,8 @@ def _add(args: argparse.Namespace) -> int:
     except InvalidEndpoint as exc:
         raise _usage(exc) from None
     signing = signing_label(spec.secret) or "unsigned"
-    print(f"added endpoint {spec.name}: {spec.url} for {', '.join(spec.events)} ({signing})")
+    print(f"added endpoint {spec.name}: {shown_url(spec.url)} for {', '.join(spec.events)}"
+          f" ({signing})")
     return common.EXIT_OK
 
 
@@ -138,7 +140,7 @@ def _list(args: argparse.Namespace) -> int:
     for e in endpoints:
         c = e.columns
         state = "yes" if e.enabled else f"no ({e.disabled_reason})" if e.disabled_reason else "no"
-        rows.append((c["name"], state, c["url"], ",".join(c["events"]),
+        rows.append((c["name"], state, shown_url(c["url"]), ",".join(c["events"]),
                      signing_label(c["secret"]) or "-", c["format"]))
     common.print_table(("name", "enabled", "url", "events", "signing", "format"), rows)
     return common.EXIT_OK
@@ -149,7 +151,8 @@ def _as_json(e: store.StoredEndpoint) -> dict[str, Any]:
     c = e.columns
     rotation_ends = max((str(p.get("expires_at")) for p in e.previous_secrets), default=None)
     return {
-        "name": c["name"], "url": c["url"], "events": c["events"],
+        # Query values may be tokens (?token=...): masked, as header values are.
+        "name": c["name"], "url": shown_url(c["url"]), "events": c["events"],
         "signing": signing_label(c["secret"]), "signing_previous_until": rotation_ends,
         "max_attempts": c["max_attempts"], "timeout": c["timeout_seconds"],
         "min_backoff": c["min_backoff_seconds"], "max_backoff": c["max_backoff_seconds"],

@@ -11,4 +11,5 @@ dispatcher's pure policy can take the header rules without a database driver.
 - ``text``: the first line of an exception, for one-line messages;
 - ``wire``: the request format (envelope and Standard Webhooks signing), which
   the dispatcher sends and ``outbox.receive`` / ``outbox.testing`` read and build.
+- ``urls``: an endpoint URL as it may be shown (query values masked).
 """

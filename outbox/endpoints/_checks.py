@@ -18,12 +18,14 @@ from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
 from outbox._shared.headers import HEADER_NAME, is_reserved, value_problem
+from outbox._shared.urls import shown_url
 from outbox.errors import InvalidEndpoint
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _URL_MAX = 2048
 _URL_BAD = re.compile(r"[\s\x00-\x1f\x7f\\]")
 _HOST = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*\.?")
+_HOST_MAX = 253  # characters of a DNS name, dots included (RFC 1035)
 # The event type charset of outbox._event, plus the glob characters * and ?.
 _PATTERN = re.compile(r"[A-Za-z0-9_\-:/*?]+(?:\.[A-Za-z0-9_\-:/*?]+)*")
 _PATTERN_MAX = 255
@@ -62,7 +64,50 @@ def check_name(name: object) -> str:
 
 
 def check_url(url: object) -> str:
-    """An absolute http(s) URL with a host, and nothing the dispatcher would mangle or leak."""
+    """An absolute http(s) URL with a host, and nothing the dispatcher would mangle or leak.
+
+    Credentials are looked for first, and no message repeats the URL but as
+    ``shown_url`` masks it (query values, user information), nor its port
+    when that is not a number (``http://admin:S3cret/`` is a password, not a
+    port). A host name must pass the IDNA codec that the dispatcher's lookups
+    encode it with, both ways: a name it cannot send (a label over 63
+    characters, a malformed ``xn--`` label) is refused here, not at every
+    attempt.
+    """
+    url = _check_url_text(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise InvalidEndpoint(f"{shown_url(url)!r} is not a valid URL", "url") from None
+    if "@" in parts.netloc:
+        # Not echoed: the part before the @ is a password more often than not.
+        raise InvalidEndpoint(
+            "must not contain a user name or password; send credentials with "
+            "--header 'Authorization: ...' (headers in a sync file) instead", "url")
+    shown = repr(shown_url(url))
+    if parts.scheme.lower() not in ("http", "https"):
+        raise InvalidEndpoint("must start with http:// or https://", "url")
+    if "#" in url:
+        raise InvalidEndpoint(
+            f"{shown} must not have a #fragment: it is never sent to the server", "url")
+    try:
+        port = parts.port
+    except ValueError:
+        raise InvalidEndpoint(
+            f"{shown} has a port that is not a number from 1 to 65535", "url") from None
+    host = parts.hostname or ""
+    if not host:
+        raise InvalidEndpoint(
+            f"{shown} must name a host, such as https://hooks.example.com/events", "url")
+    if not _valid_host(host, bracketed=parts.netloc.startswith("[")):
+        raise InvalidEndpoint(f"{shown} has an invalid host name {host!r}", "url")
+    if port == 0:
+        raise InvalidEndpoint(f"{shown} has port 0; use a port from 1 to 65535", "url")
+    return url
+
+
+def _check_url_text(url: object) -> str:
+    """A URL's text: given, not too long, no characters the wire would mangle."""
     if not isinstance(url, str) or not url:
         raise InvalidEndpoint("is required: the http:// or https:// address to POST to", "url")
     if len(url) > _URL_MAX:
@@ -76,30 +121,6 @@ def check_url(url: object) -> str:
             url.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: argv bytes that were not UTF-8
             raise InvalidEndpoint("is not valid UTF-8 text", "url") from None
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise InvalidEndpoint(f"is not a valid URL ({exc})", "url") from None
-    if parts.scheme.lower() not in ("http", "https"):
-        raise InvalidEndpoint(
-            f"{url!r} must start with http:// or https://", "url")
-    if "@" in parts.netloc:
-        # Not echoed: the part before the @ is a password more often than not.
-        raise InvalidEndpoint(
-            "must not contain a user name or password; send credentials with "
-            "--header 'Authorization: ...' (headers in a sync file) instead", "url")
-    if "#" in url:
-        raise InvalidEndpoint(
-            f"{url!r} must not have a #fragment: it is never sent to the server", "url")
-    host = parts.hostname or ""
-    if not host:
-        raise InvalidEndpoint(
-            f"{url!r} must name a host, such as https://hooks.example.com/events", "url")
-    if not _valid_host(host, bracketed=parts.netloc.startswith("[")):
-        raise InvalidEndpoint(f"{url!r} has an invalid host name {host!r}", "url")
-    if port == 0:
-        raise InvalidEndpoint(f"{url!r} has port 0; use a port from 1 to 65535", "url")
     return url
 
 
@@ -110,13 +131,15 @@ def _valid_host(host: str, *, bracketed: bool) -> bool:
         except ValueError:
             return False
         return True
-    if host.isascii():
-        return _HOST.fullmatch(host) is not None
     try:
+        # What socket.getaddrinfo sends (its "idna" codec), and back: a label of
+        # 64 characters fails the first, a malformed xn-- label the second.
         ascii_host = host.encode("idna").decode("ascii")
+        ascii_host.encode("ascii").decode("idna")
     except UnicodeError:
         return False
-    return _HOST.fullmatch(ascii_host.lower()) is not None
+    return (len(ascii_host.rstrip(".")) <= _HOST_MAX
+            and _HOST.fullmatch(ascii_host.lower()) is not None)
 
 
 def check_patterns(patterns: object) -> tuple[str, ...]:
@@ -198,8 +221,12 @@ def check_env_name(name: str) -> str:
     return name
 
 
-def key_bytes(encoded: str, what: str) -> bytes:
-    """The HMAC key inside a secret: base64 (padding optional) of 24 to 64 bytes."""
+def key_bytes(encoded: str, what: str, *, show_length: bool = True) -> bytes:
+    """The HMAC key inside a secret: base64 (padding optional) of 24 to 64 bytes.
+
+    ``show_length=False`` keeps the key's length out of the message: for a
+    variable of the dispatcher's environment, which its reader did not write.
+    """
     padded = encoded + "=" * (-len(encoded) % 4)
     try:
         key = base64.b64decode(padded, validate=True)
@@ -207,8 +234,9 @@ def key_bytes(encoded: str, what: str) -> bytes:
         raise InvalidEndpoint(f"is not valid: {what} is not base64", "secret") from None
     low, high = _KEY_BYTES
     if not low <= len(key) <= high:
+        holds = f"holds a {len(key)}-byte key" if show_length else "holds a key of another size"
         raise InvalidEndpoint(
-            f"is not valid: {what} holds a {len(key)}-byte key; Standard Webhooks keys "
+            f"is not valid: {what} {holds}; Standard Webhooks keys "
             f"are {low} to {high} bytes", "secret")
     return key
 

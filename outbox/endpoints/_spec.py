@@ -15,8 +15,9 @@ Secrets are ``whsec_<base64>`` or ``env:NAME``, NAME none of the
 configuration's (``OUTBOX_*`` but ``OUTBOX_SECRET_*``, ``DATABASE_URL``,
 ``PG*``); :func:`decode_secret` turns either into HMAC key bytes,
 reading ``env:`` references from the environment mapping it is given (the
-dispatcher's snapshot), never from ``os.environ``, and refusing other names
-there too, for endpoints written into the table by hand.
+dispatcher's snapshot), never from ``os.environ``, refusing other names
+there too, for endpoints written into the table by hand, and any variable
+whose value is not a ``whsec_`` secret.
 """
 
 from __future__ import annotations
@@ -212,22 +213,24 @@ def decode_secret(text: str, environ: Mapping[str, str]) -> bytes:
 
     NAME must not be the configuration's, checked before ``environ`` is
     read, so that an endpoint written by hand cannot sign with ``OUTBOX_DSN``,
-    ``DATABASE_URL`` or ``PGPASSWORD``. The variable must hold a ``whsec_`` secret (the
-    bare base64 part is accepted too, as Standard Webhooks libraries do);
-    surrounding whitespace such as a trailing newline from a mounted file is
-    ignored. Raises InvalidEndpoint (field ``secret``) when the name is not
-    allowed, the variable is missing or its value is not a valid secret; the
-    message names the variable, never its value.
+    ``DATABASE_URL`` or ``PGPASSWORD``. The variable must hold a ``whsec_``
+    secret, prefix included: a value without it (a cloud key, a password) is
+    never a signing key, whatever its name. Surrounding whitespace such as a
+    trailing newline from a mounted file is ignored. Raises InvalidEndpoint
+    (field ``secret``) when the name is not allowed or the variable does not
+    hold a valid ``whsec_`` secret; the message names the variable, never its
+    value nor its length, and says the same whether the variable is missing
+    or holds something else (no way to learn what the environment holds).
     """
     if text.startswith("env:"):
         var = checks.check_env_name(text[4:])
         value = environ.get(var, "").strip()
-        if not value:
+        if not value.startswith("whsec_"):
             raise InvalidEndpoint(
-                f"env:{var} refers to the environment variable {var}, which is not set "
-                "or empty", "secret")
-        encoded = value.removeprefix("whsec_")
-        return checks.key_bytes(encoded, f"the value of the environment variable {var}")
+                f"env:{var}: the dispatcher's environment has no variable {var} holding a "
+                "whsec_ secret (set it to whsec_ followed by the base64 of 24 to 64 "
+                "random bytes)", "secret")
+        return checks.key_bytes(value[6:], f"the whsec_ secret in {var}", show_length=False)
     if text.startswith("whsec_"):
         return checks.key_bytes(text[6:], "the whsec_ secret")
     checks.check_secret(text)  # raises, saying what a secret looks like

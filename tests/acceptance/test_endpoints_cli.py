@@ -164,6 +164,31 @@ def test_list_never_prints_a_secret(dsn: str) -> None:
     assert listed["signing"] == "whsec"
 
 
+def test_query_values_are_masked_wherever_the_url_is_shown(dsn: str) -> None:
+    """A token in the URL's query is stored as given and shown as *** by add and list."""
+    url = "https://hooks.example.com/in?token=q-secret-1&v=2"
+    added = ok(outbox_cmd(dsn, "add", "hooks", "--url", url))
+    assert endpoint(dsn, "hooks")["url"] == url
+    table = ok(outbox_cmd(dsn, "list"))
+    [listed] = json.loads(ok(outbox_cmd(dsn, "list", "--json")))
+    for out in (added, table, json.dumps(listed)):
+        assert "q-secret-1" not in out
+    assert listed["url"] == "https://hooks.example.com/in?token=***&v=***"
+    assert "https://hooks.example.com/in?token=***&v=***" in table
+
+
+@pytest.mark.parametrize("url", ["ftp://user:PASSW0RD@hooks.example.com/",
+                                 "http://admin:PASSW0RD/", "http://xn--/",
+                                 "http://" + "a" * 64 + ".example/"])
+def test_add_refuses_credentials_and_unsendable_hosts_without_echoing(
+        dsn: str, url: str) -> None:
+    """Credentials (whatever else is wrong) and hosts the IDNA codec refuses: exit 2, unechoed."""
+    result = outbox_cmd(dsn, "add", "hooks", "--url", url)
+    assert result.returncode == 2, result.stderr
+    assert "PASSW0RD" not in result.stderr + result.stdout
+    assert snapshot(dsn) == []
+
+
 def test_rotate_secret_generates_prints_once_and_keeps_the_old(dsn: str) -> None:
     """A generated secret is printed once on stdout; the old one stays in previous_secrets."""
     add(dsn, "hooks", secret=SECRET)

@@ -92,6 +92,31 @@ def test_env_secret_naming_the_configuration_is_never_used(
     assert value[6:] not in log
 
 
+def test_env_secret_of_the_contracts_example_signs(
+        conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
+    """env:WORKFLOW_WEBHOOK_SECRET, holding whsec_..., signs as the contract shows it."""
+    secret = new_secret()
+    add_endpoint(conn, "workflow", receiver.url, secret="env:WORKFLOW_WEBHOOK_SECRET")
+    _, request = deliver_one(conn, dsn, receiver, env={"WORKFLOW_WEBHOOK_SECRET": secret})
+    assert Webhook(secret).verify(request.body, request.headers)["data"] == PAYLOAD
+
+
+def test_env_secret_naming_a_variable_without_whsec_is_never_used(
+        conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
+    """env:AWS_SECRET_ACCESS_KEY, a valid-looking base64 key, never signs: nothing is sent,
+    and the log names neither its value nor its decoded length."""
+    value = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # 30 bytes as base64
+    add_endpoint(conn, "cloud", receiver.url, secret="env:AWS_SECRET_ACCESS_KEY")
+    event_id = publish(conn, "order.created", PAYLOAD)
+    code, log = run_once(dsn, "--log-level", "DEBUG", env={"AWS_SECRET_ACCESS_KEY": value})
+    assert code == 0, log
+    assert receiver.snapshot() == []
+    assert delivery(conn, event_id)["state"] == "pending"
+    assert "no variable AWS_SECRET_ACCESS_KEY holding a whsec_ secret" in log
+    assert value not in log
+    assert "30-byte" not in log
+
+
 def test_during_rotation_old_and_new_secret_both_verify(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
     """With an unexpired previous secret, receivers holding either secret accept the request."""

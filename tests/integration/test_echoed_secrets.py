@@ -18,12 +18,14 @@ import json
 import os
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 import pytest
 
 from dispatcher.policy.outcome import MAX_ERROR_LENGTH
 from outbox.testing import Receiver, Request, Response
+from tests.support.cli import run_outbox
 from tests.support.dispatcher import (
     Dispatcher,
     add_endpoint,
@@ -101,3 +103,48 @@ def test_echoing_receiver_leaks_nothing(conn: psycopg.Connection[Any], dsn: str,
     # never in last_error, whatever the echo repeats.
     assert ('"order":7' in log or '\\"order\\":7' in log) == (level == "DEBUG")
     assert '"order":7' not in last_error
+
+
+CARD = "4111111111111111"
+HOLDER = "Alice Example"
+QUERY_TOKEN = "qt-" + os.urandom(8).hex()
+
+
+def reparsed(spelling: str) -> Callable[[Request], bytes]:
+    """A receiver that parsed our body and wrote it again, with the request line beside it."""
+    def answer(request: Request) -> bytes:
+        body = json.loads(request.body)
+        line = f"{request.method} {request.path} HTTP/1.1"
+        if spelling == "json.dumps":  # Python's default spacing
+            return json.dumps({"request_line": line, "body": body}).encode()
+        if spelling == "pretty":
+            return json.dumps({"request_line": line, "body": body}, indent=2).encode()
+        if spelling == "repr":
+            return repr({"request_line": line, "body": body}).encode()
+        return urlencode({"line": line, **body["data"]}).encode()  # form encoding
+    return answer
+
+
+@pytest.mark.parametrize("spelling", ["json.dumps", "pretty", "repr", "form"])
+def test_payload_written_again_by_the_receiver_reaches_neither_last_error_nor_the_log(
+        conn: psycopg.Connection[Any], dsn: str, spelling: str) -> None:
+    """A 500 whose body is our payload re-serialised, and our request line with its query
+    token: `outbox dead list --json` and the dead-letter WARNING line show neither."""
+    with Receiver(lambda request: Response(500, body=reparsed(spelling)(request))) as receiver:
+        add_endpoint(conn, "reparse", f"{receiver.url}in?token={QUERY_TOKEN}&v=2",
+                     max_attempts=1)
+        event_id = publish(conn, "card.saved", {"card": CARD, "name": HOLDER, "n": 1})
+        with Dispatcher(dsn) as dispatcher:
+            wait_for_state(conn, event_id, "dead", dispatcher=dispatcher)
+            wait_until(lambda: "dead-lettered" in dispatcher.log(), 10,
+                       "the dead letter to be logged", dispatcher=dispatcher)
+            log = dispatcher.log()
+        assert CARD in reparsed(spelling)(receiver.snapshot()[0]).decode()
+    listed = run_outbox(dsn, "dead", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [dead] = json.loads(listed.stdout)
+    warning = next(line for line in log.splitlines() if "dead-lettered" in line)
+    for shown in (dead["last_error"], warning):
+        assert "[redacted]" in shown
+        for secret in (CARD, HOLDER, "Alice", QUERY_TOKEN):
+            assert secret not in shown, (secret, shown)

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import outbox
 from dispatcher.observe.metrics import BacklogRow, Metrics
-from dispatcher.observe.server import Connector, HealthServer, dsn_connector
+from dispatcher.observe.server import MAX_CLIENTS, Connector, HealthServer, dsn_connector
 from outbox.sql import queries
 
 T = TypeVar("T")
@@ -303,3 +303,45 @@ def test_a_failing_render_answers_500_and_the_server_keeps_serving() -> None:
             return [(await client.get(p)).status_code for p in ("/metrics", "/healthz")]
 
     assert run(probe()) == [500, 200]
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), 0.05) == b""
+    except TimeoutError:
+        return False  # still open, waiting for our head
+    except ConnectionError:
+        return True  # reset
+
+
+def test_connections_past_the_limit_close_the_oldest_silent_ones_first() -> None:
+    """With MAX_CLIENTS silent connections and one halfway through its head, newcomers
+    close the oldest silent ones; the one that spoke is kept, and a request is answered."""
+    async def probe() -> tuple[list[bool], bool, bytes]:
+        server = HealthServer(Metrics(), is_alive=lambda: True, is_ready=lambda: True,
+                              host="127.0.0.1", port=0)
+        await server.start()
+        talker_reader, talker = await asyncio.open_connection("127.0.0.1", server.port)
+        talker.write(b"GET /healthz HTTP/1.1\r\n")  # half a head, the rest later
+        await talker.drain()
+        silent = [await asyncio.open_connection("127.0.0.1", server.port)
+                  for _ in range(MAX_CLIENTS)]
+        await asyncio.sleep(0.2)
+        closed = [await closed_by_server(reader) for reader, _ in silent]
+        talker.write(b"\r\n")
+        answer = await asyncio.wait_for(talker_reader.read(), 5)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
+        fresh = await asyncio.wait_for(reader.read(), 5)
+        for _, w in silent:
+            w.close()
+        writer.close()
+        talker.close()
+        await server.stop()
+        return closed, answer.startswith(b"HTTP/1.1 200 "), fresh
+
+    closed, talker_answered, fresh = run(probe())
+    assert talker_answered  # kept though it was the oldest
+    assert closed[:1] == [True]  # the oldest silent one made room for the last
+    assert sum(closed) == 1
+    assert fresh.startswith(b"HTTP/1.1 200 ")

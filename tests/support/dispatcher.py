@@ -43,6 +43,10 @@ FAST_ENDPOINT: dict[str, Any] = {
 }
 """Endpoint settings that keep retries quick; a test overrides what it checks."""
 
+_LIMITED = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({0}, {0}));"
+            " sys.argv = sys.argv[2:]; runpy.run_module('dispatcher', run_name='__main__')")
+"""``python -c`` running ``python -m dispatcher ARGS`` under an open files limit (argv:
+``-c CODE -m dispatcher ARGS``)."""
 _JSON_COLUMNS = {"headers", "previous_secrets"}
 _COLUMNS = {"secret", "max_attempts", "timeout_seconds", "min_backoff_seconds",
             "max_backoff_seconds", "max_in_flight", "rate_limit", "max_batch", "format",
@@ -156,9 +160,12 @@ class Dispatcher:
     """
 
     def __init__(self, dsn: str, *args: str, env: Mapping[str, str] | None = None,
-                 once: bool = False, cwd: Path | None = None) -> None:
-        """``cwd``: where it runs (``python -m`` imports from there first: an old release)."""
+                 once: bool = False, cwd: Path | None = None,
+                 open_files: int | None = None) -> None:
+        """``cwd``: where it runs (``python -m`` imports from there first: an old release);
+        ``open_files``: the process's RLIMIT_NOFILE, soft and hard (``ulimit -n``)."""
         self.port = free_port()
+        self.open_files = open_files
         self.argv = [sys.executable, "-m", "dispatcher", "--dsn", dsn,
                      "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port),
                      *FAST_ARGS, *(["--once"] if once else []), *args]
@@ -172,7 +179,10 @@ class Dispatcher:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Dispatcher:
-        self.process = subprocess.Popen(self.argv, env=self.env, stdout=self._log,
+        argv = self.argv
+        if self.open_files is not None:  # as `ulimit -n N` would, in the child before it runs
+            argv = [sys.executable, "-c", _LIMITED.format(self.open_files), *argv[1:]]
+        self.process = subprocess.Popen(argv, env=self.env, stdout=self._log,
                                         stderr=subprocess.STDOUT, text=True, cwd=self.cwd)
         return self
 

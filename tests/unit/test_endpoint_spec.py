@@ -110,13 +110,17 @@ def test_valid_urls(url: str) -> None:
     ("https://exa\nmple.com/", "control characters"),
     ("https://example.com/\x00", "control characters"),
     ("https://example.com\\@evil.com/", "backslashes"),
-    ("http://example.com:99999/", "not a valid URL"),
-    ("http://example.com:abc/", "not a valid URL"),
+    ("http://example.com:99999/", "port that is not a number"),
+    ("http://example.com:abc/", "port that is not a number"),
     ("http://[::1/", "not a valid URL"),
     ("http://[not-ip]/", "not a valid URL"),
     ("http://exa<mple.com/", "invalid host"),
     ("http://example..com/", "invalid host"),
     ("http://example.com:0/", "port 0"),
+    ("http://xn--/", "invalid host"),  # accepted once, then failed every attempt
+    ("http://xn--zz.example/", "invalid host"),
+    ("http://" + "a" * 64 + ".example/", "invalid host"),
+    ("http://" + ("a" * 60 + ".") * 5 + "example/", "invalid host"),  # 300 characters
     ("https://example.com/" + "x" * 2048, "longer than"),
     ("https://example.com/\udcff", "not valid UTF-8"),  # argv bytes that were not UTF-8
     ("https://example.com/\ud800x", "not valid UTF-8"),
@@ -133,6 +137,27 @@ def test_url_credentials_are_not_echoed() -> None:
     with pytest.raises(InvalidEndpoint) as info:
         spec(url="https://user:hunter2@example.com/")
     assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", [
+    "ftp://user:PASSW0RD@example.com/x",  # the scheme is wrong too: credentials said first
+    "http://admin:PASSW0RD/",  # no @: read as a port, which must not be echoed either
+    "http://admin:PASSW0RD@[::1/",  # malformed too
+    "gopher://example.com/?token=PASSW0RD",
+    "http://example.com:99999/?token=PASSW0RD",
+    "http://example.com/?token=PASSW0RD#x",
+])
+def test_no_url_error_repeats_a_password_or_query_value(url: str) -> None:
+    """Whatever else is wrong with the URL, its password, port text and query values stay out."""
+    with pytest.raises(InvalidEndpoint) as info:
+        spec(url=url)
+    assert "PASSW0RD" not in str(info.value)
+
+
+@pytest.mark.parametrize("host", ["a" * 63 + ".example", "xn--bcher-kva.example", "bücher.de"])
+def test_hosts_the_idna_codec_sends_are_accepted(host: str) -> None:
+    """63-character labels and well-formed A-labels (or their Unicode form) are accepted."""
+    assert spec(url=f"https://{host}/").url == f"https://{host}/"
 
 
 @pytest.mark.parametrize("patterns", [
@@ -224,25 +249,50 @@ def test_decode_secret_whsec() -> None:
     assert decode_secret(SECRET, {}) == base64.b64decode(SECRET[6:])
 
 
-@pytest.mark.parametrize("value", [SECRET, SECRET[6:], SECRET + "\n"])
+@pytest.mark.parametrize("value", [SECRET, SECRET + "\n", " " + SECRET])
 def test_decode_secret_env(value: str) -> None:
-    """env:NAME reads the given mapping: whsec_ or bare base64, surrounding whitespace ignored."""
+    """env:NAME reads the given mapping: a whsec_ secret, surrounding whitespace ignored."""
     key = decode_secret("env:OUTBOX_SECRET_HOOK", {"OUTBOX_SECRET_HOOK": value})
+    assert key == base64.b64decode(SECRET[6:])
+
+
+def test_decode_secret_env_contract_example() -> None:
+    """The contract's own example, a name outside OUTBOX_SECRET_*, works as it is."""
+    key = decode_secret("env:WORKFLOW_WEBHOOK_SECRET", {"WORKFLOW_WEBHOOK_SECRET": SECRET})
     assert key == base64.b64decode(SECRET[6:])
 
 
 @pytest.mark.parametrize("environ", [{}, {"OUTBOX_SECRET_HOOK": ""}, {"OTHER": SECRET}])
 def test_decode_secret_env_missing(environ: dict[str, str]) -> None:
     """A missing or empty variable is a clear error naming it."""
-    with pytest.raises(InvalidEndpoint, match=r"OUTBOX_SECRET_HOOK.*not set"):
+    with pytest.raises(InvalidEndpoint, match=r"no variable OUTBOX_SECRET_HOOK holding"):
         decode_secret("env:OUTBOX_SECRET_HOOK", environ)
 
 
-def test_decode_secret_env_invalid_value_not_echoed() -> None:
-    """A variable holding a bad key is refused without showing its value."""
+@pytest.mark.parametrize(("name", "value"), [
+    ("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),  # 30 bytes of base64
+    ("POSTGRES_PASSWORD", "c2VjcmV0LXBhc3N3b3JkLXRoaXJ0eS1ieXRlcyE="),
+    ("OUTBOX_SECRET_HOOK", SECRET[6:]),  # bare base64: no longer enough
+])
+def test_decode_secret_env_needs_the_whsec_form(name: str, value: str) -> None:
+    """A variable not holding whsec_... never signs, and the error is the one of a missing
+    variable: it tells nothing of what the environment holds, neither value nor length."""
+    with pytest.raises(InvalidEndpoint) as info:
+        decode_secret(f"env:{name}", {name: value})
+    with pytest.raises(InvalidEndpoint) as missing:
+        decode_secret(f"env:{name}", {})
+    assert str(info.value) == str(missing.value)
+    assert value not in str(info.value)
+    assert not re.search(r"\d+-byte", str(info.value))
+
+
+@pytest.mark.parametrize("value", ["whsec_c2hvcnRrZXk=", "whsec_" + b64(65), "whsec_!!"])
+def test_decode_secret_env_invalid_value_not_echoed(value: str) -> None:
+    """A variable holding a bad whsec_ key is refused without its value or its length."""
     with pytest.raises(InvalidEndpoint, match="OUTBOX_SECRET_HOOK") as info:
-        decode_secret("env:OUTBOX_SECRET_HOOK", {"OUTBOX_SECRET_HOOK": "whsec_c2hvcnRrZXk="})
-    assert "c2hvcnRrZXk" not in str(info.value)
+        decode_secret("env:OUTBOX_SECRET_HOOK", {"OUTBOX_SECRET_HOOK": value})
+    assert value[6:] not in str(info.value)
+    assert not re.search(r"\d+-byte", str(info.value))
 
 
 @pytest.mark.parametrize("name", ["OUTBOX_DSN", "DATABASE_URL", "PGPASSWORD"])

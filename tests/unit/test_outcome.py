@@ -7,11 +7,12 @@ tested here, with what must stay readable.
 from __future__ import annotations
 
 import base64
+import html
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, urlencode
 
 import pytest
 
@@ -66,6 +67,8 @@ def middle() -> float:
         pytest.param(status(101), "retry", "other", id="1xx odd"),
         pytest.param(status(600), "retry", "other", id="600 odd"),
         pytest.param(failure("other", "malformed response"), "retry", "other", id="other error"),
+        pytest.param(failure("internal", "no file descriptor left"), "retry", "other",
+                     id="internal error"),
         pytest.param(AttemptResult(), "retry", "other", id="nothing at all"),
     ],
 )
@@ -311,6 +314,69 @@ def test_a_megabyte_payload_is_masked_by_its_start() -> None:
     assert error == f"HTTP 500: got {REDACTED}"
 
 
+CARD, NAME, NOTE = "4111111111111111", "Alice Example", 'a/b "q" é&c'
+PAYLOAD = json.dumps({"card": CARD, "name": NAME, "amount": 1234.50, "note": NOTE},
+                     separators=(",", ":"), ensure_ascii=False)  # as stored: compact
+
+
+def reserialised(spelling: str) -> str:
+    """The payload parsed by a receiver and written again, inside what it answers."""
+    data = json.loads(PAYLOAD)
+    body = {"id": "evt", "type": "t", "data": data}
+    return {
+        "json.dumps": json.dumps({"request_line": "POST / HTTP/1.1", "body": body}),
+        "pretty": json.dumps(body, indent=4, ensure_ascii=False),
+        "repr": repr(body),
+        "form": urlencode({k: str(v) for k, v in data.items()}),
+        "quoted-json": json.dumps({"raw": json.dumps(body)}),
+        "html": f"<pre>{html.escape(repr(body))}</pre>",
+    }[spelling]
+
+
+@pytest.mark.parametrize("spelling", ["json.dumps", "pretty", "repr", "form", "quoted-json",
+                                      "html"])
+def test_payload_values_written_again_by_the_receiver_are_masked(spelling: str) -> None:
+    """Every string and number value of 4+ characters is masked, in any spacing or quoting;
+    the keys stay, so the error still shows what the receiver did."""
+    error = decide(payload_delivery(PAYLOAD), ENDPOINT, status(500, reserialised(spelling)),
+                   NOW, middle).record.error
+    assert error is not None
+    for value in (CARD, NAME, "Alice", "1234.5", "a/b", "é&c", "q\\"):
+        assert value not in error, (value, error)
+    assert "card" in error
+    assert REDACTED in error
+
+
+def test_payload_values_cut_at_the_end_of_the_excerpt_are_masked() -> None:
+    """The start of a value that the excerpt cut off is masked too."""
+    echo = json.dumps(json.loads(PAYLOAD), indent=2)
+    echo = echo[:echo.index(CARD) + 6]
+    error = decide(payload_delivery(PAYLOAD), ENDPOINT, status(500, echo), NOW,
+                   middle).record.error
+    assert error is not None
+    assert CARD[:6] not in error
+
+
+def test_short_payload_values_and_ordinary_words_stay_readable() -> None:
+    """Values under 4 characters are not masked, nor anything the payload does not hold."""
+    payload = '{"n":7,"ok":true,"c":"abc"}'
+    error = decide(payload_delivery(payload), ENDPOINT,
+                   status(500, "invalid field n: 7 (abc) in request"), NOW, middle).record.error
+    assert error == "HTTP 500: invalid field n: 7 (abc) in request"
+
+
+def test_query_values_of_the_endpoint_url_are_masked_in_an_echoed_request_line() -> None:
+    """?token=... echoed back (a request line, a logged URL) is masked, short values too."""
+    endpoint = Endpoint(id=1, name="e", url="http://127.0.0.1:9/in?token=q-77-secret&v=1")
+    body = json.dumps({"request_line": "POST /in?token=q-77-secret&v=1 HTTP/1.1",
+                       "note": "token q-77-secret"})
+    error = decide(payload_delivery("{}"), endpoint, status(500, body), NOW, middle).record.error
+    assert error is not None
+    assert "q-77-secret" not in error
+    assert "v=1" not in error
+    assert "POST /in?token=[redacted]&v=[redacted] HTTP/1.1" in error
+
+
 def test_retry_after_in_seconds() -> None:
     """A 429 with Retry-After in seconds carries that delay."""
     outcome = classify(status(429, **{"retry-after": "30"}), 1, 5, NOW)
@@ -362,8 +428,10 @@ def test_retry_after_is_ignored_when_the_delivery_is_dead() -> None:
     (AttemptResult(error_kind="connect"), "failed"),
     (AttemptResult(error_kind="other"), "failed"),
     (AttemptResult(error_kind="blocked"), None),
+    (AttemptResult(error_kind="internal"), None),
 ])
 def test_circuit_verdict(result: AttemptResult, verdict: str | None) -> None:
     """Retryable failures count against the circuit; any other answer resets it; a refused
-    address says nothing of the endpoint."""
+    address, or the dispatcher's own trouble (out of descriptors), says nothing of the
+    endpoint."""
     assert circuit_verdict(result) == verdict
