@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -34,8 +33,8 @@ from dispatcher.control import Control
 from dispatcher.db import Database, DatabaseDown
 from dispatcher.flights import Flights, Group
 from dispatcher.leases import Leases
-from dispatcher.policy.model import Delivery, Endpoint, EventData, Slot
-from dispatcher.policy.quota import Quotas
+from dispatcher.policy.model import ClaimRow, Endpoint, Slot
+from dispatcher.policy.quota import BATCH_BYTES, Quotas
 from dispatcher.registry import Registry
 
 log = logging.getLogger("dispatcher")
@@ -184,29 +183,37 @@ class Claimer:
 
     def _group(self, rows: Sequence[Sequence[Any]], started: float) -> _Claimed:
         """The claim's rows as groups (they come ordered by endpoint and group);
-        ``started``: the claim's start on the monotonic clock."""
+        ``started``: the claim's start on the monotonic clock.
+
+        A group's payloads are kept within BATCH_BYTES: the rest of it follows as
+        groups of its own, waiting for the slot (those beyond what its endpoint's
+        running requests can take go back at once, for a later claim).
+        """
         claimed = _Claimed()
         current: tuple[int, int] | None = None
-        for row in rows:
-            (delivery_id, endpoint_id, attempts, token, event_id, type_, key, payload,
-             headers, created_at, grp, slot, slot_token, send_in, probe, age) = row
-            delivery = Delivery(
-                id=delivery_id, endpoint_id=endpoint_id, attempts=attempts, lease_token=token,
-                probe=probe, age=age, claimed_at=started,
-                event=EventData(id=event_id, type=type_, key=key, payload=payload,
-                                headers=json.loads(headers or "{}"), created_at=created_at))
+        size = 0
+        for raw in rows:
+            row = ClaimRow._make(raw)
+            delivery = row.delivery(started)
             self._leases.hold(delivery)
+            endpoint_id = row.endpoint_id
             claimed.rows[endpoint_id] = claimed.rows.get(endpoint_id, 0) + 1
-            if current != (endpoint_id, grp):
-                current = (endpoint_id, grp)
-                endpoint = self._registry.by_id[endpoint_id]
+            endpoint = self._registry.by_id[endpoint_id]
+            if current != (endpoint_id, row.grp):
+                current = (endpoint_id, row.grp)
+                size = 0
                 claimed.groups.append(Group(
-                    endpoint, [], Slot(endpoint_id, slot, slot_token) if slot is not None
-                    else None, float(send_in)))
-                if endpoint.rate_limit is not None and slot is not None:
-                    turn = float(send_in) + 1 / endpoint.rate_limit - RATE_HORIZON
+                    endpoint, [], Slot(endpoint_id, row.slot, row.slot_token)
+                    if row.slot is not None and row.slot_token is not None else None,
+                    float(row.send_in)))
+                if endpoint.rate_limit is not None and row.slot is not None:
+                    turn = float(row.send_in) + 1 / endpoint.rate_limit - RATE_HORIZON
                     if claimed.throttled is None or turn < claimed.throttled:
                         claimed.throttled = turn
+            elif size + len(row.payload) > BATCH_BYTES:
+                size = 0
+                claimed.groups.append(Group(endpoint, []))
+            size += len(row.payload)
             claimed.groups[-1].deliveries.append(delivery)
         return claimed
 

@@ -87,13 +87,16 @@ class Connection(asyncio.Protocol):
 
     # -- used by the pool ----------------------------------------------------
 
-    def send(self, payload: bytes, head_request: bool) -> None:
-        """Write a whole request; the parser for its response starts empty."""
+    def send(self, payload: bytes, head_request: bool, body: bytes = b"") -> None:
+        """Write a whole request (``payload``, then ``body`` when given apart: a large body
+        is written as it is, not copied behind its head); its response's parser starts empty."""
         assert self.transport is not None
         self.parser = ResponseParser(head_request)
         self.error = None
-        self.sent = len(payload)
+        self.sent = len(payload) + len(body)
         self.transport.write(payload)
+        if body:
+            self.transport.write(body)
 
     def alive(self) -> bool:
         """Open, with no EOF or error seen: fit to carry a request."""

@@ -45,6 +45,8 @@ from dispatcher.policy.model import AttemptResult, ErrorKind
 # never megabytes from a misbehaving endpoint.
 BODY_EXCERPT_BYTES = 4096
 _ERROR_TEXT_CHARS = 300
+_JOINED_BODY = 64 * 1024
+"""Bodies up to this size are sent in one buffer with their head; larger ones apart."""
 _URL_CACHE_SIZE = 16384
 """URLs whose parsed form is kept (least recently used out first): a webhook sender posts
 to an endpoint per customer, and parsing a URL costs more than the rest of a request's
@@ -128,10 +130,13 @@ class HttpSender:
             if extra.count(b"\n") != len(headers) or extra.count(b"\r") != len(headers):
                 raise httpx.LocalProtocolError("a header contains CR or LF")
             head += extra
-        payload = b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body)
         assert isinstance(self.transport, H1Transport)
+        if len(body) <= _JOINED_BODY:  # one buffer, one write
+            payload, apart = b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body), b""
+        else:  # a large body is not copied behind its head
+            payload, apart = b"%scontent-length: %d\r\n\r\n" % (head, len(body)), body
         status, raw, excerpt = await self.transport.post(target.key, payload,
-                                                         BODY_EXCERPT_BYTES)
+                                                         BODY_EXCERPT_BYTES, apart)
         return AttemptResult(
             status=status,
             headers={n.decode("latin-1").lower(): v.decode("latin-1") for n, v in raw},

@@ -104,12 +104,13 @@ class H1Transport(httpx.AsyncBaseTransport):
             status_code=parser.status, headers=parser.headers, stream=stream, request=request,
             extensions={"http_version": parser.version, "reason_phrase": parser.reason})
 
-    async def post(self, key: PoolKey, payload: bytes,
-                   limit: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """Send a request already encoded (head and body) to ``key``; the status, the
-        headers and at most ``limit`` bytes of the body: what a webhook POST needs, with
-        none of httpx's request and response objects (the dispatcher's hot path)."""
-        conn, parser = await self._exchange(key, payload, head_request=False)
+    async def post(self, key: PoolKey, payload: bytes, limit: int, body: bytes = b"",
+                   ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """Send a request already encoded (``payload``: its head and body, or its head when
+        ``body`` comes apart) to ``key``; the status, the headers and at most ``limit``
+        bytes of the answer's body: what a webhook POST needs, with none of httpx's
+        request and response objects (the dispatcher's hot path)."""
+        conn, parser = await self._exchange(key, payload, head_request=False, body=body)
         body = parser.take()
         try:
             while not parser.done and len(body) < limit:
@@ -122,7 +123,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         return parser.status, parser.headers, body[:limit]
 
     async def _exchange(self, key: PoolKey, payload: bytes, *, head_request: bool,
-                        connect_timeout: float | None = None,
+                        body: bytes = b"", connect_timeout: float | None = None,
                         pool_timeout: float | None = None,
                         read_timeout: float | None = None) -> tuple[Connection, ResponseParser]:
         """Write the request on a pooled connection and read the answer's head."""
@@ -130,14 +131,14 @@ class H1Transport(httpx.AsyncBaseTransport):
         try:
             conn, reused = await pool.acquire(key, self._open, connect_timeout=connect_timeout,
                                               pool_timeout=pool_timeout)
-            conn.send(payload, head_request)
+            conn.send(payload, head_request, body)
             if reused and conn.unsent():
                 # Not a byte reached the server: one more try on a new connection.
                 pool.drop(conn)
                 conn, _ = await pool.acquire(key, self._open, fresh=True,
                                              connect_timeout=connect_timeout,
                                              pool_timeout=pool_timeout)
-                conn.send(payload, head_request)
+                conn.send(payload, head_request, body)
             return conn, await conn.read_head(read_timeout)
         except BaseException:
             if conn is not None:

@@ -7,11 +7,12 @@ HTTP sender, the completer), so that each can be tested without the others.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from outbox._shared.endpoint_defaults import (
     DEFAULT_BREAKER_FAILURES,
@@ -81,6 +82,38 @@ class Delivery:
     # delivery lag, right whatever this process's wall clock says.
     age: float = 0.0
     claimed_at: float = 0.0
+
+
+class ClaimRow(NamedTuple):
+    """One row of the claim statement, its columns by name (dispatch.sql, "claim": the
+    SELECT list, in this order). The one place the claim's row shape is written down."""
+
+    id: int
+    endpoint_id: int
+    attempts: int
+    lease_token: uuid.UUID
+    event_id: uuid.UUID
+    type: str
+    key: str | None
+    payload: str
+    headers: str | None
+    created_at: datetime
+    grp: int  # the request it goes in, per endpoint
+    slot: int | None  # the slot that request starts in; None: it waits for one
+    slot_token: uuid.UUID | None
+    send_in: float  # seconds until the request's turn under a rate limit
+    probe: bool
+    age: float
+
+    def delivery(self, claimed_at: float) -> Delivery:
+        """The delivery this row leases; ``claimed_at``: the claim's start, monotonic."""
+        return Delivery(
+            id=self.id, endpoint_id=self.endpoint_id, attempts=self.attempts,
+            lease_token=self.lease_token, probe=self.probe, age=self.age,
+            claimed_at=claimed_at,
+            event=EventData(id=self.event_id, type=self.type, key=self.key,
+                            payload=self.payload, headers=json.loads(self.headers or "{}"),
+                            created_at=self.created_at))
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,9 @@ from dispatcher.policy.model import Endpoint
 
 PREFETCH = 2
 """Rounds of requests an endpoint may hold: one running, one waiting in memory."""
+BATCH_BYTES = 4 * 1024 * 1024
+"""Payload bytes one batched request carries at most (one event larger than this goes
+alone): a request is held in memory a few times over while it is built, signed and sent."""
 
 
 @dataclass(slots=True)

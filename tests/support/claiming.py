@@ -7,12 +7,16 @@ from typing import Any
 
 import psycopg
 
+from dispatcher.policy.model import ClaimRow
 from outbox.sql import queries
 
 Conn = psycopg.Connection[Any]
-# Columns of a claimed row, by name (the claim query's SELECT list).
-ID, ENDPOINT, ATTEMPTS, TOKEN, EVENT = 0, 1, 2, 3, 4
-GROUP, SLOT, SLOT_TOKEN, SEND_IN, PROBE = 10, 11, 12, 13, 14
+# Columns of a claimed row, by name: positions in ClaimRow, the one statement of its shape.
+_AT = {name: index for index, name in enumerate(ClaimRow._fields)}
+ID, ENDPOINT, ATTEMPTS, TOKEN, EVENT = (_AT[n] for n in (
+    "id", "endpoint_id", "attempts", "lease_token", "event_id"))
+GROUP, SLOT, SLOT_TOKEN, SEND_IN, PROBE = (_AT[n] for n in (
+    "grp", "slot", "slot_token", "send_in", "probe"))
 
 
 def claim(conn: Conn, endpoint_ids: list[int], rows: int = 100, *, requests: int | None = None,

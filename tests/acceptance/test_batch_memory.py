@@ -1,0 +1,46 @@
+"""Batches of large events: each request stays within the byte budget, memory within a bound."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+import outbox
+from dispatcher.policy.quota import BATCH_BYTES
+from outbox.testing import Receiver
+from tests.support.dispatcher import Dispatcher, add_endpoint, states, wait_until
+
+pytestmark = pytest.mark.slow
+MiB = 1024 * 1024
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_batch_of_sixty_one_mib_events_is_split_and_held_in_bounded_memory(
+        dsn: str, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """--max-batch 60 over 60 events of 1 MiB: requests of at most 4 MiB of payloads, every
+    event delivered once, and the dispatcher's peak memory under 250 MiB (it was 340)."""
+    add_endpoint(conn, "big", receiver.url, max_batch=60, max_in_flight=1)
+    blob = "x" * (MiB - 100)
+    for n in range(60):
+        outbox.publish(conn, "t", {"n": n, "blob": blob})
+    conn.commit()
+    with Dispatcher(dsn) as dispatcher:
+        wait_until(lambda: states(conn).get("delivered") == 60, timeout=120,
+                   dispatcher=dispatcher, what="60 large events to be delivered")
+        assert dispatcher.process is not None
+        peak = peak_rss_mib(dispatcher.process.pid)
+    bodies = [json.loads(r.body) for r in receiver.snapshot()]
+    assert max(len(r.body) for r in receiver.snapshot()) <= BATCH_BYTES + 64 * 1024
+    assert sorted(e["data"]["n"] for body in bodies for e in body) == list(range(60))
+    assert peak < 250, f"peak resident memory {peak:.0f} MiB"
