@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from dispatcher.policy.model import Endpoint
 from outbox._shared.endpoint_defaults import Format
@@ -45,6 +45,29 @@ def _keys(name: str, secret: str | None, previous_json: str, environ: Mapping[st
             log.warning("endpoint %s: skipping a previous secret that cannot be used: %s",
                         name, exc)
     return tuple(keys)
+
+
+class EndpointRow(NamedTuple):
+    """One row of ``load_endpoints`` (dispatch.sql), its columns by name and in order."""
+
+    id: int
+    name: str
+    url: str
+    secret: str | None
+    previous_secrets: str
+    max_attempts: int
+    timeout_seconds: float
+    min_backoff_seconds: float
+    max_backoff_seconds: float
+    max_in_flight: int
+    rate_limit: float | None
+    max_batch: int
+    format: str
+    headers: str
+    enabled: bool
+    breaker_failures: int
+    now: datetime  # the database's clock, for rotated secrets' overlaps
+    version: str  # the row's xmin
 
 
 def _renew_at(previous_json: str, now: datetime) -> datetime | None:
@@ -102,10 +125,10 @@ class Registry:
         for ep_id in [ep_id for ep_id in self.by_id if ep_id not in versions]:
             self._forget(ep_id)
         added = []
-        for row in rows:
-            ep_id, name = row[0], row[1]
-            if ep_id not in self.by_id:
-                added.append(name)
+        for raw in rows:
+            row = EndpointRow._make(raw)
+            if row.id not in self.by_id:
+                added.append(row.name)
             self._load(row)
         self.digest = digest
         self._longest_timeout = max((ep.timeout for ep in self.by_id.values()), default=0.0)
@@ -118,34 +141,31 @@ class Registry:
         self._versions.pop(ep_id, None)
         self._renew.pop(ep_id, None)
 
-    def _load(self, row: tuple[Any, ...]) -> None:
-        (ep_id, name, url, secret, previous, max_attempts, timeout, min_backoff,
-         max_backoff, max_in_flight, rate_limit, max_batch, fmt, headers, is_on,
-         breaker_failures, now, version) = row
+    def _load(self, row: EndpointRow) -> None:
         try:
-            keys = _keys(name, secret, previous, self._environ, now)
+            keys = _keys(row.name, row.secret, row.previous_secrets, self._environ, row.now)
         except (ValueError, KeyError) as exc:
-            if self._broken.get(ep_id) != str(exc):
+            if self._broken.get(row.id) != str(exc):
                 log.error("endpoint %s cannot sign its requests, its deliveries wait: %s",
-                          name, exc)
-            self._broken[ep_id] = str(exc)
+                          row.name, exc)
+            self._broken[row.id] = str(exc)
             keys = ()
         else:
-            self._broken.pop(ep_id, None)
-        self.by_id[ep_id] = Endpoint(
-            id=ep_id, name=name, url=url, keys=keys, max_attempts=max_attempts,
-            timeout=float(timeout), min_backoff=float(min_backoff),
-            max_backoff=float(max_backoff), max_in_flight=max_in_flight,
-            rate_limit=float(rate_limit) if rate_limit is not None else None,
-            max_batch=max_batch, format=cast(Format, fmt),
-            headers=json.loads(headers or "{}"), breaker_failures=breaker_failures)
-        self._enabled[ep_id] = bool(is_on)
-        self._versions[ep_id] = version
-        renew = _renew_at(previous, now)
+            self._broken.pop(row.id, None)
+        self.by_id[row.id] = Endpoint(
+            id=row.id, name=row.name, url=row.url, keys=keys, max_attempts=row.max_attempts,
+            timeout=float(row.timeout_seconds), min_backoff=float(row.min_backoff_seconds),
+            max_backoff=float(row.max_backoff_seconds), max_in_flight=row.max_in_flight,
+            rate_limit=float(row.rate_limit) if row.rate_limit is not None else None,
+            max_batch=row.max_batch, format=cast(Format, row.format),
+            headers=json.loads(row.headers or "{}"), breaker_failures=row.breaker_failures)
+        self._enabled[row.id] = bool(row.enabled)
+        self._versions[row.id] = row.version
+        renew = _renew_at(row.previous_secrets, row.now)
         if renew is None:
-            self._renew.pop(ep_id, None)
+            self._renew.pop(row.id, None)
         else:
-            self._renew[ep_id] = renew
+            self._renew[row.id] = renew
 
     def usable(self, endpoint_id: int) -> Endpoint | None:
         """The endpoint, if it is enabled and can sign: the claimer may claim for it."""
