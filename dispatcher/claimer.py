@@ -189,12 +189,14 @@ class Claimer:
         current: tuple[int, int] | None = None
         for row in rows:
             (delivery_id, endpoint_id, attempts, token, event_id, type_, key, payload,
-             headers, created_at, grp, slot, slot_token, send_in, probe, age) = row
+             headers, created_at, grp, slot, slot_token, send_in, probe, age, traceparent,
+             tracestate) = row
             delivery = Delivery(
                 id=delivery_id, endpoint_id=endpoint_id, attempts=attempts, lease_token=token,
                 probe=probe, age=age, claimed_at=started,
                 event=EventData(id=event_id, type=type_, key=key, payload=payload,
-                                headers=json.loads(headers or "{}"), created_at=created_at))
+                                headers=json.loads(headers or "{}"), created_at=created_at,
+                                traceparent=traceparent, tracestate=tracestate))
             self._leases.hold(delivery)
             claimed.rows[endpoint_id] = claimed.rows.get(endpoint_id, 0) + 1
             if current != (endpoint_id, grp):

@@ -22,6 +22,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from outbox._event import MAX_PAYLOAD_BYTES, Batch, Event, build_batch
+from outbox._shared import tracecontext
 from outbox.errors import BacklogFull, OutboxError, SchemaMissing
 from outbox.sql import queries
 
@@ -209,7 +210,8 @@ def _one(event_type: str, payload: Any, key: str | None, *,
          headers: Mapping[str, str] | None, idempotency_key: str | None,
          delay: timedelta | None) -> Batch:
     return build_batch([Event(event_type, payload, key=key, headers=headers,
-                              idempotency_key=idempotency_key, delay=delay)])
+                              idempotency_key=idempotency_key, delay=delay)],
+                       trace=tracecontext.current())
 
 
 def publish(conn: Any, type: str, payload: Any, *,
@@ -240,11 +242,13 @@ async def apublish(conn: Any, type: str, payload: Any, *,
 
 def publish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
     """Publish several events in one round trip; returns their ids in input order."""
-    batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES)
+    batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES,
+                        trace=tracecontext.current())
     return _run(_plan(batch), _sync_executor(conn))
 
 
 async def apublish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
     """The async twin of :func:`publish_many`."""
-    batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES)
+    batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES,
+                        trace=tracecontext.current())
     return await _arun(_plan(batch), await _async_executor(conn))
