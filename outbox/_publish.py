@@ -144,9 +144,12 @@ def _sync_executor(conn: Any, verb: str = "publish") -> SyncExecute:
 
         def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
             # A plain Cursor whatever the connection's cursor_factory and
-            # row_factory: a RawCursor would not understand %(name)s.
+            # row_factory: a RawCursor would not understand %(name)s. Never
+            # prepared: a transaction pooler (PgBouncer before 1.21) loses
+            # prepared statements between transactions, and preparing saved
+            # nothing measurable here (BENCHMARKS.md, "Behind a pooler").
             with psycopg.Cursor(pg, row_factory=tuple_row) as cur:
-                cur.execute(sql, params)
+                cur.execute(sql, params, prepare=False)
                 return cur.fetchall()
         return execute_psycopg
     if _is_sqlalchemy(conn, "Session", "scoped_session"):
@@ -188,7 +191,7 @@ async def _async_executor(conn: Any, verb: str = "apublish") -> AsyncExecute:
 
         async def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
             async with psycopg.AsyncCursor(pg, row_factory=tuple_row) as cur:
-                await cur.execute(sql, params)
+                await cur.execute(sql, params, prepare=False)  # see execute_psycopg above
                 return await cur.fetchall()
         return execute_psycopg
     if _is_sqlalchemy(conn, "AsyncSession", "async_scoped_session"):

@@ -1,0 +1,116 @@
+"""Behind PgBouncer in transaction mode (contract v3): publish() and the dispatcher as they are.
+
+Debian's pgbouncer (1.18: no prepared statements across transactions), with
+its default ``ignore_startup_parameters`` (none), started on 127.0.0.1 in
+front of the test cluster. Skipped where pgbouncer is not installed
+(``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import outbox
+from outbox.testing import Receiver
+from tests.conftest import Cluster
+from tests.support.dispatcher import (
+    Dispatcher,
+    add_endpoint,
+    run_once,
+    wait_all_finished,
+    wait_for_state,
+    wait_until,
+)
+from tests.support.pgbouncer import PgBouncer, find_pgbouncer
+from tests.support.publishing import committed
+
+pytestmark = pytest.mark.skipif(find_pgbouncer() is None, reason="pgbouncer is not installed "
+                                "(Debian: apt-get install pgbouncer)")
+
+LISTEN_WARNING = "LISTEN does not work"
+
+
+@pytest.fixture(scope="module")
+def bouncer(cluster: Cluster) -> Iterator[PgBouncer]:
+    with PgBouncer(cluster.admin_dsn, pool_size=4) as running:
+        yield running
+
+
+def test_publish_through_the_pooler(dsn: str, bouncer: PgBouncer) -> None:
+    """publish(), publish_many() and idempotency keys work on a plain connection via PgBouncer,
+    past psycopg's prepare threshold."""
+    with psycopg.connect(dsn) as direct:
+        add_endpoint(direct, "hook", "http://127.0.0.1:9/")
+    ids = []
+    with psycopg.connect(bouncer.dsn_for(dsn)) as conn:
+        for n in range(12):
+            ids.append(outbox.publish(conn, "order.created", {"n": n}, key=f"k{n % 3}",
+                                      idempotency_key=f"i{n % 6}"))
+            conn.commit()
+        ids += outbox.publish_many(conn, [outbox.Event("order.created", {"n": n})
+                                          for n in range(5)])
+        conn.commit()
+    assert ids[6:12] == ids[:6]  # the same idempotency keys give the first ids back
+    assert committed(dsn, "SELECT count(*) FROM outbox.events") == [(11,)]
+    assert committed(dsn, "SELECT count(*) FROM outbox.deliveries") == [(11,)]
+
+
+def test_dispatcher_through_the_pooler_warns_once_and_polls(
+        dsn: str, bouncer: PgBouncer, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """Without --listen-dsn, the dispatcher becomes ready, says once that LISTEN does not work,
+    and delivers everything by polling."""
+    add_endpoint(conn, "hook", receiver.url)
+    with Dispatcher(bouncer.dsn_for(dsn)) as dispatcher:
+        dispatcher.wait_serving()
+        wait_until(lambda: LISTEN_WARNING in dispatcher.log() or None, timeout=30,
+                   what="the LISTEN warning", dispatcher=dispatcher)
+        for n in range(40):
+            outbox.publish(conn, "order.created", {"n": n}, key=f"k{n % 4}")
+            conn.commit()
+        wait_all_finished(conn, 40, dispatcher=dispatcher)
+        assert dispatcher.stop() == 0
+        log = dispatcher.log()
+    assert len(receiver.snapshot()) == 40
+    assert log.count(LISTEN_WARNING) == 1, log
+    assert "WARNING" in log.split(LISTEN_WARNING)[0].splitlines()[-1]
+    assert "--listen-dsn" in log
+    assert "transaction pooler" in log
+    assert "Traceback" not in log, log
+
+
+def test_listen_dsn_wakes_single_events(
+        dsn: str, bouncer: PgBouncer, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """With --listen-dsn naming a direct connection, single events published through the
+    pooler are woken by their notification, not found by a (30 s) poll."""
+    add_endpoint(conn, "hook", receiver.url)
+    with psycopg.connect(bouncer.dsn_for(dsn)) as producer, \
+            Dispatcher(bouncer.dsn_for(dsn), "--listen-dsn", dsn,
+                       "--poll-interval", "30") as dispatcher:
+        dispatcher.wait_serving()
+        time.sleep(1.0)  # past the start's claims; from here on only a wake-up finds work
+        for n in range(3):
+            event_id = outbox.publish(producer, "order.created", {"n": n})
+            producer.commit()
+            started = time.monotonic()
+            wait_for_state(conn, event_id, "delivered", timeout=15, dispatcher=dispatcher)
+            assert time.monotonic() - started < 15
+        assert dispatcher.stop() == 0
+        log = dispatcher.log()
+    assert LISTEN_WARNING not in log, log
+
+
+def test_once_through_the_pooler(dsn: str, bouncer: PgBouncer, conn: psycopg.Connection[Any],
+                                 receiver: Receiver) -> None:
+    """--once through the pooler delivers everything due and exits 0."""
+    add_endpoint(conn, "hook", receiver.url, max_batch=5)
+    outbox.publish_many(conn, [outbox.Event("order.created", {"n": n}) for n in range(23)])
+    conn.commit()
+    code, log = run_once(bouncer.dsn_for(dsn))
+    assert code == 0, log
+    assert committed(dsn, "SELECT count(*) FROM outbox.deliveries "
+                     "WHERE state = 'delivered'") == [(23,)]
