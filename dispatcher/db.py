@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from outbox._shared.dsn import server_options
@@ -57,9 +58,8 @@ _CONNECT_OPTIONS: dict[str, Any] = {
 SERVER_OPTIONS = ("-c statement_timeout=60000 -c jit=off "
                   "-c default_transaction_isolation=read\\ committed")
 # The same settings for one transaction, for connections through a pooler (see above).
-# Simple query protocol: one round trip for the three, before the statement itself.
-LOCAL_SETTINGS = (b"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = 60000; "
-                  b"SET LOCAL jit = off")
+_LOCAL_STATEMENTS = (b"BEGIN ISOLATION LEVEL READ COMMITTED",
+                     b"SET LOCAL statement_timeout = 60000", b"SET LOCAL jit = off")
 # What SERVER_OPTIONS makes statement_timeout: options that reached the server.
 _APPLIED = b"SELECT current_setting('statement_timeout') = '1min'"
 # PgBouncer's words for a startup parameter it neither knows nor ignores.
@@ -203,18 +203,25 @@ class Database:
 
 async def _in_own_transaction(cur: psycopg.AsyncCursor[Any], name: QueryName,
                               params: dict[str, Any] | None) -> list[tuple[Any, ...]]:
-    """The statement in a transaction of its own, after its settings (SET LOCAL)."""
-    await cur.execute(LOCAL_SETTINGS)
+    """The statement in a transaction of its own, after its settings (SET LOCAL).
+
+    Pipelined: BEGIN, the settings, the statement and COMMIT go out together
+    and end in one Sync, so that the pooler sees one transaction and the
+    statement costs one round trip, as without a pooler.
+    """
+    conn = cur.connection
     try:
-        await cur.execute(queries[name], params)
-        rows = await cur.fetchall() if cur.description else []
+        async with conn.pipeline():
+            for setting in _LOCAL_STATEMENTS:
+                await conn.execute(setting)
+            await cur.execute(queries[name], params)
+            await conn.execute(b"COMMIT")
     except BaseException:
-        if not cur.connection.closed:
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
             with contextlib.suppress(psycopg.Error):
-                await cur.execute(b"ROLLBACK")
+                await conn.execute(b"ROLLBACK")
         raise
-    await cur.execute(b"COMMIT")
-    return rows
+    return await cur.fetchall() if cur.description else []
 
 
 async def retry_until(operation: Callable[[], Awaitable[T]], give_up: asyncio.Event,

@@ -8,6 +8,7 @@ front of the test cluster. Skipped where pgbouncer is not installed
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -79,7 +80,7 @@ def test_dispatcher_through_the_pooler_warns_once_and_polls(
     assert log.count(LISTEN_WARNING) == 1, log
     assert "WARNING" in log.split(LISTEN_WARNING)[0].splitlines()[-1]
     assert "--listen-dsn" in log
-    assert "transaction pooler" in log
+    assert "settings per transaction, no prepared statements" in log
     assert "Traceback" not in log, log
 
 
@@ -114,3 +115,39 @@ def test_once_through_the_pooler(dsn: str, bouncer: PgBouncer, conn: psycopg.Con
     assert code == 0, log
     assert committed(dsn, "SELECT count(*) FROM outbox.deliveries "
                      "WHERE state = 'delivered'") == [(23,)]
+
+
+def test_a_failed_statement_leaves_the_pooled_connection_usable(
+        dsn: str, bouncer: PgBouncer) -> None:
+    """Through the pooler, a statement that fails rolls its own transaction back; the next
+    statement on the connection runs, with no prepared statement left behind."""
+    from dispatcher.db import Database, Health, pooled
+
+    async def scenario() -> None:
+        database = Database(bouncer.dsn_for(dsn), Health(), "test")
+        try:
+            for _ in range(8):  # past psycopg's prepare threshold
+                assert await database.fetch("ping") == [(1,)]
+            assert pooled(bouncer.dsn_for(dsn))
+            with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+                await database.fetch("disable_endpoint", {"id": "not a number", "reason": ""})
+            assert await database.fetch("ping") == [(1,)]
+        finally:
+            await database.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_pooler_that_ignores_options_is_noticed(
+        cluster: Cluster, dsn: str, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """With ignore_startup_parameters = options the settings never arrive: the dispatcher
+    notices and works as behind any transaction pooler."""
+    add_endpoint(conn, "hook", receiver.url)
+    outbox.publish_many(conn, [outbox.Event("order.created", {"n": n}) for n in range(12)])
+    conn.commit()
+    with PgBouncer(cluster.admin_dsn, ignore_startup_parameters="options") as lenient:
+        code, log = run_once(lenient.dsn_for(dsn))
+    assert code == 0, log
+    assert "settings per transaction, no prepared statements" in log
+    assert committed(dsn, "SELECT count(*) FROM outbox.deliveries "
+                     "WHERE state = 'delivered'") == [(12,)]

@@ -39,7 +39,7 @@ max_client_conn = 500
 server_reset_query =
 logfile = {directory}/pgbouncer.log
 pidfile = {directory}/pgbouncer.pid
-"""
+{extra}"""
 
 
 def find_pgbouncer() -> str | None:
@@ -52,7 +52,9 @@ def find_pgbouncer() -> str | None:
 class PgBouncer:
     """``with PgBouncer(dsn) as bouncer: bouncer.dsn_for(dsn)`` (same database, via the pooler)."""
 
-    def __init__(self, server_dsn: str, *, pool_size: int = 4) -> None:
+    def __init__(self, server_dsn: str, *, pool_size: int = 4,
+                 ignore_startup_parameters: str = "") -> None:
+        """``ignore_startup_parameters``: PgBouncer's setting (default: none, its own)."""
         binary = find_pgbouncer()
         if binary is None:
             raise RuntimeError("pgbouncer is not installed")
@@ -63,6 +65,8 @@ class PgBouncer:
         self._server = (str(info.get("host") or "127.0.0.1"), str(info.get("port") or 5432))
         self._dir = Path(tempfile.mkdtemp(prefix="outbox-pgbouncer-"))
         self._pool_size = pool_size
+        self._extra = (f"ignore_startup_parameters = {ignore_startup_parameters}\n"
+                       if ignore_startup_parameters else "")
         self._process: subprocess.Popen[bytes] | None = None
 
     def dsn_for(self, dsn: str) -> str:
@@ -78,7 +82,7 @@ class PgBouncer:
         (self._dir / "userlist.txt").write_text(f'"{self.user}" ""\n', "utf-8")
         (self._dir / "pgbouncer.ini").write_text(_CONFIG.format(
             host=host, port=port, listen_port=self.port, directory=self._dir,
-            pool_size=self._pool_size), "utf-8")
+            pool_size=self._pool_size, extra=self._extra), "utf-8")
         command = [self.binary, str(self._dir / "pgbouncer.ini")]
         if os.geteuid() == 0:  # pgbouncer will not run as root
             owner = pwd.getpwnam("postgres")
