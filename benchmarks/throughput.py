@@ -30,7 +30,9 @@ request carries ``traceparent``, no SDK in the dispatcher), and the SDK
 exporting each attempt's span to memory (OpenTelemetry's
 ``InMemorySpanExporter`` behind its batch processor). ``--compare pooler``
 drains it directly and through PgBouncer in transaction mode (Debian's
-``pgbouncer``, started on 127.0.0.1 with ``default_pool_size = 20``).
+``pgbouncer``, started on 127.0.0.1 with ``default_pool_size = 20``), and
+directly as it would through a pooler (no prepared statements, settings in
+each statement's transaction) to tell the pooler's hops from that.
 """
 
 from __future__ import annotations
@@ -161,6 +163,13 @@ MEMORY_SPANS = ["-c", "import runpy, dispatcher.app as app; "
                 "    return Tracing(provider, version)\n"
                 "app.configure_tracing = memory\n"
                 "runpy.run_module('dispatcher', run_name='__main__', alter_sys=True)"]
+
+
+# The dispatcher connecting directly as it does through a pooler (no prepared
+# statements, settings per transaction): what the pooler's own hops add, apart.
+AS_POOLED = ["-c", "import runpy, sys; import dispatcher.db as db; "
+             "db._pooled.add(sys.argv[sys.argv.index('--dsn') + 1]); "
+             "runpy.run_module('dispatcher', run_name='__main__', alter_sys=True)"]
 
 
 def start_dispatcher(dsn: str, *extra: str, command: list[str] | None = None,
@@ -340,6 +349,7 @@ def compare(args: argparse.Namespace) -> None:
 
             bouncer = stack.enter_context(PgBouncer(pg.dsn, pool_size=20))
             setups = {"direct": {},
+                      "direct, as if pooled": {"command": AS_POOLED},
                       "through PgBouncer": {"dsn": bouncer.dsn_for(pg.dsn),
                                             "publish_dsn": pg.dsn}}
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in setups}

@@ -144,12 +144,13 @@ def _sync_executor(conn: Any, verb: str = "publish") -> SyncExecute:
 
         def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
             # A plain Cursor whatever the connection's cursor_factory and
-            # row_factory: a RawCursor would not understand %(name)s. Never
-            # prepared: a transaction pooler (PgBouncer before 1.21) loses
-            # prepared statements between transactions, and preparing saved
-            # nothing measurable here (BENCHMARKS.md, "Behind a pooler").
+            # row_factory: a RawCursor would not understand %(name)s. Prepared
+            # as the connection's prepare_threshold says: planning the publish
+            # statement costs more than running it (BENCHMARKS.md, "Behind a
+            # pooler"), and behind PgBouncer before 1.21 the caller turns it
+            # off for the whole connection (prepare_threshold=None).
             with psycopg.Cursor(pg, row_factory=tuple_row) as cur:
-                cur.execute(sql, params, prepare=False)
+                cur.execute(sql, params)
                 return cur.fetchall()
         return execute_psycopg
     if _is_sqlalchemy(conn, "Session", "scoped_session"):
@@ -191,7 +192,7 @@ async def _async_executor(conn: Any, verb: str = "apublish") -> AsyncExecute:
 
         async def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
             async with psycopg.AsyncCursor(pg, row_factory=tuple_row) as cur:
-                await cur.execute(sql, params, prepare=False)  # see execute_psycopg above
+                await cur.execute(sql, params)
                 return await cur.fetchall()
         return execute_psycopg
     if _is_sqlalchemy(conn, "AsyncSession", "async_scoped_session"):

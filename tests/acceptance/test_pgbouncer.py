@@ -43,12 +43,12 @@ def bouncer(cluster: Cluster) -> Iterator[PgBouncer]:
 
 
 def test_publish_through_the_pooler(dsn: str, bouncer: PgBouncer) -> None:
-    """publish(), publish_many() and idempotency keys work on a plain connection via PgBouncer,
-    past psycopg's prepare threshold."""
+    """publish(), publish_many() and idempotency keys work through PgBouncer on a connection
+    opened as psycopg advises for PgBouncer before 1.21 (no prepared statements)."""
     with psycopg.connect(dsn) as direct:
         add_endpoint(direct, "hook", "http://127.0.0.1:9/")
     ids = []
-    with psycopg.connect(bouncer.dsn_for(dsn)) as conn:
+    with psycopg.connect(bouncer.dsn_for(dsn), prepare_threshold=None) as conn:
         for n in range(12):
             ids.append(outbox.publish(conn, "order.created", {"n": n}, key=f"k{n % 3}",
                                       idempotency_key=f"i{n % 6}"))
@@ -89,7 +89,7 @@ def test_listen_dsn_wakes_single_events(
     """With --listen-dsn naming a direct connection, single events published through the
     pooler are woken by their notification, not found by a (30 s) poll."""
     add_endpoint(conn, "hook", receiver.url)
-    with psycopg.connect(bouncer.dsn_for(dsn)) as producer, \
+    with psycopg.connect(bouncer.dsn_for(dsn), prepare_threshold=None) as producer, \
             Dispatcher(bouncer.dsn_for(dsn), "--listen-dsn", dsn,
                        "--poll-interval", "30") as dispatcher:
         dispatcher.wait_serving()
