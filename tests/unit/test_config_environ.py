@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dispatcher.cli import build_config
+from dispatcher.config import ConfigError
 
 
 def test_the_configuration_never_reaches_the_snapshot() -> None:
@@ -17,3 +20,24 @@ def test_the_configuration_never_reaches_the_snapshot() -> None:
                               "WORKFLOW_WEBHOOK_SECRET": "whsec_y"}
     assert config.dsn == "postgresql://app:pw@db/app"
     assert config.concurrency == 8
+
+
+def test_listen_dsn_from_the_flag_or_the_environment() -> None:
+    """--listen-dsn, else OUTBOX_LISTEN_DSN (an ORM-style URL reduced as --dsn is); unset: ""."""
+    environ = {"OUTBOX_LISTEN_DSN": "postgresql+psycopg://app:pw@db-direct/app"}
+    assert build_config([], environ).listen_dsn == "postgresql://app:pw@db-direct/app"
+    assert build_config(["--listen-dsn", "host=direct"], environ).listen_dsn == "host=direct"
+    assert build_config([], {}).listen_dsn == ""
+    assert "OUTBOX_LISTEN_DSN" not in build_config([], environ).environ
+
+
+def test_a_malformed_listen_dsn_is_bad_usage() -> None:
+    """A listen DSN libpq cannot read is refused like a bad --dsn."""
+    with pytest.raises(ConfigError):
+        build_config(["--listen-dsn", "host=x port=notaport"], {})
+
+
+def test_the_traces_exporter_is_opentelemetrys_variable() -> None:
+    """OTEL_TRACES_EXPORTER is read as the SDK reads it; unset, no spans."""
+    assert build_config([], {"OTEL_TRACES_EXPORTER": "otlp"}).traces_exporter == "otlp"
+    assert build_config([], {}).traces_exporter == ""
