@@ -14,7 +14,9 @@ stored ``traceparent`` is its parent), named ``send ENDPOINT`` after the
 messaging conventions, with ``messaging.*`` and ``http.*`` attributes. A
 batch request's span is a child of its first traced event and links the
 others. The request carries the span's own context, so the receiver's span
-is its child.
+is its child; a request whose events have no trace context gets a span that
+starts a trace of its own, and carries no ``traceparent`` (nothing is sent
+for an event published outside any span).
 """
 
 from __future__ import annotations
@@ -34,14 +36,15 @@ class AttemptSpan:
 
     __slots__ = ("_api", "_span", "trace")
 
-    def __init__(self, api: Any, span: Any) -> None:
+    def __init__(self, api: Any, span: Any, *, propagate: bool) -> None:
+        """``propagate``: the request carries the span's context (its events have a trace)."""
         self._api = api
         self._span = span
         context = span.get_span_context()
         state = context.trace_state.to_header() if context.trace_state else ""
         self.trace: tuple[str, str | None] | None = (
             f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}",
-            state or None) if context.is_valid else None
+            state or None) if propagate and context.is_valid else None
 
     def end(self, result: AttemptResult) -> None:
         span, status = self._span, result.status
@@ -104,7 +107,9 @@ class Tracing:
         span = self._tracer.start_span(f"send {endpoint}", context=ctx,
                                        kind=api.SpanKind.CLIENT, attributes=attributes,
                                        links=links)
-        return AttemptSpan(api, span)
+        # Events published without a trace context get a span of their own (a new
+        # trace) but, as without the SDK, no traceparent on the wire.
+        return AttemptSpan(api, span, propagate=parent is not None)
 
     def shutdown(self) -> None:
         """Export what is buffered; called once, at the dispatcher's exit."""

@@ -123,3 +123,18 @@ def test_batch_follows_its_first_traced_event_and_links_the_others(
     assert header.split("-")[1] == first_trace
 
 
+
+
+def test_untraced_event_gets_a_root_span_and_no_header(
+        conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
+    """With the SDK on, an event published outside any span gets a span of its own, and its
+    request carries no traceparent."""
+    add_endpoint(conn, "hook", receiver.url)
+    outbox.publish(conn, "order.created", {})
+    conn.commit()
+    code, log = run_once(dsn, env=CONSOLE)
+    assert code == 0, log
+    [request] = receiver.wait_for(1)
+    assert request.header("traceparent") is None
+    [attempt] = _attempts(log, "hook")
+    assert attempt["parent_id"] is None
