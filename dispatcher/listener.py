@@ -88,7 +88,7 @@ class Listener:
     async def _round_trip(self, conn: psycopg.AsyncConnection[object]) -> bool:
         """Whether a notification sent through ``notify_dsn`` reaches this session."""
         payload = f"{_PROBE_PREFIX}{uuid.uuid4()}"
-        async with await connect(self._notify_dsn, "listener probe") as sender:
+        async with await connect(self._notify_dsn, "notify probe") as sender:
             await sender.execute(queries["listen_probe"], {"payload": payload})
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._round_trip_timeout
