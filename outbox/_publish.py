@@ -14,6 +14,7 @@ transaction.
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -131,6 +132,59 @@ def _check_paramstyle(sa_conn: Any) -> None:
             "postgresql+psycopg:// (or postgresql+psycopg2:// for synchronous code)")
 
 
+_POOLED: weakref.WeakKeyDictionary[Any, bool | int] = weakref.WeakKeyDictionary()
+"""Per psycopg connection: whether it goes through a transaction pooler (looked at once,
+just before psycopg could first prepare one of publish's statements), or until then how
+many statements publish ran on it."""
+
+
+def _pooled_answer(backend_pid: int, rows: Rows) -> bool:
+    """A pooler (PgBouncer) gives its clients a key of its own, not the server's: the pid
+    libpq was told at connect then differs from the one the server reports."""
+    return bool(rows) and int(rows[0][0]) != backend_pid
+
+
+def _prepare(pg: psycopg.Connection[Any]) -> bool | None:
+    """``prepare=`` for publish's statements on ``pg``: False through a transaction pooler,
+    whose next transaction may run on another server connection, where a statement
+    prepared on this one does not exist (PgBouncer before 1.21); else the connection's
+    own prepare_threshold decides (None)."""
+    pooled = _undecided(pg)
+    if pooled is None:
+        with psycopg.Cursor(pg, row_factory=tuple_row) as cur:
+            cur.execute(queries["backend_pid"], prepare=False)
+            pooled = _POOLED[pg] = _pooled_answer(pg.info.backend_pid, cur.fetchall())
+    return False if pooled else None
+
+
+def _undecided(pg: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool | None:
+    """Whether ``pg`` is pooled, when that is known or does not matter yet; else None.
+
+    psycopg prepares a statement on its prepare_threshold-th run, so the look
+    can wait until then: a connection's first publish stays one round trip.
+    """
+    seen = _POOLED.get(pg, 0)
+    if isinstance(seen, bool):
+        return seen
+    threshold = pg.prepare_threshold
+    if threshold is None:
+        return False  # it never prepares: nothing to fear from a pooler
+    if seen + 1 < threshold:
+        _POOLED[pg] = seen + 1
+        return False
+    return None
+
+
+async def _aprepare(pg: psycopg.AsyncConnection[Any]) -> bool | None:
+    """:func:`_prepare` for an async connection."""
+    pooled = _undecided(pg)
+    if pooled is None:
+        async with psycopg.AsyncCursor(pg, row_factory=tuple_row) as cur:
+            await cur.execute(queries["backend_pid"], prepare=False)
+            pooled = _POOLED[pg] = _pooled_answer(pg.info.backend_pid, await cur.fetchall())
+    return False if pooled else None
+
+
 def _sync_executor(conn: Any, verb: str = "publish") -> SyncExecute:
     """An executor for whatever synchronous connection-like object the caller holds.
 
@@ -145,12 +199,12 @@ def _sync_executor(conn: Any, verb: str = "publish") -> SyncExecute:
         def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
             # A plain Cursor whatever the connection's cursor_factory and
             # row_factory: a RawCursor would not understand %(name)s. Prepared
-            # as the connection's prepare_threshold says: planning the publish
-            # statement costs more than running it (BENCHMARKS.md, "Behind a
-            # pooler"), and behind PgBouncer before 1.21 the caller turns it
-            # off for the whole connection (prepare_threshold=None).
+            # as the connection's prepare_threshold says (planning the publish
+            # statement costs more than running it: BENCHMARKS.md, "Behind a
+            # pooler"), except through a transaction pooler (_prepare).
+            prepare = _prepare(pg)
             with psycopg.Cursor(pg, row_factory=tuple_row) as cur:
-                cur.execute(sql, params)
+                cur.execute(sql, params, prepare=prepare)
                 return cur.fetchall()
         return execute_psycopg
     if _is_sqlalchemy(conn, "Session", "scoped_session"):
@@ -191,8 +245,9 @@ async def _async_executor(conn: Any, verb: str = "apublish") -> AsyncExecute:
         pg: psycopg.AsyncConnection[Any] = conn
 
         async def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
+            prepare = await _aprepare(pg)  # see execute_psycopg of _sync_executor
             async with psycopg.AsyncCursor(pg, row_factory=tuple_row) as cur:
-                await cur.execute(sql, params)
+                await cur.execute(sql, params, prepare=prepare)
                 return await cur.fetchall()
         return execute_psycopg
     if _is_sqlalchemy(conn, "AsyncSession", "async_scoped_session"):

@@ -33,6 +33,7 @@ QueryName = Literal[
     "admin_replay_since",
     "admin_retry_dead",
     "admin_status",
+    "backend_pid",
     "backlog",
     "bury_removed",
     "claim",

@@ -44,11 +44,12 @@ def bouncer(cluster: Cluster) -> Iterator[PgBouncer]:
 
 def test_publish_through_the_pooler(dsn: str, bouncer: PgBouncer) -> None:
     """publish(), publish_many() and idempotency keys work through PgBouncer on a connection
-    opened as psycopg advises for PgBouncer before 1.21 (no prepared statements)."""
+    opened with psycopg's defaults (which prepare a statement run five times): publish
+    notices the pooler and prepares nothing."""
     with psycopg.connect(dsn) as direct:
         add_endpoint(direct, "hook", "http://127.0.0.1:9/")
     ids = []
-    with psycopg.connect(bouncer.dsn_for(dsn), prepare_threshold=None) as conn:
+    with psycopg.connect(bouncer.dsn_for(dsn)) as conn:
         for n in range(12):
             ids.append(outbox.publish(conn, "order.created", {"n": n}, key=f"k{n % 3}",
                                       idempotency_key=f"i{n % 6}"))
@@ -151,3 +152,37 @@ def test_a_pooler_that_ignores_options_is_noticed(
     assert "settings per transaction, no prepared statements" in log
     assert committed(dsn, "SELECT count(*) FROM outbox.deliveries "
                      "WHERE state = 'delivered'") == [(12,)]
+
+
+def test_apublish_through_the_pooler_with_psycopgs_defaults(dsn: str,
+                                                           bouncer: PgBouncer) -> None:
+    """apublish() on a default AsyncConnection through PgBouncer, well past the threshold."""
+    with psycopg.connect(dsn) as direct:
+        add_endpoint(direct, "hook", "http://127.0.0.1:9/")
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(bouncer.dsn_for(dsn)) as conn:
+            for n in range(12):
+                await outbox.apublish(conn, "order.created", {"n": n})
+                await conn.commit()
+
+    asyncio.run(main())
+    assert committed(dsn, "SELECT count(*) FROM outbox.events") == [(12,)]
+
+
+def test_publish_survives_its_transactions_moving_between_server_connections(
+        dsn: str, bouncer: PgBouncer) -> None:
+    """Two producers interleaved so that each transaction of the first lands on another
+    server connection than its last: psycopg's defaults, publish well past the threshold."""
+    with psycopg.connect(dsn) as direct:
+        add_endpoint(direct, "hook", "http://127.0.0.1:9/")
+    with psycopg.connect(bouncer.dsn_for(dsn)) as first, \
+            psycopg.connect(bouncer.dsn_for(dsn)) as second:
+        for n in range(10):
+            outbox.publish(first, "order.created", {"n": n})
+            first.commit()  # its server connection is free again: the second takes it
+            outbox.publish(second, "order.created", {"n": n})
+            outbox.publish(first, "order.created", {"n": n})  # so this one gets another
+            first.commit()
+            second.commit()
+    assert committed(dsn, "SELECT count(*) FROM outbox.events") == [(30,)]

@@ -235,3 +235,15 @@ def test_unsupported_object_is_refused_before_sql() -> None:
         outbox.publish(object(), "mail.received", {})
     with pytest.raises(TypeError, match="AsyncConnection"):
         asyncio.run(outbox.apublish(object(), "mail.received", {}))
+
+
+def test_a_direct_connection_keeps_its_prepared_statements(dsn: str) -> None:
+    """Without a pooler in between, publish leaves preparing to the connection's threshold."""
+    from outbox._publish import _POOLED, _pooled_answer
+
+    with psycopg.connect(dsn) as conn:
+        for _ in range(6):  # past psycopg's prepare_threshold (5)
+            outbox.publish(conn, "t", {})
+        assert _POOLED[conn] is False
+    assert _pooled_answer(4242, [(4242,)]) is False
+    assert _pooled_answer(4242, [(1717,)]) is True

@@ -123,3 +123,11 @@ SELECT NULL, NULL, over.name, over.max_pending, over.held FROM over;
 -- name: event_ids_by_idempotency_key
 SELECT idempotency_key, id::text FROM outbox.events
 WHERE idempotency_key = ANY (%(idempotency_keys)s::text[]);
+
+-- name: backend_pid
+-- Once per connection, before its first publish: the server's pid for this
+-- session, compared with the one libpq was given at connect. A transaction
+-- pooler (PgBouncer) hands its clients a key of its own, so the two differ,
+-- and publish then prepares nothing (a prepared statement would be missing
+-- on the next transaction's server connection).
+SELECT pg_backend_pid();
