@@ -1,4 +1,4 @@
-"""deploy/docker: the image builds, runs as a user on a read-only root, and its dispatcher delivers."""
+"""deploy/docker: the image builds, runs as a user on a read-only root, its dispatcher delivers."""
 
 from __future__ import annotations
 

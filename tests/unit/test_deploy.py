@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.contract import METRICS, PROJECT_METRICS
+from tests.support.prometheus import parse_duration, shorten_for
 
 CONTRACT = {**METRICS, **PROJECT_METRICS}
 
@@ -83,6 +84,44 @@ def test_every_alert_has_severity_text_a_test_and_a_runbook() -> None:
         assert {"summary", "description"} <= set(rule["annotations"]), rule["alert"]
         assert rule["alert"] in fired, f"no test case sees {rule['alert']} fire"
         assert f"### {rule['alert']}" in runbook, f"no runbook section for {rule['alert']}"
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors a Markdown renderer (GitHub's rule) gives the headings of ``markdown``."""
+    anchors = set()
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"\s", "-", re.sub(r"[^\w\- ]", "", title)))
+    return anchors
+
+
+def test_every_alert_links_its_runbook_section() -> None:
+    """Each alert's runbook_url points at its own section of deploy/README.md."""
+    anchors = github_anchors(RUNBOOK.read_text())
+    for rule in rules():
+        url = rule["annotations"]["runbook_url"]
+        page, _, anchor = url.partition("#")
+        assert page.endswith("/deploy/README.md"), url
+        assert anchor == rule["alert"].lower(), url
+        assert anchor in anchors, url
+
+
+def test_live_rules_shorten_only_the_waits() -> None:
+    """The live test's transform divides each for: by 60 and changes nothing else."""
+    document = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
+    short = shorten_for(document)
+    for before, after in zip(rules(), [r for g in short["groups"] for r in g["rules"]],
+                             strict=True):
+        assert {k: v for k, v in after.items() if k != "for"} == \
+            {k: v for k, v in before.items() if k != "for"}
+        if "for" in before:
+            assert parse_duration(after["for"]) * 60 == pytest.approx(
+                parse_duration(before["for"]))
+    assert parse_duration("1h30m") == 5400
+    assert shorten_for({"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "1",
+                                                            "for": "15m"}]}]},
+                       )["groups"][0]["rules"][0]["for"] == "15000ms"
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
