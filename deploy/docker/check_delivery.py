@@ -4,9 +4,11 @@
 
 CONTAINER is a buildah working container of the image and ROOTFS its mounted
 file system. Against a throwaway PostgreSQL and a receiver on 127.0.0.1 it
-checks that the image's user is not root, runs `outbox migrate`,
-`outbox migrate --check` and `outbox endpoints add` inside the image
-(`buildah run`, host network), publishes one event, then runs the image's
+checks that the image's user is not root, runs inside the image (`buildah
+run`, host network) the Kubernetes examples' commands: the init container's
+wait on `outbox migrate --check` (waiting while the schema is missing), the
+migration Job's `outbox migrate` (the wait then ends), and `outbox endpoints
+add`; publishes one event, then runs the image's
 entry point, `outbox-dispatcher --once`, with the root file system read-only
 and only /tmp writable (as the Kubernetes examples mount it), and waits for
 the delivery to arrive. Exit 0 when it did.
@@ -18,18 +20,39 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import psycopg
+import yaml
 
 import outbox
 from outbox.testing import Receiver, TemporaryPostgres, free_port
 
+KUBERNETES = Path(__file__).resolve().parent.parent / "kubernetes"
+
+
+def in_image_argv(container: str, *args: str) -> list[str]:
+    return ["buildah", "run", "--isolation", "chroot", "--network", "host", container, "--",
+            *args]
+
 
 def in_image(container: str, *args: str) -> subprocess.CompletedProcess[str]:
     """A command inside the image's file system, as the image's user, on the host's network."""
-    return subprocess.run(["buildah", "run", "--isolation", "chroot", "--network", "host",
-                           container, "--", *args],
+    return subprocess.run(in_image_argv(container, *args),
                           capture_output=True, text=True, check=False, timeout=120)
+
+
+def manifest_commands() -> tuple[list[str], list[str]]:
+    """The sidecar example's init container command and the migration Job's command."""
+    def pod(name: str) -> dict[str, Any]:
+        doc = next(d for d in yaml.safe_load_all((KUBERNETES / name).read_text())
+                   if d and d["kind"] in ("Deployment", "Job"))
+        spec: dict[str, Any] = doc["spec"]["template"]["spec"]
+        return spec
+    gate: list[str] = pod("sidecar.yaml")["initContainers"][0]["command"]
+    job: list[str] = pod("migrate-job.yaml")["containers"][0]["command"]
+    return gate, job
 
 
 def must(done: subprocess.CompletedProcess[str], what: str) -> str:
@@ -80,9 +103,24 @@ def main() -> None:
         dsn = pg.dsn
         if in_image(container, "outbox", "migrate", "--check", "--dsn", dsn).returncode != 1:
             sys.exit("check: `outbox migrate --check` should exit 1 on an empty database")
-        must(in_image(container, "outbox", "migrate", "--dsn", dsn), "outbox migrate")
-        must(in_image(container, "outbox", "migrate", "--check", "--dsn", dsn),
-             "outbox migrate --check after migrate")
+        gate_command, job_command = manifest_commands()
+        gate = subprocess.Popen(in_image_argv(container, "env", f"OUTBOX_DSN={dsn}",
+                                              *gate_command),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(3)
+        if gate.poll() is not None:
+            sys.exit(f"check: the init container's gate did not wait ({gate.returncode})")
+        must(in_image(container, "env", f"OUTBOX_DSN={dsn}", *job_command),
+             "the migration Job's command")
+        try:
+            gated = gate.wait(30)
+        except subprocess.TimeoutExpired:
+            gate.kill()
+            sys.exit("check: the init container's gate still waits after the migration")
+        if gated != 0:
+            sys.exit(f"check: the gate exited {gated}: {gate.stdout.read() if gate.stdout else ''}")
+        print("check: the init container waited for the schema, the migration Job ran, "
+              "the wait ended")
         must(in_image(container, "outbox", "endpoints", "add", "receiver", "--url", rx.url,
                       "--dsn", dsn), "outbox endpoints add")
         with psycopg.connect(dsn) as conn:

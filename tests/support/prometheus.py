@@ -24,11 +24,19 @@ import httpx
 import yaml
 
 from outbox.testing import free_port
+from tests.support.contract import METRICS, PROJECT_METRICS
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 FOR_DIVISOR = 60
 """Each rule's ``for:`` is divided by this: minutes become seconds."""
 
+# Series the rules and the dashboard may read that other software exports.
+EXTERNAL = {
+    "up": "Prometheus itself, per scrape target",
+    "kube_pod_container_status_ready": "kube-state-metrics",
+}
+_GROUPINGS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_KEYWORDS = {"and", "or", "unless", "bool", "offset"}
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 
@@ -39,6 +47,29 @@ def parse_duration(text: str) -> float:
     if not parts or "".join(n + u for n, u in parts) != text:
         raise ValueError(f"not a Prometheus duration: {text!r}")
     return sum(int(n) * _UNITS[u] for n, u in parts)
+
+
+def metric_names(expr: str) -> set[str]:
+    """The series names a PromQL expression selects (functions, labels, keywords left out)."""
+    bare = re.sub(r"\{[^}]*\}", "", expr)
+    bare = re.sub(r"\[[^\]]*\]", "", bare)
+    bare = _GROUPINGS.sub("", bare)
+    names = set()
+    for match in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", bare):
+        if bare[match.end():].lstrip().startswith("(") or match.group() in _KEYWORDS:
+            continue
+        names.add(match.group())
+    return names
+
+
+def allowed_series() -> set[str]:
+    """Series a rule or panel may read: the dispatcher's (histograms' too) and EXTERNAL's."""
+    allowed = set(EXTERNAL)
+    for name, (kind, _) in {**METRICS, **PROJECT_METRICS}.items():
+        allowed.add(name)
+        if kind == "histogram":
+            allowed |= {f"{name}_bucket", f"{name}_count", f"{name}_sum"}
+    return allowed
 
 
 def shorten_for(document: dict[str, Any], divisor: int = FOR_DIVISOR) -> dict[str, Any]:

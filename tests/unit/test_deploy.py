@@ -1,4 +1,7 @@
-"""deploy/: alert rules valid, tested and built on the contract's metrics; the pod spec."""
+"""deploy/prometheus: alert rules valid, tested, linked to their runbook, on the contract's metrics.
+
+The manifests, the image, the unit and the dashboard have their own test_deploy_* modules.
+"""
 
 from __future__ import annotations
 
@@ -10,40 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.support.contract import METRICS, PROJECT_METRICS
-from tests.support.prometheus import parse_duration, shorten_for
-
-CONTRACT = {**METRICS, **PROJECT_METRICS}
+from tests.support.prometheus import allowed_series, metric_names, parse_duration, shorten_for
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is part of the test extras")
 
 PROMETHEUS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 RUNBOOK = Path(__file__).resolve().parents[2] / "deploy" / "README.md"
-# Series the rules may read that other software exports.
-EXTERNAL = {
-    "up": "Prometheus itself, per scrape target",
-    "kube_pod_container_status_ready": "kube-state-metrics",
-}
-_GROUPINGS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_KEYWORDS = {"and", "or", "unless", "bool", "offset"}
-
-
 def rules() -> list[dict[str, Any]]:
     document = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
     return [rule for group in document["groups"] for rule in group["rules"]]
-
-
-def metric_names(expr: str) -> set[str]:
-    """The series names a PromQL expression selects (functions, labels, keywords left out)."""
-    bare = re.sub(r"\{[^}]*\}", "", expr)
-    bare = re.sub(r"\[[^\]]*\]", "", bare)
-    bare = _GROUPINGS.sub("", bare)
-    names = set()
-    for match in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", bare):
-        if bare[match.end():].lstrip().startswith("(") or match.group() in _KEYWORDS:
-            continue
-        names.add(match.group())
-    return names
 
 
 def test_metric_name_extraction() -> None:
@@ -55,11 +33,7 @@ def test_metric_name_extraction() -> None:
 
 def test_rules_read_only_contract_metrics() -> None:
     """Every series an alert reads is a contract metric, one of ours, or a named external one."""
-    allowed = set(EXTERNAL)
-    for name, (kind, _) in CONTRACT.items():
-        allowed.add(name)
-        if kind == "histogram":
-            allowed |= {f"{name}_bucket", f"{name}_count", f"{name}_sum"}
+    allowed = allowed_series()
     used: set[str] = set()
     for rule in rules():
         names = metric_names(rule["expr"])
@@ -132,22 +106,3 @@ def test_promtool_checks_and_unit_tests_pass() -> None:
         done = subprocess.run(command, cwd=PROMETHEUS, capture_output=True, text=True,
                               check=False, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
-
-
-def test_sidecar_example_wires_secret_port_probes_and_grace() -> None:
-    """The pod reads OUTBOX_DSN from a Secret, probes /healthz and /readyz, outlasts the grace."""
-    path = PROMETHEUS.parent / "kubernetes" / "sidecar.yaml"
-    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    deployment = next(d for d in documents if d["kind"] == "Deployment")
-    pod = deployment["spec"]["template"]["spec"]
-    sidecar = next(c for c in pod["containers"] if c["name"] == "outbox-dispatcher")
-    env = {e["name"]: e for e in sidecar["env"]}
-    secret_ref = env["OUTBOX_DSN"]["valueFrom"]["secretKeyRef"]
-    secret = next(d for d in documents if d["kind"] == "Secret")
-    assert secret_ref["name"] == secret["metadata"]["name"]
-    assert secret_ref["key"] in secret["stringData"]
-    assert sidecar["ports"] == [{"name": "metrics", "containerPort": 9464}]
-    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    grace = float(env["OUTBOX_SHUTDOWN_GRACE"]["value"])
-    assert pod["terminationGracePeriodSeconds"] > grace
