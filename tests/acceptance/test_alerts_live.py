@@ -11,7 +11,7 @@ import pytest
 
 from outbox.testing import Receiver, Request, Response
 from tests.support.dispatcher import Dispatcher, add_endpoint, publish, wait_until
-from tests.support.prometheus import Prometheus, binary
+from tests.support.prometheus import Prometheus, binary, dashboard_queries
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(binary() is None,
@@ -27,7 +27,7 @@ def unavailable(_: Request) -> Response:
 @pytest.mark.timeout(180)
 def test_failing_endpoint_fires_delivery_failing_and_circuit_open(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
-    """An endpoint answering 503 makes OutboxDeliveryFailing and OutboxCircuitOpen fire."""
+    """A 503 endpoint fires OutboxDeliveryFailing and OutboxCircuitOpen; the panels show it."""
     receiver.responder = unavailable
     add_endpoint(conn, "workflow", receiver.url, max_attempts=10_000, breaker_failures=3,
                  breaker_cooldown_seconds=1)
@@ -52,3 +52,12 @@ def test_failing_endpoint_fires_delivery_failing_and_circuit_open(
                     assert alert["labels"]["endpoint"] == "workflow"
                     assert alert["annotations"]["runbook_url"].endswith(
                         "deploy/README.md#" + alert["labels"]["alertname"].lower())
+            # The dashboard's queries run here too, and those of this failure show it.
+            shown = {}
+            for title, expr in dashboard_queries():
+                result = prom.api("query", query=expr)["result"]
+                shown[title] = shown.get(title, False) or bool(result)
+            for title in ("Failed attempts per second", "Share of attempts failing",
+                          "Pending deliveries", "Oldest pending delivery", "Circuit",
+                          "Dispatchers up", "Attempt duration"):
+                assert shown[title], f"panel {title!r} shows nothing"

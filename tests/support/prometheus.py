@@ -11,6 +11,7 @@ as written.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -27,6 +28,10 @@ from outbox.testing import free_port
 from tests.support.contract import METRICS, PROJECT_METRICS
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "outbox.json"
+# What Grafana puts for the dashboard's variables, as a query would see them.
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h",
+                     "$job": "outbox-dispatcher", "$endpoint": ".*"}
 FOR_DIVISOR = 60
 """Each rule's ``for:`` is divided by this: minutes become seconds."""
 
@@ -70,6 +75,20 @@ def allowed_series() -> set[str]:
         if kind == "histogram":
             allowed |= {f"{name}_bucket", f"{name}_count", f"{name}_sum"}
     return allowed
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every query of the dashboard, its variables filled in."""
+    def concrete(expr: str) -> str:
+        for variable, value in sorted(GRAFANA_VARIABLES.items(), key=lambda kv: -len(kv[0])):
+            expr = expr.replace(variable, value)
+        assert "$" not in expr, expr
+        return expr
+    queries = []
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for target in panel.get("targets", []):
+            queries.append((panel["title"], concrete(target["expr"])))
+    return queries
 
 
 def shorten_for(document: dict[str, Any], divisor: int = FOR_DIVISOR) -> dict[str, Any]:
