@@ -3,6 +3,7 @@
 #
 #   deploy/docker/check.sh                 # base made here from Debian packages
 #   BASE=python:3.12-slim-bookworm deploy/docker/check.sh   # or any base you can pull
+#   KEEP_IMAGE=1 deploy/docker/check.sh     # keep the image (IMAGE, default below) afterwards
 #
 # Without BASE, mmdebstrap makes a Debian bookworm base (python3,
 # python3-venv, ca-certificates, and the CA certificates this machine adds
@@ -23,6 +24,9 @@ cleanup() {
         buildah umount "$container" >/dev/null 2>&1 || true
         buildah rm "$container" >/dev/null 2>&1 || true
     fi
+    if [ -z "${KEEP_IMAGE:-}" ]; then
+        buildah rmi "$tag" >/dev/null 2>&1 || true
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -41,6 +45,7 @@ if [ -z "${BASE:-}" ]; then
 fi
 
 echo "check: building $tag on $BASE"
+buildah rmi "$tag" >/dev/null 2>&1 || true  # no untagged copy left behind by a rebuild
 buildah bud --quiet --isolation chroot --network host --build-arg "BASE=$BASE" \
     -f "$here/Dockerfile" -t "$tag" "$root" >/dev/null
 

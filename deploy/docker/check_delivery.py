@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 import outbox
 from outbox.testing import Receiver, TemporaryPostgres, free_port
