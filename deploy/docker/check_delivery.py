@@ -11,7 +11,8 @@ migration Job's `outbox migrate` (the wait then ends), and `outbox endpoints
 add`; publishes one event, then runs the image's
 entry point, `outbox-dispatcher --once`, with the root file system read-only
 and only /tmp writable (as the Kubernetes examples mount it), and waits for
-the delivery to arrive. Exit 0 when it did.
+the delivery to arrive; then runs it as a service, sees /healthz, /readyz and
+/metrics answer, and stops it with SIGTERM. Exit 0 when all went so.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import yaml  # type: ignore[import-untyped]
 
@@ -68,9 +70,11 @@ def image_config(container: str) -> dict[str, object]:
     return config
 
 
-def read_only_run(rootfs: str, config: dict[str, object], *args: str,
-                  ) -> subprocess.CompletedProcess[str]:
-    """The image's entry point with ARGS in a private mount namespace: / read-only, /tmp a tmpfs."""
+def read_only_argv(rootfs: str, config: dict[str, object], *args: str,
+                   ) -> tuple[list[str], dict[str, str]]:
+    """argv and environment running the image's entry point with ARGS in a private mount
+    namespace: / read-only, /tmp a tmpfs, as the image's user. Every step execs the next,
+    so the process started is the entry point's own (a signal to it reaches the dispatcher)."""
     user = str(config["User"])
     entrypoint = [str(a) for a in config["Entrypoint"]]  # type: ignore[attr-defined]
     env = [str(e) for e in config.get("Env", [])]  # type: ignore[attr-defined]
@@ -79,10 +83,51 @@ def read_only_run(rootfs: str, config: dict[str, object], *args: str,
               'mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"; '
               'mount -t proc proc "$root/proc"; mount --bind /dev "$root/dev"; '
               'exec chroot --userspec="$USERSPEC" "$root" "$@"')
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-                           "sh", rootfs, "env", "-i", *env, *entrypoint, *args],
-                          env={"USERSPEC": user, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                          capture_output=True, text=True, check=False, timeout=120)
+    return (["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+             "sh", rootfs, "env", "-i", *env, *entrypoint, *args],
+            {"USERSPEC": user, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def read_only_run(rootfs: str, config: dict[str, object], *args: str,
+                  ) -> subprocess.CompletedProcess[str]:
+    """The image's entry point with ARGS, read-only as above, to its end."""
+    argv, env = read_only_argv(rootfs, config, *args)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, check=False,
+                          timeout=120)
+
+
+def serve_and_stop(rootfs: str, config: dict[str, object], dsn: str) -> None:
+    """The dispatcher as the manifests run it: probes answer 200, SIGTERM ends it with 0."""
+    port = free_port()
+    argv, env = read_only_argv(rootfs, config, "--dsn", dsn, "--metrics-host", "127.0.0.1",
+                               "--metrics-port", str(port))
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 30
+    answers: dict[str, int] = {}
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            answers = {path: httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2,
+                                       trust_env=False).status_code
+                       for path in ("/healthz", "/readyz", "/metrics")}
+        except httpx.TransportError:
+            answers = {}
+        if answers and set(answers.values()) == {200}:
+            break
+        time.sleep(0.2)
+    process.terminate()
+    try:
+        code = process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        code = process.wait()
+    log = process.stdout.read() if process.stdout else ""
+    if set(answers.values()) != {200}:
+        sys.exit(f"check: the image's probes answered {answers}\n{log}")
+    if code != 0:
+        sys.exit(f"check: the image's dispatcher exited {code} on SIGTERM\n{log}")
+    print("check: /healthz, /readyz and /metrics answered 200 from the image; "
+          "SIGTERM stopped it with exit 0")
 
 
 def main() -> None:
@@ -135,6 +180,7 @@ def main() -> None:
             sys.exit(f"check: nothing arrived at the receiver\n{done.stdout}{done.stderr}")
         print(f"check: delivered {event_id} to {rx.url} in {time.monotonic() - started:.1f} s "
               f"by the image's dispatcher, root file system read-only")
+        serve_and_stop(rootfs, config, dsn)
 
 
 if __name__ == "__main__":

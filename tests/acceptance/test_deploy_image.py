@@ -28,3 +28,4 @@ def test_image_builds_and_its_dispatcher_delivers() -> None:
                           capture_output=True, text=True, check=False, timeout=590)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "check: delivered" in done.stdout, done.stdout
+    assert "SIGTERM stopped it with exit 0" in done.stdout, done.stdout
