@@ -49,7 +49,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 3 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 5 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -209,7 +209,11 @@ CREATE TABLE IF NOT EXISTS outbox.events (
     created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
     deliver_after    timestamptz NOT NULL DEFAULT clock_timestamp(),
     -- No endpoint subscribed at publish time; `outbox replay` can route it later.
-    unrouted         boolean NOT NULL DEFAULT false
+    unrouted         boolean NOT NULL DEFAULT false,
+    -- The W3C trace context the event was published in (NULL: none), sent
+    -- with every delivery as the traceparent and tracestate headers.
+    traceparent      text,
+    tracestate       text
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key
@@ -284,4 +288,4 @@ CREATE TABLE IF NOT EXISTS outbox.inbox (
 );
 CREATE INDEX IF NOT EXISTS inbox_processed_at ON outbox.inbox (processed_at);
 
-INSERT INTO outbox.schema_version (version) VALUES (3) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (5) ON CONFLICT DO NOTHING;

@@ -15,6 +15,10 @@ all of them alike:
 - ``bare insert``: a transaction inserting a comparable row (same columns,
   same serialisation, a uuid7 primary key) into a plain table and committing;
 - the same two statements' time without the commit;
+- ``publish, in a span`` (with ``--span``, OpenTelemetry's SDK installed):
+  the same publish inside a recording span, which keeps its traceparent
+  with the event; the other variants then run with OpenTelemetry's API
+  imported and no span current;
 - ``publish_many`` of 1,000 events per call (with its commit), against a
   bare 1,000-row ``INSERT ... SELECT FROM unnest`` into the plain table
   (the usual way of sending a batch: arrays adapted by the driver).
@@ -87,6 +91,14 @@ def _publish_one(conn: psycopg.Connection[Any], i: int, type_: str) -> tuple[flo
 
 def bench_publish(conn: psycopg.Connection[Any], i: int) -> tuple[float, float]:
     return _publish_one(conn, i, "mail.received")  # to the unbounded endpoint
+
+
+def bench_publish_in_span(conn: psycopg.Connection[Any], i: int) -> tuple[float, float]:
+    with TRACER.start_as_current_span("request"):  # opened outside the measured time
+        return _publish_one(conn, i, "mail.received")
+
+
+TRACER: Any = None
 
 
 def bench_publish_bounded(conn: psycopg.Connection[Any], i: int) -> tuple[float, float]:
@@ -191,7 +203,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="1,000-event calls per variant per round (default 10)")
     parser.add_argument("--tmpfs", action="store_true",
                         help="keep the data directory in /dev/shm (fsync then costs nothing)")
+    parser.add_argument("--span", action="store_true",
+                        help="also publish inside an OpenTelemetry span (needs opentelemetry-sdk)")
     args = parser.parse_args(argv)
+    singles: dict[str, Variant] = {"publish": bench_publish,
+                                   "publish, bounded": bench_publish_bounded,
+                                   "bare insert": bench_bare}
+    if args.span:
+        global TRACER  # noqa: PLW0603 - set once, before any measurement
+        from opentelemetry.sdk.trace import TracerProvider
+
+        TRACER = TracerProvider().get_tracer("bench")
+        singles["publish, in a span"] = bench_publish_in_span
 
     with TemporaryPostgres(fsync=True, tmpfs=args.tmpfs) as server:
         with psycopg.connect(server.dsn, autocommit=True) as admin:
@@ -207,8 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             conn.commit()
             version = conn.execute("SHOW server_version").fetchone()
             fsync = conn.execute("SHOW fsync").fetchone()
-            single = run({"publish": bench_publish, "publish, bounded": bench_publish_bounded,
-                          "bare insert": bench_bare}, conn,
+            single = run(singles, conn,
                          repetitions=args.repetitions, per_block=args.transactions,
                          warmup=20)
             many = run({"publish_many": bench_publish_many, "bare insert many": bench_bare_many},
@@ -244,7 +266,14 @@ def report(single: dict[str, Timings], many: dict[str, Timings], *, server_versi
     bounded = single["publish, bounded"]
     print(f"  {'ratio bounded / publish':<24}"
           f"{_ms(bounded.totals) / _ms(pub.totals):>10.2f}x"
-          f"{_ms(bounded.statements) / _ms(pub.statements):>10.2f}x\n")
+          f"{_ms(bounded.statements) / _ms(pub.statements):>10.2f}x")
+    if "publish, in a span" in single:
+        spanned = single["publish, in a span"]
+        print(f"  {'ratio in a span / publish':<24}"
+              f"{_ms(spanned.totals) / _ms(pub.totals):>10.2f}x"
+              f"{_ms(spanned.statements) / _ms(pub.statements):>10.2f}x"
+              f"   client CPU +{(_ms(spanned.client_cpu) - _ms(pub.client_cpu)) * 1000:.0f} us")
+    print()
     print(f"{'1,000 events per call':<26}{'wall (ms)':>11}{'events/s':>11}"
           f"{'CPU client + server (ms)':>27}{'events/CPU-s':>14}")
     for name, t in many.items():

@@ -22,11 +22,24 @@ Each round measures, in turn:
 
 Prints medians and the ratio dispatcher / baseline; the figures go to
 BENCHMARKS.md.
+
+``--compare tracing`` instead drains the same backlog, round after round,
+under three setups: tracing absent (events without trace context, no
+``OTEL_*``), trace context only (events published inside a span, so every
+request carries ``traceparent``, no SDK in the dispatcher), and the SDK
+exporting each attempt's span to memory (OpenTelemetry's
+``InMemorySpanExporter`` behind its batch processor). ``--compare pooler``
+drains it directly and through PgBouncer in transaction mode (Debian's
+``pgbouncer``, started on 127.0.0.1 with ``default_pool_size = 20``), and
+directly as it would through a pooler (no prepared statements, settings in
+each statement's transaction) to tell the pooler's hops from that.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import statistics
@@ -35,6 +48,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -135,9 +150,32 @@ def use_uvloop() -> None:
     DISPATCHER[:] = UVLOOP
 
 
-def start_dispatcher(dsn: str, *extra: str) -> subprocess.Popen[bytes]:
+# The dispatcher with its attempt spans exported to memory: OpenTelemetry's own
+# in-memory exporter has no entry point for OTEL_TRACES_EXPORTER to name.
+MEMORY_SPANS = ["-c", "import runpy, dispatcher.app as app; "
+                "from opentelemetry.sdk.trace import TracerProvider; "
+                "from opentelemetry.sdk.trace.export import BatchSpanProcessor; "
+                "from opentelemetry.sdk.trace.export.in_memory_span_exporter import "
+                "InMemorySpanExporter; from dispatcher.observe.tracing import Tracing\n"
+                "def memory(_names, version):\n"
+                "    provider = TracerProvider()\n"
+                "    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))\n"
+                "    return Tracing(provider, version)\n"
+                "app.configure_tracing = memory\n"
+                "runpy.run_module('dispatcher', run_name='__main__', alter_sys=True)"]
+
+
+# The dispatcher connecting directly as it does through a pooler (no prepared
+# statements, settings per transaction): what the pooler's own hops add, apart.
+AS_POOLED = ["-c", "import runpy, sys; import dispatcher.db as db; "
+             "db._pooled.add(sys.argv[sys.argv.index('--dsn') + 1]); "
+             "runpy.run_module('dispatcher', run_name='__main__', alter_sys=True)"]
+
+
+def start_dispatcher(dsn: str, *extra: str, command: list[str] | None = None,
+                     ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, *DISPATCHER, "--dsn", dsn, "--metrics-port", str(free_port()),
+        [sys.executable, *(command or DISPATCHER), "--dsn", dsn, "--metrics-port", str(free_port()),
          "--log-level", "WARNING", "--retention", "0", *extra], env=ENV)
 
 
@@ -151,16 +189,23 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str],
-                    processes: int = 1) -> tuple[float, float]:
+                    processes: int = 1, *, span: Callable[[], Any] | None = None,
+                    command: list[str] | None = None, publish_dsn: str | None = None,
+                    ) -> tuple[float, float]:
     """Publish a backlog, start the dispatcher(s), time first to last arrival: events/s,
-    and the dispatchers' CPU ms per event over the same span."""
-    with psycopg.connect(dsn) as conn:
+    and the dispatchers' CPU ms per event over the same span.
+
+    ``span`` makes the context manager each batch is published in (a traced
+    backlog); ``command`` runs the dispatcher; ``publish_dsn`` is where the
+    backlog is published (default ``dsn``)."""
+    with psycopg.connect(publish_dsn or dsn) as conn:
         for start in range(0, events, 1000):
-            outbox.publish_many(conn, [outbox.Event("bench.event", {"n": i})
-                                       for i in range(start, min(events, start + 1000))])
+            with span() if span is not None else contextlib.nullcontext():
+                outbox.publish_many(conn, [outbox.Event("bench.event", {"n": i})
+                                           for i in range(start, min(events, start + 1000))])
             conn.commit()
     arrivals.reset()
-    procs = [start_dispatcher(dsn, *extra) for _ in range(processes)]
+    procs = [start_dispatcher(dsn, *extra, command=command) for _ in range(processes)]
     cpu_at_first: list[float] = []
     arrivals.on_first = lambda: cpu_at_first.append(sum(cpu_seconds(p.pid) for p in procs))
     try:
@@ -231,7 +276,13 @@ def main() -> None:
                         "uvloop needs pip install uvloop)")
     parser.add_argument("--tmpfs", action="store_true",
                         help="data directory on tmpfs (commits cost nothing) instead of disk")
+    parser.add_argument("--compare", choices=("tracing", "pooler"),
+                        help="side by side: tracing absent / trace context / SDK to memory, "
+                        "or direct / through PgBouncer")
     args = parser.parse_args()
+    if args.compare:
+        compare(args)
+        return
     extra = args.dispatcher_args.split()
     if args.event_loop == "uvloop":
         use_uvloop()
@@ -268,6 +319,57 @@ def main() -> None:
     print(f"ratio                   median {ratio:8.1f}x")
     print(f"idle commit-to-arrival  p50 {pct(latencies, 0.5) * 1000:.1f} ms   "
           f"p99 {pct(latencies, 0.99) * 1000:.1f} ms   ({len(latencies)} samples)")
+
+
+def compare(args: argparse.Namespace) -> None:
+    """The ``--compare`` runs: setups interleaved round by round, medians of the rounds."""
+    extra = args.dispatcher_args.split()
+    arrivals = Arrivals()
+    with contextlib.ExitStack() as stack:
+        pg = stack.enter_context(TemporaryPostgres(fsync=True, tmpfs=args.tmpfs))
+        rx = stack.enter_context(Receiver(arrivals, record=False))
+        with psycopg.connect(pg.dsn) as conn:
+            migrate(conn)
+            conn.execute("INSERT INTO outbox.endpoints (name, url, events, events_like, "
+                         "max_batch, max_in_flight) VALUES ('bench', %s, '{*}', '{%%}', %s, %s)",
+                         (rx.url, args.max_batch, args.max_in_flight))
+            conn.commit()
+        setups: dict[str, dict[str, Any]]
+        if args.compare == "tracing":
+            from opentelemetry.sdk.trace import TracerProvider
+
+            tracer = TracerProvider().get_tracer("bench")
+            traced = functools.partial(tracer.start_as_current_span, "request")
+            setups = {"tracing absent": {},
+                      "trace context, no SDK": {"span": traced},
+                      "SDK, spans to memory": {"span": traced, "command": MEMORY_SPANS}}
+        else:
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+            from tests.support.pgbouncer import PgBouncer
+
+            bouncer = stack.enter_context(PgBouncer(pg.dsn, pool_size=20))
+            setups = {"direct": {},
+                      "direct, as if pooled": {"command": AS_POOLED},
+                      "through PgBouncer": {"dsn": bouncer.dsn_for(pg.dsn),
+                                            "publish_dsn": pg.dsn}}
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in setups}
+        for round_no in range(1, args.rounds + 1):
+            for name, setup in setups.items():
+                options = dict(setup)
+                dsn = options.pop("dsn", pg.dsn)
+                results[name].append(dispatcher_rate(dsn, arrivals, args.events, extra,
+                                                     args.dispatchers, **options))
+                rate, cpu = results[name][-1]
+                print(f"round {round_no}: {name:<24} {rate:8.0f} ev/s  "
+                      f"({cpu:.3f} ms CPU/event)", flush=True)
+    print()
+    first = None
+    for name, runs in results.items():
+        rate = statistics.median(r for r, _ in runs)
+        cpu = statistics.median(c for _, c in runs)
+        first = first or (rate, cpu)
+        print(f"{name:<24} median {rate:8.0f} events/s, {cpu:.3f} ms CPU per event "
+              f"({rate / first[0]:.0%} of the first; CPU {1000 * (cpu - first[1]):+.0f} us/event)")
 
 
 if __name__ == "__main__":

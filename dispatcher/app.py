@@ -36,6 +36,8 @@ from dispatcher.maintenance import Maintenance
 from dispatcher.observe.metrics import Metrics
 from dispatcher.observe.resources import quiet_resource_errors, raise_open_files_limit
 from dispatcher.observe.server import HealthServer, dsn_connector
+from dispatcher.observe.tracing import Tracing
+from dispatcher.observe.tracing import configure as configure_tracing
 from dispatcher.registry import Registry
 from dispatcher.schema_gate import SchemaGate, Verdict
 from dispatcher.shutdown import drain
@@ -65,6 +67,7 @@ class Parts:
     listener: Listener
     gate: SchemaGate
     databases: tuple[Database, ...]
+    tracing: Tracing | None = None
 
 
 def build(config: DispatcherConfig) -> Parts:
@@ -81,7 +84,9 @@ def build(config: DispatcherConfig) -> Parts:
                         user_agent=f"outbox-dispatcher/{__version__}")
     completer = Completer(complete_db, leases, control.wake.set, control.give_up,
                           registry.describe)
-    deliverer = Deliverer(sender, completer, metrics, complete_db, control.wake.set)
+    tracing = configure_tracing(config.traces_exporter, __version__)
+    deliverer = Deliverer(sender, completer, metrics, complete_db, control.wake.set,
+                          tracing=tracing)
     flights = Flights(deliverer, free_slot=completer.free, hand_back=completer.hand_back,
                       on_done=control.wake.set)
     claimer = Claimer(db=claim_db, registry=registry, flights=flights, leases=leases,
@@ -90,12 +95,13 @@ def build(config: DispatcherConfig) -> Parts:
                       once=config.once)
     maintenance = Maintenance(config, db=upkeep_db, registry=registry, metrics=metrics,
                               leases=leases, control=control)
-    listener = Listener(config.dsn, control.wake.set,
+    listener = Listener(config.listen_dsn or config.dsn, control.wake.set,
+                        notify_dsn=config.dsn, direct=bool(config.listen_dsn),
                         endpoints_changed=control.endpoints_changed.set)
     gate = SchemaGate(upkeep_db, health, needed=SCHEMA_VERSION)
     return Parts(config, control, health, metrics, registry, leases, sender, deliverer,
                  flights, completer, claimer, maintenance, listener, gate,
-                 (claim_db, complete_db, upkeep_db))
+                 (claim_db, complete_db, upkeep_db), tracing)
 
 
 def _install_signals(control: Control) -> None:
@@ -183,6 +189,8 @@ async def run(config: DispatcherConfig) -> int:
             await database.close()
         if server is not None:
             await server.stop()
+        if parts.tracing is not None:
+            parts.tracing.shutdown()
     log.info("stopped")
     if not started:
         return 1

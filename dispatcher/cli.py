@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"outbox-dispatcher {__version__}")
     p.add_argument("--dsn",
                    help="database URL (default: $OUTBOX_DSN, $DATABASE_URL, PG* variables)")
+    p.add_argument("--listen-dsn", metavar="DSN",
+                   help="a direct connection for LISTEN when --dsn goes through a "
+                        "transaction pooler (default: $OUTBOX_LISTEN_DSN, else --dsn)")
     p.add_argument("--metrics-host", help="metrics/health address (default 0.0.0.0)")
     p.add_argument("--metrics-port", type=_int, help="metrics/health port (default 9464)")
     p.add_argument("--concurrency", type=_int, help="HTTP requests in flight (default 64)")
@@ -133,10 +136,17 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
         allow = environ["OUTBOX_ALLOW_NETWORK"].replace(",", " ").split()
     values["allow_networks"] = tuple(allow or ())
     values["dsn"] = resolve_dsn(args.dsn, environ)
+    listen = args.listen_dsn or environ.get("OUTBOX_LISTEN_DSN") or ""
+    values["listen_dsn"] = resolve_dsn(listen, {}) if listen else ""
     try:
         check_dsn(values["dsn"])
+        if values["listen_dsn"]:
+            check_dsn(values["listen_dsn"])
     except InvalidDsn as exc:
         raise ConfigError(str(exc)) from None
+    # OpenTelemetry's own variable, read here as the SDK reads it; the other OTEL_*
+    # (endpoints, sampler, resource) are read by the SDK itself, if tracing is on.
+    values["traces_exporter"] = environ.get("OTEL_TRACES_EXPORTER", "")
     # Only the variables an env: secret may name, holding a whsec_ secret: the rest
     # (OUTBOX_DSN with its password first, cloud keys) never reaches the registry.
     secrets = {k: v for k, v in environ.items()

@@ -28,6 +28,12 @@ class ConfigError(ValueError):
 class DispatcherConfig:
     dsn: str = ""
     """libpq URL or key=value string. Defaults to "" (libpq's PG* variables)."""
+    listen_dsn: str = ""
+    """A direct connection (not through a transaction pooler) for LISTEN. Defaults to ""
+    (LISTEN on ``dsn``)."""
+    traces_exporter: str = ""
+    """OpenTelemetry's ``OTEL_TRACES_EXPORTER``, as the SDK reads it: the exporters of the
+    attempt spans. Defaults to "" (no spans); the SDK reads the other OTEL_* itself."""
     metrics_host: str = "0.0.0.0"  # noqa: S104 - a sidecar is scraped from outside the pod
     """Address of the metrics and health server. Defaults to 0.0.0.0 (all interfaces)."""
     metrics_port: int = 9464

@@ -8,6 +8,15 @@ HTTP requests run. When the server goes away a call raises
 a wrong password say); the caller decides whether to skip a beat or retry
 (:func:`retry_until`), and the next call reconnects. :class:`Health` remembers
 whether the database answered last, for ``/readyz``.
+
+Behind a transaction pooler (PgBouncer's ``pool_mode = transaction``, contract
+v3) a connection keeps no session: each transaction may run on another
+server connection. :func:`connect` notices one (the pooler refuses the
+startup packet's ``options``, or ignores them) and then opens connections
+without options and without prepared statements (PgBouncer before 1.21
+cannot carry them across transactions), and :class:`Database` gives every
+statement its settings with ``SET LOCAL`` in a transaction of its own: the
+only settings that stay with the statement behind such a pooler.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from outbox._shared.dsn import server_options
@@ -47,6 +57,14 @@ _CONNECT_OPTIONS: dict[str, Any] = {
 # dispatchers' statements with 40001 instead.
 SERVER_OPTIONS = ("-c statement_timeout=60000 -c jit=off "
                   "-c default_transaction_isolation=read\\ committed")
+# The same settings for one transaction, for connections through a pooler (see above).
+_LOCAL_STATEMENTS = (b"BEGIN ISOLATION LEVEL READ COMMITTED",
+                     b"SET LOCAL statement_timeout = 60000", b"SET LOCAL jit = off")
+# What SERVER_OPTIONS makes statement_timeout: options that reached the server.
+_APPLIED = b"SELECT current_setting('statement_timeout') = '1min'"
+# PgBouncer's words for a startup parameter it neither knows nor ignores.
+_POOLER_REFUSAL = "unsupported startup parameter"
+_pooled: set[str] = set()  # DSNs found to go through a transaction pooler, this process
 APPLICATION_NAME = "outbox-dispatcher"
 """Every connection's application_name starts with this; a space and the connection's
 role follow (claim, complete, maintenance, listener, retention, metrics), so that an
@@ -105,11 +123,39 @@ class Health:
         self.db_ok = False
 
 
+def pooled(dsn: str) -> bool:
+    """Whether connections to ``dsn`` were found to go through a transaction pooler."""
+    return dsn in _pooled
+
+
 async def connect(dsn: str, role: str) -> psycopg.AsyncConnection[Any]:
-    """A new autocommit connection, named ``outbox-dispatcher ROLE`` on the server."""
-    return await psycopg.AsyncConnection.connect(
-        dsn, options=server_options(dsn, SERVER_OPTIONS),
-        application_name=f"{APPLICATION_NAME} {role}", **_CONNECT_OPTIONS)
+    """A new autocommit connection, named ``outbox-dispatcher ROLE`` on the server.
+
+    Direct, the settings travel in the startup packet. Through a pooler
+    (see the module's docstring) they cannot: the connection has none and
+    never prepares statements; :class:`Database` sets them per transaction.
+    """
+    name = f"{APPLICATION_NAME} {role}"
+    if dsn not in _pooled:
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                dsn, options=server_options(dsn, SERVER_OPTIONS), application_name=name,
+                **_CONNECT_OPTIONS)
+        except psycopg.OperationalError as exc:
+            if _POOLER_REFUSAL not in str(exc):
+                raise
+        else:
+            row = await (await conn.execute(_APPLIED)).fetchone()
+            if row is not None and row[0]:
+                return conn
+            await conn.close()  # options ignored (ignore_startup_parameters): a pooler
+        _pooled.add(dsn)
+        log.info("the database connection goes through a transaction pooler: settings "
+                 "per transaction, no prepared statements")
+    conn = await psycopg.AsyncConnection.connect(dsn, application_name=name,
+                                                 **_CONNECT_OPTIONS)
+    conn.prepare_threshold = None
+    return conn
 
 
 class Database:
@@ -128,8 +174,11 @@ class Database:
             if self._conn is None or self._conn.closed:
                 self._conn = await connect(self._dsn, self._role)
             async with self._conn.cursor() as cur:
-                await cur.execute(queries[name], params)
-                rows = await cur.fetchall() if cur.description else []
+                if pooled(self._dsn):
+                    rows = await _in_own_transaction(cur, name, params)
+                else:
+                    await cur.execute(queries[name], params)
+                    rows = await cur.fetchall() if cur.description else []
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
             # Not migrated yet (a migration job may still be on its way): wait
             # as for an outage, not ready, rather than exit.
@@ -150,6 +199,29 @@ class Database:
         if conn is not None:
             with contextlib.suppress(psycopg.Error):  # closing a broken connection
                 await conn.close()
+
+
+async def _in_own_transaction(cur: psycopg.AsyncCursor[Any], name: QueryName,
+                              params: dict[str, Any] | None) -> list[tuple[Any, ...]]:
+    """The statement in a transaction of its own, after its settings (SET LOCAL).
+
+    Pipelined: BEGIN, the settings, the statement and COMMIT go out together
+    and end in one Sync, so that the pooler sees one transaction and the
+    statement costs one round trip, as without a pooler.
+    """
+    conn = cur.connection
+    try:
+        async with conn.pipeline():
+            for setting in _LOCAL_STATEMENTS:
+                await conn.execute(setting)
+            await cur.execute(queries[name], params)
+            await conn.execute(b"COMMIT")
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                await conn.execute(b"ROLLBACK")
+        raise
+    return await cur.fetchall() if cur.description else []
 
 
 async def retry_until(operation: Callable[[], Awaitable[T]], give_up: asyncio.Event,

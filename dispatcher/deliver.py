@@ -22,6 +22,7 @@ from dispatcher.db import Database, DatabaseDown
 from dispatcher.http.sender import HttpSender
 from dispatcher.observe.metrics import Metrics
 from dispatcher.observe.throttle import Throttled
+from dispatcher.observe.tracing import Tracing
 from dispatcher.policy.model import AttemptResult, Delivery, Endpoint
 from dispatcher.policy.outcome import circuit_verdict, decide
 from dispatcher.policy.signing import encode
@@ -42,22 +43,36 @@ datetime holds once did exactly that.) The endpoint is not blamed for it:
 the circuit breaker is not told."""
 
 
-async def attempt(sender: HttpSender, endpoint: Endpoint,
-                  deliveries: list[Delivery]) -> AttemptResult:
-    """POST the deliveries (one event, or a batch) to the endpoint, signed for this attempt."""
-    headers, body = encode(endpoint, [d.event for d in deliveries], datetime.now(UTC))
-    if log.isEnabledFor(logging.DEBUG):  # payloads only at debug level
-        log.debug("POST %s to %s: %s", [str(d.event.id) for d in deliveries],
-                  endpoint.name, body[:2000].decode("utf-8", "replace"))
-    return await sender.send(endpoint.url, headers, body, endpoint.timeout)
+async def attempt(sender: HttpSender, endpoint: Endpoint, deliveries: list[Delivery],
+                  tracing: Tracing | None = None) -> AttemptResult:
+    """POST the deliveries (one event, or a batch) to the endpoint, signed for this attempt.
+
+    With ``tracing``, the attempt is a span, and the request carries its context.
+    """
+    span = tracing.start(endpoint.name, deliveries) if tracing is not None else None
+    result = INTERNAL_ERROR
+    try:
+        headers, body = encode(endpoint, [d.event for d in deliveries], datetime.now(UTC),
+                               trace=span.trace if span is not None else None)
+        if log.isEnabledFor(logging.DEBUG):  # payloads only at debug level
+            log.debug("POST %s to %s: %s", [str(d.event.id) for d in deliveries],
+                      endpoint.name, body[:2000].decode("utf-8", "replace"))
+        result = await sender.send(endpoint.url, headers, body, endpoint.timeout)
+    finally:
+        if span is not None:
+            span.end(result)
+    return result
 
 
 class Deliverer:
     """Sends a group's request and records, counts and logs what became of each delivery."""
 
     def __init__(self, sender: HttpSender, completer: Completer, metrics: Metrics,
-                 db: Database, wake: Callable[[], None]) -> None:
-        """``db`` disables endpoints after a 410; ``wake`` is called when a retry is due."""
+                 db: Database, wake: Callable[[], None], *, tracing: Tracing | None = None,
+                 ) -> None:
+        """``db`` disables endpoints after a 410; ``wake`` is called when a retry is due;
+        ``tracing`` makes a span of each attempt."""
+        self._tracing = tracing
         self._sender = sender
         self._completer = completer
         self._metrics = metrics
@@ -68,7 +83,7 @@ class Deliverer:
     async def __call__(self, endpoint: Endpoint, deliveries: list[Delivery]) -> bool:
         """One request; True unless the endpoint failed retryably (the breaker's word)."""
         try:
-            result = await attempt(self._sender, endpoint, deliveries)
+            result = await attempt(self._sender, endpoint, deliveries, self._tracing)
         except Exception:
             log.exception("sending %d deliveries to %s failed in the dispatcher",
                           len(deliveries), endpoint.name)

@@ -7,12 +7,22 @@ notifications the listener probes its own session with a round trip under a
 deadline; a probe that fails or hangs replaces the connection. While it is
 down the dispatcher keeps delivering by polling, and after every reconnect
 it wakes the claimer once, for whatever was committed in between.
+
+LISTEN needs a session: through a transaction pooler (PgBouncer's
+``pool_mode = transaction``) it lands on whichever server connection serves
+it, and notifications never come back. So after each LISTEN the listener
+sends itself a notification the way publishers do (through ``notify_dsn``,
+the dispatcher's ``--dsn``) and waits for it. When it does not arrive, the
+dispatcher says so once, at WARNING, naming ``--listen-dsn``, and delivers by
+polling; the check is made again now and then, quietly, in case the
+connection changes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 
 import psycopg
@@ -23,31 +33,47 @@ from outbox.sql import queries
 
 log = logging.getLogger("dispatcher.listener")
 
+_PROBE_PREFIX = "probe:"
+
 
 class Listener:
     def __init__(self, dsn: str, wake: Callable[[], None], *, probe_interval: float = 10.0,
-                 probe_timeout: float = 5.0,
+                 probe_timeout: float = 5.0, notify_dsn: str | None = None,
+                 direct: bool = False, round_trip_timeout: float = 5.0,
+                 recheck_interval: float = 300.0,
                  endpoints_changed: Callable[[], None] = lambda: None) -> None:
+        """``dsn`` is LISTENed on; ``notify_dsn`` (default ``dsn``) is where publishers
+        notify; ``direct``: ``dsn`` was named by --listen-dsn."""
         self._dsn = dsn
+        self._notify_dsn = notify_dsn if notify_dsn is not None else dsn
+        self._direct = direct
         self._wake = wake
         self._endpoints_changed = endpoints_changed
         self._probe_interval = probe_interval
         self._probe_timeout = probe_timeout
+        self._round_trip_timeout = round_trip_timeout
+        self._recheck_interval = recheck_interval
+        self._warned = False
         self.connected = False
+        self.working: bool | None = None  # the last round trip's verdict; None: not yet
 
     async def run(self) -> None:
         """Listen until cancelled, reconnecting with capped backoff."""
         delay = 0.2
         while True:
             conn: psycopg.AsyncConnection[object] | None = None
+            pause = delay
             try:
                 conn = await connect(self._dsn, "listener")
                 await conn.execute(queries["listen"])
-                self.connected = True
-                delay = 0.2
-                self._endpoints_changed()  # changes made while it was away
-                self._wake()
-                await self._listen(conn)
+                if await self._round_trip(conn):
+                    self.connected = True
+                    delay = 0.2
+                    self._endpoints_changed()  # changes made while it was away
+                    self._wake()
+                    await self._listen(conn)
+                else:  # polling it is; look again later
+                    pause = self._recheck_interval
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 if self.connected:
                     log.warning("listener connection lost, polling meanwhile: %s",
@@ -56,8 +82,36 @@ class Listener:
                 self.connected = False
                 if conn is not None:
                     await _close_quietly(conn)
-            await asyncio.sleep(delay)
+            await asyncio.sleep(pause)
             delay = min(delay * 2, 5.0)
+
+    async def _round_trip(self, conn: psycopg.AsyncConnection[object]) -> bool:
+        """Whether a notification sent through ``notify_dsn`` reaches this session."""
+        payload = f"{_PROBE_PREFIX}{uuid.uuid4()}"
+        async with await connect(self._notify_dsn, "notify probe") as sender:
+            await sender.execute(queries["listen_probe"], {"payload": payload})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._round_trip_timeout
+        while (left := deadline - loop.time()) > 0:
+            async for notify in conn.notifies(timeout=left):
+                if notify.payload == payload:
+                    if self.working is False:
+                        log.info("notifications arrive on the listener connection now")
+                    self.working = True
+                    return True
+                if notify.channel == "outbox_endpoints":
+                    self._endpoints_changed()
+                self._wake()
+        self.working = False
+        if not self._warned:
+            self._warned = True
+            hint = ("check the listener connection" if self._direct else
+                    "--dsn may go through a transaction pooler: name a direct "
+                    "connection with --listen-dsn (OUTBOX_LISTEN_DSN)")
+            log.warning("LISTEN does not work: a notification sent to the database did not "
+                        "come back within %.0fs (%s); delivering by polling meanwhile",
+                        self._round_trip_timeout, hint)
+        return False
 
     async def _listen(self, conn: psycopg.AsyncConnection[object]) -> None:
         while True:

@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from outbox._shared.headers import HEADER_NAME, is_reserved, value_problem
+from outbox._shared.tracecontext import TraceContext, from_headers
 from outbox.errors import InvalidEvent, PayloadTooLarge
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -77,6 +78,8 @@ class Batch:
     headers: list[str] = field(default_factory=list)
     idempotency_keys: list[str | None] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)
+    traceparents: list[str | None] = field(default_factory=list)
+    tracestates: list[str | None] = field(default_factory=list)
 
     def params(self) -> dict[str, Any]:
         """Parameters of the ``publish`` query."""
@@ -86,6 +89,8 @@ class Batch:
             "payloads": "[" + ",".join(self.payloads) + "]",
             "headers": "[" + ",".join(self.headers) + "]",
             "idempotency_keys": encode(self.idempotency_keys), "delays": encode(self.delays),
+            "traceparents": encode(self.traceparents),
+            "tracestates": encode(self.tracestates),
         }
 
 
@@ -173,13 +178,17 @@ def _serialize_payload(payload: object, limit: int) -> str:
     return text
 
 
-def _serialize_headers(headers: object) -> str:
+_NO_HEADERS: Mapping[str, str] = {}
+
+
+def _serialize_headers(headers: object) -> tuple[str, Mapping[str, str]]:
+    """The headers as JSON text, and as a dict of lower-case names."""
     if headers is None:
-        return "{}"
+        return "{}", _NO_HEADERS
     if not isinstance(headers, Mapping):
         raise InvalidEvent("headers must be a mapping of header names to string values")
     if not headers:
-        return "{}"
+        return "{}", _NO_HEADERS
     clean: dict[str, str] = {}
     for name, value in headers.items():
         if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
@@ -196,7 +205,7 @@ def _serialize_headers(headers: object) -> str:
         if problem:
             raise InvalidEvent(f"header {name!r} {problem}")
         clean[lowered] = value
-    return _ENCODER.encode(clean)
+    return _ENCODER.encode(clean), clean
 
 
 def _delay_seconds(delay: object) -> float:
@@ -218,8 +227,14 @@ def _delay_seconds(delay: object) -> float:
     return seconds
 
 
-def build_batch(events: Sequence[Event], *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> Batch:
-    """Validate and serialise events; raises before the caller sends any SQL."""
+def build_batch(events: Sequence[Event], *, max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+                trace: TraceContext | None = None) -> Batch:
+    """Validate and serialise events; raises before the caller sends any SQL.
+
+    ``trace`` is the trace context of the span current at the call (None:
+    none); an event whose ``headers`` give a valid ``traceparent`` keeps that
+    one (and its ``tracestate``, if given) instead.
+    """
     batch = Batch()
     for event in events:
         if not isinstance(event, Event):
@@ -227,7 +242,12 @@ def build_batch(events: Sequence[Event], *, max_payload_bytes: int = MAX_PAYLOAD
         batch.types.append(check_type(event.type))
         batch.payloads.append(_serialize_payload(event.payload, max_payload_bytes))
         batch.keys.append(_text(event.key, "key", optional=True))
-        batch.headers.append(_serialize_headers(event.headers))
+        text, clean = _serialize_headers(event.headers)
+        batch.headers.append(text)
+        own = from_headers(clean) if "traceparent" in clean else None
+        context = own or trace
+        batch.traceparents.append(context.traceparent if context else None)
+        batch.tracestates.append(context.tracestate if context else None)
         batch.idempotency_keys.append(
             _text(event.idempotency_key, "idempotency_key", optional=True))
         batch.delays.append(_delay_seconds(event.delay))

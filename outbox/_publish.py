@@ -22,6 +22,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from outbox._event import MAX_PAYLOAD_BYTES, Batch, Event, build_batch
+from outbox._shared import tracecontext
 from outbox.errors import BacklogFull, OutboxError, SchemaMissing
 from outbox.sql import queries
 
@@ -143,7 +144,11 @@ def _sync_executor(conn: Any, verb: str = "publish") -> SyncExecute:
 
         def execute_psycopg(sql: str, params: dict[str, Any]) -> Rows:
             # A plain Cursor whatever the connection's cursor_factory and
-            # row_factory: a RawCursor would not understand %(name)s.
+            # row_factory: a RawCursor would not understand %(name)s. Prepared
+            # as the connection's prepare_threshold says: planning the publish
+            # statement costs more than running it (BENCHMARKS.md, "Behind a
+            # pooler"), and behind PgBouncer before 1.21 the caller turns it
+            # off for the whole connection (prepare_threshold=None).
             with psycopg.Cursor(pg, row_factory=tuple_row) as cur:
                 cur.execute(sql, params)
                 return cur.fetchall()
@@ -209,7 +214,8 @@ def _one(event_type: str, payload: Any, key: str | None, *,
          headers: Mapping[str, str] | None, idempotency_key: str | None,
          delay: timedelta | None) -> Batch:
     return build_batch([Event(event_type, payload, key=key, headers=headers,
-                              idempotency_key=idempotency_key, delay=delay)])
+                              idempotency_key=idempotency_key, delay=delay)],
+                       trace=tracecontext.current())
 
 
 def publish(conn: Any, type: str, payload: Any, *,
@@ -240,11 +246,13 @@ async def apublish(conn: Any, type: str, payload: Any, *,
 
 def publish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
     """Publish several events in one round trip; returns their ids in input order."""
-    batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES)
+    batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES,
+                        trace=tracecontext.current())
     return _run(_plan(batch), _sync_executor(conn))
 
 
 async def apublish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
     """The async twin of :func:`publish_many`."""
-    batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES)
+    batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES,
+                        trace=tracecontext.current())
     return await _arun(_plan(batch), await _async_executor(conn))

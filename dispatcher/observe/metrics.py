@@ -14,7 +14,11 @@ out once here and nowhere else. Two kinds of numbers:
   would tell a dashboard the backlog stands still when nobody measured it.
 
 Each :class:`Metrics` owns its :class:`~prometheus_client.CollectorRegistry`
-(never the process-global one), so tests and embedders can make many.
+(never the process-global one), so tests and embedders can make many. Beside
+the contract's series it carries what scrapers expect of every Python
+exporter: the process (``process_*``), platform (``python_info``) and garbage
+collector (``python_gc_*``) collectors, and ``outbox_build_info`` (constant
+1, labelled with the package version and the schema version it is built for).
 Labels are endpoint names and failure reasons only: bounded by configuration,
 never an event id. The ``*_created`` series prometheus_client adds to
 counters and histograms by default are left out, to keep exactly the
@@ -29,13 +33,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from psycopg.rows import tuple_row
 
-from outbox.sql import queries
+from outbox import __version__
+from outbox.sql import SCHEMA_VERSION, queries
 
 REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")
 """The values of the ``reason`` label; anything else is counted as ``other``."""
@@ -124,6 +137,20 @@ class _Backlog:
         return [pending, oldest, circuit, bound]
 
 
+class _BuildInfo:
+    """``outbox_build_info``: which build runs, for dashboards to join on (always 1)."""
+
+    def describe(self) -> Iterable[Metric]:
+        return self.collect()
+
+    def collect(self) -> Iterable[Metric]:
+        info = GaugeMetricFamily(
+            "outbox_build_info", "The running outbox-dispatcher: its version and the schema "
+            "version it is built for; always 1.", labels=["version", "schema_version"])
+        info.add_metric([__version__, str(SCHEMA_VERSION)], 1.0)
+        return [info]
+
+
 class Metrics:
     """The dispatcher's metrics in a registry of their own; the loop calls the verbs."""
 
@@ -153,6 +180,10 @@ class Metrics:
         self.registry.register(_Instruments(
             (self._delivered, self._failures, self._dead, self._duration, self._lag)))
         self.registry.register(_Backlog(self))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.registry.register(_BuildInfo())
 
     # -- what the delivery loop reports -------------------------------------
 

@@ -65,6 +65,9 @@ class EventData:
     payload: str  # the producer's JSON text, byte for byte
     headers: Mapping[str, str]
     created_at: datetime
+    # The W3C trace context it was published in (contract v3), as stored; None: none.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,8 @@ class ClaimRow(NamedTuple):
     send_in: float  # seconds until the request's turn under a rate limit
     probe: bool
     age: float
+    traceparent: str | None  # the W3C trace context the event was published in, if any
+    tracestate: str | None
 
     def delivery(self, claimed_at: float) -> Delivery:
         """The delivery this row leases; ``claimed_at``: the claim's start, monotonic."""
@@ -113,7 +118,8 @@ class ClaimRow(NamedTuple):
             claimed_at=claimed_at,
             event=EventData(id=self.event_id, type=self.type, key=self.key,
                             payload=self.payload, headers=json.loads(self.headers or "{}"),
-                            created_at=self.created_at))
+                            created_at=self.created_at, traceparent=self.traceparent,
+                            tracestate=self.tracestate))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,12 +16,14 @@ from outbox._shared.wire import CLOUDEVENTS_SOURCE, batch_id, encode_request, rf
 
 
 def encode(
-    endpoint: Endpoint, events: Sequence[EventData], now: datetime
+    endpoint: Endpoint, events: Sequence[EventData], now: datetime, *,
+    trace: tuple[str, str | None] | None = None,
 ) -> tuple[list[tuple[str, str]], bytes]:
     """Headers and body of the one request that delivers ``events`` to ``endpoint``.
 
     ``now`` is the time of this attempt: it becomes ``webhook-timestamp``, so a
-    retry is signed afresh while its ``webhook-id`` stays the same.
+    retry is signed afresh while its ``webhook-id`` stays the same. ``trace``
+    (traceparent, tracestate) is sent instead of the events' own trace context.
     """
     if not events:
         raise ValueError("encode() needs at least one event")
@@ -30,7 +32,7 @@ def encode(
         raise ValueError(f"endpoint {endpoint.name!r} takes one event per request")
     return encode_request(events, now, keys=endpoint.keys,
                           cloudevents=endpoint.format == "cloudevents", batched=batched,
-                          endpoint_headers=endpoint.headers)
+                          endpoint_headers=endpoint.headers, trace=trace)
 
 
 __all__ = ["CLOUDEVENTS_SOURCE", "batch_id", "encode", "rfc3339", "sign"]

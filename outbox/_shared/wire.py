@@ -21,6 +21,10 @@ Choices the contract leaves open, documented in the README:
   same value; the others are left out.
 - Custom headers (endpoint and event, the event winning on the same name) never
   replace a header this module writes: those are dropped from the custom set.
+- Trace context (contract v3): ``traceparent`` and ``tracestate`` (when not
+  empty) of the event, or of a batch's first event that has one; a
+  ``traceparent`` among the custom headers wins. The dispatcher may pass its
+  attempt span's context instead (``trace``), a child in the same trace.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class WireEvent(Protocol):
     def headers(self) -> Mapping[str, str]: ...
     @property
     def created_at(self) -> datetime: ...
+    # Optional: ``traceparent`` and ``tracestate`` (str or None), read with getattr.
 
 
 def signed_content(msg_id: str, timestamp: int, body: bytes) -> bytes:
@@ -153,16 +158,27 @@ def _common_headers(events: Sequence[WireEvent]) -> Mapping[str, str]:
     return common
 
 
+def first_trace(events: Iterable[WireEvent]) -> tuple[str, str | None] | None:
+    """(traceparent, tracestate) of the first event that has a trace context, or None."""
+    for event in events:
+        traceparent = getattr(event, "traceparent", None)
+        if traceparent:
+            return traceparent, getattr(event, "tracestate", None) or None
+    return None
+
+
 def encode_request(
     events: Sequence[WireEvent], now: datetime, *, keys: Sequence[bytes] = (),
     cloudevents: bool = False, batched: bool = False,
     endpoint_headers: Mapping[str, str] | None = None,
+    trace: tuple[str, str | None] | None = None,
 ) -> tuple[list[tuple[str, str]], bytes]:
     """Headers and body of the one request that delivers ``events``.
 
     ``now`` is the time of this attempt: it becomes ``webhook-timestamp``, so a
     retry is signed afresh while its ``webhook-id`` stays the same. ``keys``
     sign it (none: unsigned), newest first; ``batched`` sends an array.
+    ``trace`` replaces the events' own trace context on the wire.
     """
     if not events:
         raise ValueError("encode() needs at least one event")
@@ -196,5 +212,11 @@ def encode_request(
             prefix = b"%s.%d." % (msg_id.encode(), timestamp)  # the body is not copied
             signatures = " ".join(sign_content(key, prefix, body) for key in keys)
             headers.append(("webhook-signature", signatures))
-    headers.extend(_custom_headers(endpoint_headers or {}, event_headers))
+    custom = _custom_headers(endpoint_headers or {}, event_headers)
+    context = trace or first_trace(events)
+    if context is not None and not any(name == "traceparent" for name, _ in custom):
+        headers.append(("traceparent", context[0]))
+        if context[1]:
+            headers.append(("tracestate", context[1]))
+    headers.extend(custom)
     return headers, body

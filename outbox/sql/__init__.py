@@ -63,6 +63,7 @@ QueryName = Literal[
     "inbox_purge_batch",
     "inbox_record",
     "listen",
+    "listen_probe",
     "load_endpoints",
     "maintainer_lease",
     "maintainer_resign",
@@ -174,18 +175,21 @@ def _step(file_name: str, text: str) -> Step:
 
 
 def steps() -> tuple[Step, ...]:
-    """The packaged upgrade steps, in order; their numbers run 2, 3, ... without a gap.
+    """The packaged upgrade steps, in order; their numbers start at 2 and increase.
 
     Version 1 is the first release's schema: a database without the outbox is
     made by schema.sql, which is always the current shape, never by steps.
+    A number may be skipped (a step reserved by a change not yet released),
+    never repeated.
     """
     folder = resources.files(__package__).joinpath("migrations")
     found = sorted((_step(entry.name, entry.read_text("utf-8"))
                     for entry in folder.iterdir() if entry.name.endswith(".sql")),
                    key=lambda step: step.version)
     numbers = [step.version for step in found]
-    if numbers != list(range(2, 2 + len(found))):
-        raise RuntimeError(f"migrations/ steps must be numbered 2, 3, ...: found {numbers}")
+    if (numbers and numbers[0] < 2) or len(set(numbers)) != len(numbers):
+        raise RuntimeError(f"migrations/ steps must be numbered from 2 up, each once: "
+                           f"found {numbers}")
     return tuple(found)
 
 

@@ -73,7 +73,7 @@ def test_listen_connection_blackholed(dsn: str, receiver: Receiver, fleet: Fleet
         during = publish(dsn, 3)
         wait_until(lambda: all_delivered(dsn, 3), 20, "delivery by polling meanwhile")
         wait_until(lambda: [b for b in backends(dsn, "listener") if b["client_port"] != cut],
-                   40, "a new listener connection")
+                   60, "a new listener connection")
         dispatcher.wait_log("listener connection lost")
         after = publish(dsn, 3)
         wait_until(lambda: all_delivered(dsn, 6), 20, "delivery after the listener is back")

@@ -412,9 +412,9 @@ def test_the_request_bytes_carry_each_header_once() -> None:
     written: list[bytes] = []
 
     class Capture(H1Transport):
-        async def post(self, key: PoolKey, payload: bytes,
-                       limit: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-            written.append(payload)
+        async def post(self, key: PoolKey, payload: bytes, limit: int, body: bytes = b"",
+                       ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+            written.append(payload + body)
             return 204, [(b"X-Seen", b"yes")], b""
 
     async def main() -> AttemptResult:

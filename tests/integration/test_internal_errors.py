@@ -23,10 +23,10 @@ BUGS = {
     "encode": """
 import dispatcher.deliver as deliver
 real = deliver.encode
-def encode(endpoint, events, now):
+def encode(endpoint, events, now, **options):
     if any(e.type == "order.boom" for e in events):
         raise RuntimeError("injected bug")
-    return real(endpoint, events, now)
+    return real(endpoint, events, now, **options)
 deliver.encode = encode
 """,
     # Deciding the outcome, after the answer came back (the fallback decides anew).

@@ -16,5 +16,8 @@ METRICS = {
 # Metrics the project adds beside the contract's (README, "Metrics and health").
 PROJECT_METRICS = {
     "outbox_max_pending": ("gauge", {"endpoint"}),
+    "outbox_build_info": ("gauge", {"version", "schema_version"}),
 }
+# The standard collectors' series every Python exporter has (names' prefixes).
+STANDARD_PREFIXES = ("process_", "python_")
 FAILURE_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")

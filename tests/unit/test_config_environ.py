@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dispatcher.cli import build_config
+from dispatcher.config import ConfigError
 
 
 def test_the_configuration_never_reaches_the_snapshot() -> None:
@@ -26,3 +29,24 @@ def test_only_whsec_values_reach_the_snapshot() -> None:
                "POSTGRES_PASSWORD": "c2VjcmV0LXBhc3N3b3JkLXRoaXJ0eS1ieXRlcyE=",
                "HOOK_SECRET": " whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n"}
     assert set(build_config([], environ).environ) == {"HOOK_SECRET"}
+
+
+def test_listen_dsn_from_the_flag_or_the_environment() -> None:
+    """--listen-dsn, else OUTBOX_LISTEN_DSN (an ORM-style URL reduced as --dsn is); unset: ""."""
+    environ = {"OUTBOX_LISTEN_DSN": "postgresql+psycopg://app:pw@db-direct/app"}
+    assert build_config([], environ).listen_dsn == "postgresql://app:pw@db-direct/app"
+    assert build_config(["--listen-dsn", "host=direct"], environ).listen_dsn == "host=direct"
+    assert build_config([], {}).listen_dsn == ""
+    assert "OUTBOX_LISTEN_DSN" not in build_config([], environ).environ
+
+
+def test_a_malformed_listen_dsn_is_bad_usage() -> None:
+    """A listen DSN libpq cannot read is refused like a bad --dsn."""
+    with pytest.raises(ConfigError):
+        build_config(["--listen-dsn", "host=x port=notaport"], {})
+
+
+def test_the_traces_exporter_is_opentelemetrys_variable() -> None:
+    """OTEL_TRACES_EXPORTER is read as the SDK reads it; unset, no spans."""
+    assert build_config([], {"OTEL_TRACES_EXPORTER": "otlp"}).traces_exporter == "otlp"
+    assert build_config([], {}).traces_exporter == ""

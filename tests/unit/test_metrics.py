@@ -6,7 +6,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from dispatcher.observe.metrics import DURATION_BUCKETS, LAG_BUCKETS, REASONS, BacklogRow, Metrics
-from tests.support.contract import FAILURE_REASONS, METRICS
+from outbox import __version__
+from outbox.sql import SCHEMA_VERSION
+from tests.support.contract import FAILURE_REASONS, METRICS, PROJECT_METRICS, STANDARD_PREFIXES
 
 CONTRACT = METRICS
 CONTRACT_REASONS = FAILURE_REASONS
@@ -62,13 +64,14 @@ def test_every_contract_metric_has_its_type_line() -> None:
 
 
 def test_only_contract_names_are_exported() -> None:
-    """No other series names (such as *_created) appear beside the contract's."""
+    """No other outbox_ series (such as *_created) appear beside the contract's and the
+    project's; the rest are the standard collectors'."""
     allowed = set()
-    for name, (kind, _) in CONTRACT.items():
+    for name, (kind, _) in (CONTRACT | PROJECT_METRICS).items():
         allowed.add(name)
         if kind == "histogram":
             allowed |= {f"{name}_bucket", f"{name}_count", f"{name}_sum"}
-    names = {s.name for s in samples(exercised())}
+    names = {s.name for s in samples(exercised()) if not s.name.startswith(STANDARD_PREFIXES)}
     assert names <= allowed
     assert "outbox_delivered_created" not in exercised().render().decode()
 
@@ -78,6 +81,8 @@ def test_labels_are_exactly_the_contract_labels() -> None:
     metrics = exercised()
     seen = set()
     for sample in samples(metrics):
+        if sample.name.startswith(STANDARD_PREFIXES) or sample.name in PROJECT_METRICS:
+            continue
         base = sample.name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
         name = base if base in CONTRACT else sample.name
         expected = CONTRACT[name][1] | ({"le"} if sample.name.endswith("_bucket") else set())
@@ -198,3 +203,15 @@ def test_each_metrics_object_has_its_own_registry() -> None:
     first.dead("a")
     assert value(first, "outbox_dead_letters_total", endpoint="a") == 1
     assert value(second, "outbox_dead_letters_total", endpoint="a") is None
+
+
+def test_standard_collectors_and_build_info() -> None:
+    """/metrics has the process and platform series scrapers expect, and outbox_build_info."""
+    metrics = Metrics()
+    names = {s.name for s in samples(metrics)}
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes",
+            "process_open_fds", "python_info", "python_gc_objects_collected_total"} <= names
+    assert value(metrics, "outbox_build_info", version=__version__,
+                 schema_version=str(SCHEMA_VERSION)) == 1.0
+    assert type_lines(metrics.render().decode())["outbox_build_info"] == "gauge"
+    Metrics()  # each instance has its own registry: a second one collides with nothing

@@ -201,7 +201,8 @@ SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key
                                + g.grp / u.rate_limit)::float8 END AS send_in,
        coalesce(u.probe, false) AS probe,
        -- The event's age now, on the database clock: the dispatcher's may be off.
-       extract(epoch FROM now() - e.created_at)::float8 AS age
+       extract(epoch FROM now() - e.created_at)::float8 AS age,
+       e.traceparent, e.tracestate
 FROM claimed c
 JOIN outbox.events e ON e.id = c.event_id
 JOIN grouped g ON g.id = c.id
@@ -570,3 +571,11 @@ SELECT 1;
 -- Publishers notify outbox_wakeup at commit (see the publish query); endpoint
 -- commands notify outbox_endpoints (see endpoints_admin_lock).
 LISTEN outbox_wakeup; LISTEN outbox_endpoints;
+
+-- name: listen_probe
+-- The listener's round trip: a notification sent the way publishers send
+-- theirs (through --dsn, maybe a transaction pooler) must reach the LISTEN
+-- session. A pooler that hands LISTEN and NOTIFY to different server
+-- connections (or drops what arrives on an idle one) fails it. The payload
+-- names this probe; the claimer takes any outbox_wakeup as a hint only.
+SELECT pg_notify('outbox_wakeup', %(payload)s);

@@ -7,6 +7,8 @@
 -- and no driver has to adapt thousands of values one by one.
 -- json_array_elements hands back each payload's text as written, so the
 -- payload is stored byte for byte as the producer serialised it.
+-- traceparent and tracestate: the W3C trace context the event was published
+-- in (contract v3), or JSON null (SQL NULL) for none.
 -- One clock reading serves the whole statement: created_at is the same for
 -- the batch and deliver_after - created_at is exactly each event's delay.
 -- An idempotency key already present makes ON CONFLICT skip that row; the
@@ -44,8 +46,11 @@ WITH input AS (
         json_array_elements(%(payloads)s::json),
         json_array_elements(%(headers)s::json),
         json_array_elements_text(%(idempotency_keys)s::json),
-        json_array_elements_text(%(delays)s::json)
-    ) WITH ORDINALITY AS i(id, type, key, payload, headers, idempotency_key, delay, ord)
+        json_array_elements_text(%(delays)s::json),
+        json_array_elements_text(%(traceparents)s::json),
+        json_array_elements_text(%(tracestates)s::json)
+    ) WITH ORDINALITY AS i(id, type, key, payload, headers, idempotency_key, delay,
+                           traceparent, tracestate, ord)
 ),
 targets AS (
     SELECT id, name, events_like, max_pending FROM outbox.endpoints
@@ -73,10 +78,12 @@ clock AS (
 ),
 inserted AS (
     INSERT INTO outbox.events AS ev
-        (id, type, key, payload, headers, idempotency_key, created_at, deliver_after, unrouted)
+        (id, type, key, payload, headers, idempotency_key, created_at, deliver_after, unrouted,
+         traceparent, tracestate)
     SELECT i.id::uuid, i.type, i.key, i.payload, i.headers::jsonb, i.idempotency_key,
            c.at, c.at + make_interval(secs => i.delay::float8),
-           NOT EXISTS (SELECT 1 FROM targets t WHERE i.type LIKE ANY (t.events_like))
+           NOT EXISTS (SELECT 1 FROM targets t WHERE i.type LIKE ANY (t.events_like)),
+           i.traceparent, i.tracestate
     FROM input i CROSS JOIN clock c
     WHERE NOT EXISTS (SELECT 1 FROM over)
     ORDER BY i.ord
