@@ -59,5 +59,5 @@ def test_failing_endpoint_fires_delivery_failing_and_circuit_open(
                 shown[title] = shown.get(title, False) or bool(result)
             for title in ("Failed attempts per second", "Share of attempts failing",
                           "Pending deliveries", "Oldest pending delivery", "Circuit",
-                          "Dispatchers up", "Attempt duration"):
+                          "Dispatchers up", "Versions running", "Attempt duration"):
                 assert shown[title], f"panel {title!r} shows nothing"
