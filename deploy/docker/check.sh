@@ -17,7 +17,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 python="${PYTHON:-$root/.venv/bin/python}"
-tag="${IMAGE:-localhost/outbox-dispatcher:check}"
+tag="${IMAGE:-localhost/outbox-dispatcher:check-$$}"
 work="$(mktemp -d)"
 container=""
 cleanup() {

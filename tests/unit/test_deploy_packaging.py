@@ -87,6 +87,9 @@ def test_systemd_unit_is_hardened_and_reads_its_dsn_from_a_file() -> None:
     assert "OUTBOX_DSN" not in " ".join(settings.get("Environment", []))
     stop = int(settings["TimeoutStopSec"][0])
     assert stop > 30  # the dispatcher's default --shutdown-grace
+    # The dispatcher raises its open-files limit with setrlimit(): @resources must stay allowed.
+    denied = " ".join(f for f in settings["SystemCallFilter"] if f.startswith("~"))
+    assert "@resources" not in denied
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd is not installed")
