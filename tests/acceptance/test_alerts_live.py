@@ -1,0 +1,63 @@
+"""deploy/prometheus: a real Prometheus scraping a real dispatcher fires the alerts on a failing
+endpoint (the rules' ``for:`` shortened, tests/support/prometheus.py), and the dashboard's
+queries run against it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from outbox.testing import Receiver, Request, Response
+from tests.support.dispatcher import Dispatcher, add_endpoint, publish, wait_until
+from tests.support.prometheus import Prometheus, binary, dashboard_queries
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(binary() is None,
+                                 reason="prometheus is not installed (Debian: prometheus)")]
+
+WANTED = {"OutboxDeliveryFailing", "OutboxCircuitOpen"}
+
+
+def unavailable(_: Request) -> Response:
+    return Response(503)
+
+
+@pytest.mark.timeout(180)
+def test_failing_endpoint_fires_delivery_failing_and_circuit_open(
+        conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
+    """A 503 endpoint fires OutboxDeliveryFailing and OutboxCircuitOpen; the panels show it."""
+    receiver.responder = unavailable
+    add_endpoint(conn, "workflow", receiver.url, max_attempts=10_000, breaker_failures=3,
+                 breaker_cooldown_seconds=1)
+    for n in range(5):
+        publish(conn, "order.created", {"n": n})
+    with Dispatcher(dsn) as dispatcher:
+        dispatcher.wait_serving()
+        with Prometheus([f"127.0.0.1:{dispatcher.port}"]) as prom:
+            rules = {rule["name"]: rule for group in prom.api("rules")["groups"]
+                     for rule in group["rules"]}
+            assert rules["OutboxCircuitOpen"]["duration"] == 15  # 15m, shortened
+
+            def firing() -> dict[str, str] | None:
+                states = prom.alerts()
+                return states if all(states.get(name) == "firing" for name in WANTED) else None
+            states = wait_until(firing, timeout=90, interval=0.5, dispatcher=dispatcher,
+                                what=f"{sorted(WANTED)} to fire\n{prom.log()}")
+            assert states.get("OutboxDispatcherDown") is None
+            assert states.get("OutboxNoDispatcher") is None
+            for alert in prom.api("alerts")["alerts"]:
+                if alert["labels"]["alertname"] in WANTED:
+                    assert alert["labels"]["endpoint"] == "workflow"
+                    assert alert["annotations"]["runbook_url"].endswith(
+                        "deploy/README.md#" + alert["labels"]["alertname"].lower())
+            # The dashboard's queries run here too, and those of this failure show it.
+            shown = {}
+            for title, expr in dashboard_queries():
+                result = prom.api("query", query=expr)["result"]
+                shown[title] = shown.get(title, False) or bool(result)
+            for title in ("Failed attempts per second", "Share of attempts failing",
+                          "Pending deliveries", "Oldest pending delivery", "Circuit",
+                          "Dispatchers up", "Versions running", "Attempt duration"):
+                assert shown[title], f"panel {title!r} shows nothing"

@@ -1,0 +1,106 @@
+"""deploy/docker and deploy/systemd: the image's stages, user and entry point; the unit's hardening.
+
+The image is built and run for real by tests/acceptance/test_deploy_image.py where buildah is
+installed; these checks need nothing but the files.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
+UNIT = DEPLOY / "systemd" / "outbox-dispatcher.service"
+BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|clang|build-essential|make|python3?-dev|libpq-dev)\b")
+
+
+def stages() -> list[tuple[str, list[str]]]:
+    """(FROM line, instructions after it) per stage, comments and continuations joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    result: list[tuple[str, list[str]]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("FROM "):
+            result.append((line, []))
+        elif result:
+            result[-1][1].append(line)
+    return result
+
+
+def test_dockerfile_builds_in_one_stage_and_runs_from_a_clean_one() -> None:
+    """Two stages on the BASE argument; the last copies the venv and installs no build tools."""
+    head = DOCKERFILE.read_text().split("FROM", 1)[0]
+    assert re.search(r"^ARG BASE=\S*python\S*slim\S*$", head, re.M), "BASE: a slim Python"
+    (build_from, build), (final_from, final) = stages()
+    assert build_from == "FROM ${BASE} AS build"
+    assert final_from == "FROM ${BASE}"
+    assert any("pip wheel" in step for step in build)
+    assert "COPY --from=build /opt/outbox /opt/outbox" in final
+    for step in final:
+        assert not BUILD_TOOLS.search(step), step
+        assert "apt-get install" not in step, step
+
+
+def test_image_runs_as_a_user_with_both_commands_on_a_read_only_root() -> None:
+    """A numeric non-root USER, the dispatcher as entry point, both scripts on PATH, /tmp only."""
+    (_, build), (_, final) = stages()
+    users = [step.split()[1] for step in final if step.startswith("USER ")]
+    assert len(users) == 1
+    uid = users[0].split(":")[0]
+    assert re.fullmatch(r"[1-9]\d*", uid), uid
+    assert 'ENTRYPOINT ["outbox-dispatcher"]' in final
+    env = " ".join(step for step in final if step.startswith("ENV "))
+    assert "PATH=/opt/outbox/bin:" in env  # outbox and outbox-dispatcher both live there
+    assert "PYTHONDONTWRITEBYTECODE=1" in env
+    assert "TMPDIR=/tmp" in env
+    build_steps = " ".join(build)
+    assert "outbox-dispatcher --help" in build_steps
+    assert "outbox --help" in build_steps
+
+
+def unit_settings() -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for line in UNIT.read_text().splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            settings.setdefault(key.strip(), []).append(value.strip())
+    return settings
+
+
+def test_systemd_unit_is_hardened_and_reads_its_dsn_from_a_file() -> None:
+    """DynamicUser, ProtectSystem=strict, NoNewPrivileges, no capabilities, an EnvironmentFile."""
+    settings = unit_settings()
+    expected = {"DynamicUser": "yes", "ProtectSystem": "strict", "NoNewPrivileges": "yes",
+                "ProtectHome": "yes", "PrivateTmp": "yes", "CapabilityBoundingSet": "",
+                "RestartPreventExitStatus": "2", "KillSignal": "SIGTERM"}
+    for key, value in expected.items():
+        assert settings.get(key) == [value], key
+    assert settings["EnvironmentFile"] == ["/etc/outbox-dispatcher/env"]
+    assert settings["ExecStart"] == ["/opt/outbox/bin/outbox-dispatcher"]
+    assert "OUTBOX_DSN" not in " ".join(settings.get("Environment", []))
+    stop = int(settings["TimeoutStopSec"][0])
+    assert stop > 30  # the dispatcher's default --shutdown-grace
+    # The dispatcher raises its open-files limit with setrlimit(): @resources must stay allowed.
+    denied = " ".join(f for f in settings["SystemCallFilter"] if f.startswith("~"))
+    assert "@resources" not in denied
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd is not installed")
+def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
+    """systemd-analyze verify finds no unknown key nor bad value (ExecStart made a real file)."""
+    executable = shutil.which("true")
+    assert executable is not None
+    unit = tmp_path / UNIT.name
+    unit.write_text(UNIT.read_text().replace("/opt/outbox/bin/outbox-dispatcher", executable)
+                    .replace("EnvironmentFile=/", "EnvironmentFile=-/"))
+    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert UNIT.name not in done.stderr, done.stderr  # warnings name the file and line
