@@ -36,10 +36,11 @@ if [ -z "${BASE:-}" ]; then
     BASE=localhost/outbox-base:bookworm
     if ! podman image exists "$BASE"; then
         echo "check: making the base $BASE with mmdebstrap"
+        # Exit 77 when no base can be made here (no Debian mirror): nothing to check.
         mmdebstrap --quiet --variant=apt --include=python3,python3-venv,ca-certificates \
             --customize-hook='cp /usr/local/share/ca-certificates/*.crt "$1/usr/local/share/ca-certificates/" 2>/dev/null || true' \
             --customize-hook='chroot "$1" update-ca-certificates >/dev/null' \
-            bookworm "$work/rootfs.tar"
+            bookworm "$work/rootfs.tar" || { echo "check: no base could be made here"; exit 77; }
         podman import --quiet "$work/rootfs.tar" "$BASE" >/dev/null
         rm -f "$work/rootfs.tar"
     fi

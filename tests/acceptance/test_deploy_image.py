@@ -26,6 +26,8 @@ def test_image_builds_and_its_dispatcher_delivers() -> None:
     """check.sh builds the Dockerfile on a Debian base; the image's dispatcher delivers an event."""
     done = subprocess.run(["bash", str(CHECK)], env={**os.environ, "PYTHON": sys.executable},
                           capture_output=True, text=True, check=False, timeout=590)
+    if done.returncode == 77:
+        pytest.skip("no Debian base image could be made on this machine (no mirror reached)")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "check: delivered" in done.stdout, done.stdout
     assert "SIGTERM stopped it with exit 0" in done.stdout, done.stdout
