@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 3.
+-- outbox-dispatcher schema: the current shape, version 4.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -49,7 +49,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 3 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 4 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -233,7 +233,14 @@ CREATE TABLE IF NOT EXISTS outbox.deliveries (
     last_error        text,
     last_status       integer,
     created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
-    finished_at       timestamptz
+    finished_at       timestamptz,
+    -- Attempts made before the last `dead retry` reset attempts, or by the
+    -- earlier deliveries of a replayed event, and circuit probes that were
+    -- not charged: attempts_before + attempts numbers the next attempt over
+    -- the delivery's whole life, as the attempt history counts (version 4).
+    attempts_before   integer NOT NULL DEFAULT 0,
+    -- How long the last recorded attempt took (version 4).
+    last_duration_seconds double precision
 ) WITH (fillfactor = 80);
 
 -- Autovacuum for the queue table. Every delivery is updated at least twice
@@ -284,4 +291,38 @@ CREATE TABLE IF NOT EXISTS outbox.inbox (
 );
 CREATE INDEX IF NOT EXISTS inbox_processed_at ON outbox.inbox (processed_at);
 
-INSERT INTO outbox.schema_version (version) VALUES (3) ON CONFLICT DO NOTHING;
+-- The attempt history (outbox show): one row per failed attempt of a
+-- delivery, written in the statement that records the attempt (the complete
+-- query); a success adds no row, its time, status and duration being the
+-- delivery's finished_at, last_status and last_duration_seconds. attempt
+-- counts over the delivery's whole life (attempts_before + attempts). No
+-- primary key: an earlier release's `dead retry` restarts the numbering
+-- without attempts_before, and its rows must still be kept (version 4).
+CREATE TABLE IF NOT EXISTS outbox.attempts (
+    delivery_id       bigint NOT NULL,
+    attempt           integer NOT NULL,
+    at                timestamptz NOT NULL DEFAULT now(),
+    status            integer,
+    reason            text NOT NULL
+                      CHECK (reason IN ('timeout', 'connect', 'http_4xx', 'http_5xx', 'other')),
+    duration_seconds  double precision,
+    error             text
+);
+CREATE INDEX IF NOT EXISTS attempts_delivery ON outbox.attempts (delivery_id, attempt);
+
+-- The history goes with its delivery, however the delivery goes (retention,
+-- purge, an earlier release's retention, SQL by hand): one statement-level
+-- trigger per DELETE, joining the deleted rows to the history's index.
+CREATE OR REPLACE FUNCTION outbox.attempts_follow_deliveries() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM outbox.attempts a USING gone WHERE a.delivery_id = gone.id;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER attempts_follow_deliveries
+    AFTER DELETE ON outbox.deliveries
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox.attempts_follow_deliveries();
+
+INSERT INTO outbox.schema_version (version) VALUES (4) ON CONFLICT DO NOTHING;

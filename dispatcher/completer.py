@@ -143,7 +143,8 @@ class Completer:
 
     async def _write(self, batch: _Batch) -> set[int]:
         results = json.dumps([[r.delivery_id, str(r.lease_token), r.state, r.delay, r.error,
-                               r.status, r.refund] for r in batch.records])
+                               r.status, r.refund, r.reason, r.duration]
+                              for r in batch.records])
         rows = await self._db.fetch("complete", {
             "results": results, "slots": slots_json(batch.slots),
             "circuits": batch.circuits_json()})

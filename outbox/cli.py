@@ -19,7 +19,8 @@ from outbox._cli.common import EXIT_FAILURE, EXIT_USAGE, CommandFailed, UsageErr
 from outbox._shared.text import first_line
 from outbox.errors import OutboxError
 
-_COMMANDS = ("migrate", "endpoints", "status", "dead", "replay", "purge", "grants", "demo")
+_COMMANDS = ("migrate", "endpoints", "status", "show", "dead", "replay", "purge", "grants",
+             "demo")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -19,6 +19,7 @@ from outbox._shared.endpoint_defaults import (
 )
 from outbox.endpoints._checks import (
     ENV_SECRET_PREFIX,
+    check_patterns,
     check_secret,
     env_name_allowed,
     glob_to_like,
@@ -58,6 +59,7 @@ __all__ = [
     "StoredEndpoint",
     "SyncReport",
     "add_endpoint",
+    "check_patterns",
     "check_secret",
     "decode_secret",
     "env_name_allowed",

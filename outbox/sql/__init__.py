@@ -23,14 +23,15 @@ from importlib import resources
 from typing import Literal, LiteralString, cast, get_args
 
 QueryName = Literal[
+    "admin_dead_discard",
     "admin_dead_list",
     "admin_endpoint_ever_existed",
     "admin_key_waits",
     "admin_live_endpoint",
     "admin_missing_events",
+    "admin_moment",
     "admin_replay",
     "admin_replay_lock",
-    "admin_replay_since",
     "admin_retry_dead",
     "admin_status",
     "backlog",
@@ -84,6 +85,9 @@ QueryName = Literal[
     "schema_version",
     "schema_versions",
     "set_lock_timeout",
+    "show_attempts",
+    "show_deliveries",
+    "show_event",
     "testing_published_events",
     "version_table",
     "unpark_orphans",

@@ -275,9 +275,14 @@ ORDER BY visited;
 -- The batch travels as JSON arrays of arrays: one C-level json.dumps in the
 -- dispatcher instead of many Python-level array adaptations.
 --
--- results: [id, token, state, delay, error, status, refund]. 'released' is a
--- hand-back (pending again, due now, last error kept); refund takes back the
--- attempt the claim charged (a hand-back, or a failed circuit probe).
+-- results: [id, token, state, delay, error, status, refund, reason, duration].
+-- 'released' is a hand-back (pending again, due now, last error kept); refund
+-- takes back the attempt the claim charged (a hand-back, or a failed circuit
+-- probe: that one was made, so attempts_before keeps counting it for the
+-- history's numbering). reason is set for a failed attempt only: each such
+-- result adds its row to the attempt history (the history CTE), numbered
+-- attempts_before + attempts; a success adds none, so the all-success batch
+-- writes nothing more than before (duration goes into the row it updates).
 -- slots: [endpoint_id, slot, token] of requests that ended: free again.
 -- Deliveries delivered or dead leave their endpoint's --max-pending count.
 -- circuits: [endpoint_id, reset, failures] per endpoint of the batch: reset
@@ -291,13 +296,17 @@ ORDER BY visited;
 WITH r AS (
     SELECT (e->>0)::bigint AS id, (e->>1)::uuid AS token, e->>2 AS state,
            (e->>3)::float8 AS delay, e->>4 AS error, (e->>5)::int AS status,
-           (e->>6)::boolean AS refund
+           (e->>6)::boolean AS refund, e->>7 AS reason, (e->>8)::float8 AS duration
     FROM json_array_elements(%(results)s::json) AS e
 ),
 finished AS (
     UPDATE outbox.deliveries d
     SET state = CASE WHEN r.state = 'released' THEN 'pending' ELSE r.state END,
         attempts = d.attempts - CASE WHEN r.refund THEN 1 ELSE 0 END,
+        attempts_before = d.attempts_before
+                          + CASE WHEN r.refund AND r.state <> 'released' THEN 1 ELSE 0 END,
+        last_duration_seconds = CASE WHEN r.state = 'released' THEN d.last_duration_seconds
+                                     ELSE r.duration END,
         lease_token = NULL,
         lease_expires_at = NULL,
         next_attempt_at = CASE WHEN r.state = 'pending'
@@ -309,7 +318,17 @@ finished AS (
         finished_at = CASE WHEN r.state IN ('delivered', 'dead') THEN now() END
     FROM r
     WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight'
-    RETURNING d.id, d.endpoint_id, d.key, d.seq, d.state
+    RETURNING d.id, d.endpoint_id, d.key, d.seq, d.state, r.reason, r.status, r.error,
+              r.duration, d.attempts_before + d.attempts AS attempt
+),
+-- The attempt history: a row per failed attempt written above (guarded by the
+-- same lease token), read from finished itself, so that no join is made.
+history AS (
+    INSERT INTO outbox.attempts (delivery_id, attempt, at, status, reason,
+                                 duration_seconds, error)
+    SELECT f.id, f.attempt, now(), f.status, f.reason, f.duration, f.error
+    FROM finished f
+    WHERE f.reason IS NOT NULL
 ),
 -- A keyed delivery that finished hands its turn to the next event of its key:
 -- if that one was parked (see park_blocked), it becomes due now.
