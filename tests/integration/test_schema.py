@@ -21,7 +21,7 @@ from tests.support.releases import releases
 ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
 
 
-TABLES = ["deliveries", "endpoint_backlog", "endpoint_slots", "endpoint_state", "endpoints",
+TABLES = ["attempts", "deliveries", "endpoint_backlog", "endpoint_slots", "endpoint_state", "endpoints",
           "events", "inbox", "maintainer", "schema_version"]
 
 
