@@ -10,6 +10,7 @@ one clear line and exit 2 instead of a usage dump.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from datetime import timedelta
 from typing import Any
@@ -94,10 +95,18 @@ def _command(commands: Any, name: str, func: Any, text: str) -> argparse.Argumen
     return parser
 
 
+_OPTION_WORD = re.compile(r"\b(?:min_backoff|max_backoff|max_attempts|max_in_flight|"
+                          r"max_batch|max_pending|rate_limit|breaker_failures|"
+                          r"breaker_cooldown)\b")
+
+
 def _usage(exc: InvalidEndpoint) -> common.UsageError:
     """The message, with the option named as on the command line (--max-attempts)."""
     if exc.field is None or exc.field == "name":
-        return common.UsageError(str(exc))
+        # A problem of two options (min_backoff above max_backoff) names them as a sync
+        # file spells them; on the command line they are --min-backoff, --max-backoff.
+        return common.UsageError(_OPTION_WORD.sub(
+            lambda m: "--" + m.group(0).replace("_", "-"), str(exc)))
     option = "--events" if exc.field == "events" else "--" + exc.field.replace("_", "-")
     if exc.field == "headers":
         option = "--header"

@@ -78,13 +78,14 @@ def test_failed_attempts_are_recorded_and_a_success_adds_no_row(
     [block] = doc["deliveries"]
     assert set(block) == _DELIVERY_KEYS
     assert (block["endpoint"], block["state"], block["attempts"]) == ("flaky", "delivered", 3)
-    assert block["last_status"] == 200 and block["next_attempt_at"] is None
+    assert (block["last_status"], block["next_attempt_at"]) == (200, None)
     history = block["history"]
     assert [set(a) for a in history] == [_ATTEMPT_KEYS] * 3
     assert [a["attempt"] for a in history] == [1, 2, 3]
     assert [a["status"] for a in history] == [503, 503, 200]
     assert [a["reason"] for a in history] == ["http_5xx", "http_5xx", None]
-    assert "try later" in history[0]["error"] and history[2]["error"] is None
+    assert "try later" in history[0]["error"]
+    assert history[2]["error"] is None
     assert all(a["duration_seconds"] is not None and a["duration_seconds"] >= 0
                for a in history)
     assert all(_RFC3339.match(a["at"]) for a in history)
@@ -96,7 +97,8 @@ def test_failed_attempts_are_recorded_and_a_success_adds_no_row(
     assert lines[0] == f"event {event_id}"
     assert "flaky: delivered, 3 attempts" in lines
     attempt_lines = [line for line in lines if line.startswith("  #")]
-    assert len(attempt_lines) == 3 and "http_5xx" in attempt_lines[0]
+    assert len(attempt_lines) == 3
+    assert "http_5xx" in attempt_lines[0]
     assert attempt_lines[2].split()[-1] == "ok"
 
 
@@ -164,7 +166,8 @@ def test_show_refuses_unknown_and_malformed_ids(dsn: str) -> None:
     """An unknown id exits 1 with one line; a malformed one is a usage error, exit 2."""
     unknown = outbox_cli(dsn, "show", str(uuid.uuid4()))
     assert unknown.returncode == 1
-    assert len(unknown.stderr.strip().splitlines()) == 1 and "no event" in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1
+    assert "no event" in unknown.stderr
     assert unknown.stdout == ""
     malformed = outbox_cli(dsn, "show", "not-an-id")
     assert malformed.returncode == 2
