@@ -39,7 +39,7 @@ from dispatcher.db import Database, DatabaseDown, connect
 from dispatcher.leases import Leases
 from dispatcher.observe.metrics import Metrics
 from dispatcher.registry import Registry
-from outbox._shared.text import first_line
+from outbox._shared.text import counted, first_line
 from outbox.retention import apurge
 
 log = logging.getLogger("dispatcher.maintenance")
@@ -120,7 +120,8 @@ class Maintenance:
     async def rescue(self) -> None:
         rows = await self._db.fetch("rescue_expired")
         if rows:
-            log.warning("%d deliveries had expired leases and are pending again", len(rows))
+            log.warning("%s had expired leases and are pending again",
+                        counted(len(rows), "delivery", "deliveries"))
             self._control.wake.set()
 
     async def sweep(self) -> None:
@@ -137,8 +138,9 @@ class Maintenance:
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise DatabaseDown(first_line(exc)) from exc
         if result.deliveries or result.events:
-            log.info("retention purged %d deliveries and %d events",
-                     result.deliveries, result.events)
+            log.info("retention purged %s and %s",
+                     counted(result.deliveries, "delivery", "deliveries"),
+                     counted(result.events, "event"))
 
     async def run(self) -> None:
         """Run each step on its period until cancelled; the fleet's only as maintainer."""

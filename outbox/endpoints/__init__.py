@@ -38,10 +38,12 @@ from outbox.endpoints._store import (
     SyncReport,
     add_endpoint,
     list_endpoints,
+    plan_endpoints_sync,
     remove_endpoint,
     rotate_secret,
     set_enabled,
     sync_endpoints,
+    update_endpoint,
 )
 from outbox.endpoints._sync import load_sync_file
 
@@ -68,9 +70,11 @@ __all__ = [
     "list_endpoints",
     "load_sync_file",
     "parse_header",
+    "plan_endpoints_sync",
     "remove_endpoint",
     "rotate_secret",
     "set_enabled",
     "signing_label",
     "sync_endpoints",
+    "update_endpoint",
 ]

@@ -71,6 +71,7 @@ QueryName = Literal[
     "migrate_session_lock",
     "migrate_session_unlock",
     "park_blocked",
+    "pending_count",
     "ping",
     "publish",
     "purge_delivered_batch",

@@ -589,3 +589,9 @@ SELECT 1;
 -- Publishers notify outbox_wakeup at commit (see the publish query); endpoint
 -- commands notify outbox_endpoints (see endpoints_admin_lock).
 LISTEN outbox_wakeup; LISTEN outbox_endpoints;
+
+-- name: pending_count
+-- What `outbox-dispatcher --once` leaves behind: pending deliveries (retries
+-- not yet due, events delayed or waiting for their key, disabled endpoints'),
+-- counted once at its end through the deliveries_pending index.
+SELECT count(*) FROM outbox.deliveries WHERE state = 'pending';
