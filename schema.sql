@@ -325,4 +325,21 @@ CREATE OR REPLACE TRIGGER attempts_follow_deliveries
     REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION outbox.attempts_follow_deliveries();
 
+-- Each running dispatcher's heartbeat (`outbox status`: how many are alive),
+-- with what it cannot do (an endpoint whose env: secret it cannot read). One
+-- row per process, upserted by its maintenance every few seconds (a fleet of
+-- 50 idle sidecars: ten small updates a second, HOT since no index covers
+-- seen_at), deleted when it stops; rows of processes that died are swept by
+-- the maintainer after an hour. An earlier release writes none: status then
+-- still counts the maintainer lease as one live dispatcher.
+CREATE TABLE IF NOT EXISTS outbox.dispatchers (
+    id          uuid PRIMARY KEY,
+    host        text NOT NULL,
+    pid         integer NOT NULL,
+    version     text NOT NULL,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    seen_at     timestamptz NOT NULL DEFAULT now(),
+    problems    jsonb NOT NULL DEFAULT '{}'
+) WITH (fillfactor = 50);
+
 INSERT INTO outbox.schema_version (version) VALUES (4) ON CONFLICT DO NOTHING;

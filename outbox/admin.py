@@ -51,6 +51,9 @@ class EndpointStatus:
     """The circuit breaker, shared by the fleet: closed, open or half-open."""
     max_pending: int | None
     """The --max-pending bound on pending plus in-flight deliveries; None: no bound."""
+    problem: str | None = None
+    """Why its deliveries do not go out, when something stops them: a secret the running
+    dispatchers cannot read, a circuit open since a time, a pause by 410 or an operator."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ class Status:
     endpoints: list[EndpointStatus]
     unrouted: int
     """Events no endpoint subscribed to when they were published (and not replayed since)."""
+    dispatchers: int = 0
+    """Dispatchers alive: heartbeats seen in the last 30 s; at least 1 while the maintainer
+    lease is held (an earlier release's dispatchers write no heartbeat)."""
 
 
 def key_waits(conn: psycopg.Connection[Any]) -> KeyWaits:
@@ -139,16 +145,36 @@ def status(conn: psycopg.Connection[Any]) -> Status:
     """Per live endpoint: delivery counts by state and the oldest pending age; unrouted events."""
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         rows = cur.execute(queries["admin_status"]).fetchall()
+        beating, maintained, problems = _row(cur.execute(queries["admin_dispatchers"]))
+    reported: dict[str, str] = json.loads(problems)
     endpoints = [
         EndpointStatus(name=name, enabled=enabled, pending=pending, in_flight=in_flight,
                        delivered=delivered, dead=dead,
                        oldest_pending_seconds=round(float(oldest), 3), circuit=circuit,
-                       max_pending=bound)
-        for (_, name, enabled, pending, in_flight, delivered, dead, oldest, circuit, bound)
-        in rows
+                       max_pending=bound,
+                       problem=_problem(enabled, reason, circuit, opened, reported.get(name)))
+        for (_, name, enabled, pending, in_flight, delivered, dead, oldest, circuit, bound,
+             reason, opened) in rows
         if name is not None
     ]
-    return Status(endpoints=endpoints, unrouted=int(rows[0][0]) if rows else 0)
+    alive = max(int(beating), 1 if maintained else 0)
+    return Status(endpoints=endpoints, unrouted=int(rows[0][0]) if rows else 0,
+                  dispatchers=alive)
+
+
+def _problem(enabled: bool, reason: str | None, circuit: str, opened: datetime | None,
+             reported: str | None) -> str | None:
+    """One line on what stops an endpoint's deliveries, most pressing first."""
+    if reported:
+        return f"dispatchers cannot sign: {reported}"
+    if not enabled:
+        if reason and reason.startswith("410"):
+            return f"paused by {reason}: `outbox endpoints enable` once the receiver is back"
+        return f"paused: {reason or 'disabled'}"
+    if circuit != "closed" and opened is not None:
+        when = opened.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        return f"circuit {circuit} since {when}"
+    return None
 
 
 def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,

@@ -25,6 +25,7 @@ from typing import Literal, LiteralString, cast, get_args
 QueryName = Literal[
     "admin_dead_discard",
     "admin_dead_list",
+    "admin_dispatchers",
     "admin_endpoint_ever_existed",
     "admin_key_waits",
     "admin_live_endpoint",
@@ -61,6 +62,9 @@ QueryName = Literal[
     "endpoints_live",
     "event_ids_by_idempotency_key",
     "extend_leases",
+    "heartbeat",
+    "heartbeat_stop",
+    "heartbeat_sweep",
     "inbox_purge_batch",
     "inbox_record",
     "listen",

@@ -28,5 +28,6 @@ GRANT UPDATE (enabled, disabled_reason, updated_at) ON outbox.endpoints TO {disp
 GRANT SELECT, DELETE ON outbox.events TO {dispatcher};
 GRANT SELECT, UPDATE, DELETE ON outbox.deliveries TO {dispatcher};
 GRANT SELECT, INSERT, DELETE ON outbox.attempts TO {dispatcher};
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox.dispatchers TO {dispatcher};
 GRANT SELECT, UPDATE ON outbox.endpoint_state, outbox.endpoint_slots, outbox.endpoint_backlog,
     outbox.maintainer TO {dispatcher};

@@ -1,4 +1,5 @@
--- Version 4: the attempt history (`outbox show`). One row per failed attempt
+-- Version 4: the attempt history (`outbox show`) and the dispatchers'
+-- heartbeats (`outbox status`). One row per failed attempt
 -- of a delivery, written by the dispatcher in the statement that records the
 -- attempt's result; a successful attempt adds no row (its time, status and
 -- duration are the delivery's finished_at, last_status and
@@ -41,3 +42,20 @@ CREATE OR REPLACE TRIGGER attempts_follow_deliveries
     AFTER DELETE ON outbox.deliveries
     REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION outbox.attempts_follow_deliveries();
+
+-- Each running dispatcher's heartbeat (`outbox status`: how many are alive),
+-- with what it cannot do (an endpoint whose env: secret it cannot read). One
+-- row per process, upserted by its maintenance every few seconds (a fleet of
+-- 50 idle sidecars: ten small updates a second, HOT since no index covers
+-- seen_at), deleted when it stops; rows of processes that died are swept by
+-- the maintainer after an hour. An earlier release writes none: status then
+-- still counts the maintainer lease as one live dispatcher.
+CREATE TABLE IF NOT EXISTS outbox.dispatchers (
+    id          uuid PRIMARY KEY,
+    host        text NOT NULL,
+    pid         integer NOT NULL,
+    version     text NOT NULL,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    seen_at     timestamptz NOT NULL DEFAULT now(),
+    problems    jsonb NOT NULL DEFAULT '{}'
+) WITH (fillfactor = 50);

@@ -11,12 +11,15 @@
 -- keeps one row (with a NULL name) when no live endpoint exists, so that the
 -- unrouted count always comes back.
 SELECT u.unrouted, ep.name, ep.enabled, ep.pending, ep.in_flight, ep.delivered, ep.dead,
-       ep.oldest_pending_seconds, ep.circuit, ep.max_pending
+       ep.oldest_pending_seconds, ep.circuit, ep.max_pending, ep.disabled_reason, ep.opened_at
 FROM (SELECT count(*) AS unrouted FROM outbox.events WHERE unrouted) AS u
 LEFT JOIN LATERAL (
-    SELECT e.name, e.enabled, e.max_pending, p.pending, p.oldest_pending_seconds,
+    SELECT e.name, e.enabled, e.max_pending, e.disabled_reason, p.pending,
+           p.oldest_pending_seconds,
            coalesce((SELECT s.circuit FROM outbox.endpoint_state s WHERE s.endpoint_id = e.id),
                     'closed') AS circuit,
+           (SELECT s.opened_at FROM outbox.endpoint_state s WHERE s.endpoint_id = e.id
+            AND s.circuit <> 'closed') AS opened_at,
            (SELECT count(*) FROM outbox.deliveries d
             WHERE d.endpoint_id = e.id AND d.state = 'in_flight') AS in_flight,
            (SELECT count(*) FROM outbox.deliveries d
@@ -35,6 +38,17 @@ LEFT JOIN LATERAL (
     WHERE e.removed_at IS NULL
 ) AS ep ON true
 ORDER BY ep.name;
+
+-- name: admin_dispatchers
+-- Dispatchers alive: heartbeats seen in the last 30 s (each writes one every
+-- few seconds), and whether the maintainer lease is held (an earlier
+-- release's dispatchers write no heartbeat but hold that lease); the problems
+-- they report, merged (endpoint name -> why it cannot be served).
+SELECT (SELECT count(*) FROM outbox.dispatchers WHERE seen_at > now() - interval '30 seconds'),
+       (SELECT expires_at > now() FROM outbox.maintainer),
+       (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}')::text
+        FROM outbox.dispatchers d, jsonb_each_text(d.problems) p
+        WHERE d.seen_at > now() - interval '30 seconds');
 
 -- name: admin_key_waits
 -- Producers waiting for a key: publish() takes a transaction-scoped advisory

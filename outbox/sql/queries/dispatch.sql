@@ -595,3 +595,18 @@ LISTEN outbox_wakeup; LISTEN outbox_endpoints;
 -- not yet due, events delayed or waiting for their key, disabled endpoints'),
 -- counted once at its end through the deliveries_pending index.
 SELECT count(*) FROM outbox.deliveries WHERE state = 'pending';
+
+-- name: heartbeat
+-- This dispatcher is alive (see outbox.dispatchers), with the endpoints it
+-- cannot serve and why. One row per process, upserted in place.
+INSERT INTO outbox.dispatchers (id, host, pid, version, problems)
+VALUES (%(me)s, %(host)s, %(pid)s, %(version)s, %(problems)s::jsonb)
+ON CONFLICT (id) DO UPDATE SET seen_at = now(), problems = EXCLUDED.problems;
+
+-- name: heartbeat_stop
+DELETE FROM outbox.dispatchers WHERE id = %(me)s;
+
+-- name: heartbeat_sweep
+-- The maintainer forgets processes not seen for an hour (they died unannounced).
+DELETE FROM outbox.dispatchers WHERE seen_at < now() - interval '1 hour';
+
