@@ -312,9 +312,11 @@ CREATE INDEX IF NOT EXISTS attempts_delivery ON outbox.attempts (delivery_id, at
 
 -- The history goes with its delivery, however the delivery goes (retention,
 -- purge, an earlier release's retention, SQL by hand): one statement-level
--- trigger per DELETE, joining the deleted rows to the history's index.
+-- trigger per DELETE, joining the deleted rows to the history's index. It
+-- runs as the schema's owner: a role whose grants predate the history (an
+-- earlier release's `outbox grants`) can still purge deliveries.
 CREATE OR REPLACE FUNCTION outbox.attempts_follow_deliveries() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 BEGIN
     DELETE FROM outbox.attempts a USING gone WHERE a.delivery_id = gone.id;
     RETURN NULL;

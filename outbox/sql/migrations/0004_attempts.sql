@@ -6,7 +6,8 @@
 -- last_duration_seconds). The history is deleted with its delivery, by the
 -- database itself, so that every way a delivery goes (retention, purge, an
 -- earlier release's retention during a rolling deploy, SQL by hand) takes its
--- history along.
+-- history along; the trigger's function runs as the schema's owner, so that
+-- a role whose grants predate the history can still delete deliveries.
 --
 -- Locks: the new table and function lock nothing publish() uses. ALTER TABLE
 -- outbox.deliveries ADD COLUMN takes its ACCESS EXCLUSIVE lock for
@@ -32,7 +33,7 @@ ALTER TABLE outbox.deliveries
     ADD COLUMN IF NOT EXISTS last_duration_seconds double precision;
 
 CREATE OR REPLACE FUNCTION outbox.attempts_follow_deliveries() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 BEGIN
     DELETE FROM outbox.attempts a USING gone WHERE a.delivery_id = gone.id;
     RETURN NULL;
