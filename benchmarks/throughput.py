@@ -2,7 +2,7 @@
 
     python benchmarks/throughput.py [--events 20000] [--baseline-events 1000] [--rounds 3]
                                     [--max-batch N] [--max-in-flight N] [--dispatchers N]
-                                    [--event-loop asyncio|uvloop]
+                                    [--event-loop asyncio|uvloop] [--fail-first]
 
 One throwaway PostgreSQL (fsync on), one lean local receiver, one endpoint.
 Each round measures, in turn:
@@ -87,10 +87,18 @@ class Arrivals:
         self.by_id: dict[str, float] = {}
         self.track_ids = False
         self.on_first: Callable[[], None] = lambda: None
+        self.fail_first = False
+        self.failed: set[str] = set()
 
     def __call__(self, request: Request) -> Response:
         now = time.perf_counter()
         events = request.body.count(b'"type":') if request.body.startswith(b"[") else 1
+        if self.fail_first:  # every event's first attempt fails, its retry succeeds
+            event_id = request.headers.get("webhook-id", "")
+            with self.lock:
+                if event_id not in self.failed:
+                    self.failed.add(event_id)
+                    return Response(503)
         with self.lock:
             if self.count == 0:
                 self.first = now
@@ -108,6 +116,7 @@ class Arrivals:
         with self.lock:
             self.count, self.first, self.last = 0, 0.0, 0.0
             self.by_id.clear()
+            self.failed.clear()
 
 
 def baseline(dsn: str, url: str, events: int) -> float:
@@ -274,6 +283,10 @@ def main() -> None:
     parser.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
                         help="the dispatcher's event loop (default asyncio's, as it runs; "
                         "uvloop needs pip install uvloop)")
+    parser.add_argument("--fail-first", action="store_true",
+                        help="the receiver answers 503 to every event's first attempt and "
+                        "204 to its retry (no backoff, no circuit breaker): the cost of "
+                        "recording a failed attempt; events/s counts delivered events")
     parser.add_argument("--tmpfs", action="store_true",
                         help="data directory on tmpfs (commits cost nothing) instead of disk")
     parser.add_argument("--compare", choices=("tracing", "pooler"),
@@ -298,7 +311,11 @@ def main() -> None:
             conn.execute("INSERT INTO outbox.endpoints (name, url, events, events_like, "
                          "max_batch, max_in_flight) VALUES ('bench', %s, '{*}', '{%%}', %s, %s)",
                          (rx.url, args.max_batch, args.max_in_flight))
+            if args.fail_first:
+                conn.execute("UPDATE outbox.endpoints SET min_backoff_seconds = 0, "
+                             "max_backoff_seconds = 0.001, breaker_failures = 0")
             conn.commit()
+        arrivals.fail_first = args.fail_first
         for round_no in range(1, args.rounds + 1):
             base_rates.append(baseline(pg.dsn, rx.url, args.baseline_events))
             rate, cpu = dispatcher_rate(pg.dsn, arrivals, args.events, extra, args.dispatchers)

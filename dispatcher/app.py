@@ -182,6 +182,7 @@ async def run(config: DispatcherConfig) -> int:
                 log.error("%s", exc)
                 return 1
         started = await _dispatch(parts)
+        summary = await _once_summary(parts) if config.once and started else None
     finally:
         await parts.maintenance.resign()
         await parts.sender.aclose()
@@ -191,7 +192,23 @@ async def run(config: DispatcherConfig) -> int:
             await server.stop()
         if parts.tracing is not None:
             parts.tracing.shutdown()
-    log.info("stopped")
     if not started:
+        log.info("stopped")
         return 1
-    return 1 if config.once and parts.deliverer.dead_lettered else 0
+    if summary is not None:
+        log.info("%s", summary)
+        return 1 if parts.deliverer.dead_lettered else 0
+    log.info("stopped")
+    return 0
+
+
+async def _once_summary(parts: Parts) -> str:
+    """--once's last line: what this pass did, and what it left pending for later."""
+    d = parts.deliverer
+    try:
+        rows = await parts.databases[-1].fetch("pending_count", {})
+        waiting = str(rows[0][0])
+    except Exception:  # the database went away meanwhile: the counts of this pass stand
+        waiting = "unknown"
+    return (f"stopped after one pass: {d.delivered} delivered, {d.retried} retried, "
+            f"{d.dead_lettered} dead-lettered, {waiting} left waiting")

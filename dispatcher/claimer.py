@@ -36,6 +36,7 @@ from dispatcher.leases import Leases
 from dispatcher.policy.model import ClaimRow, Endpoint, Slot
 from dispatcher.policy.quota import BATCH_BYTES, Quotas
 from dispatcher.registry import Registry
+from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
 # A claim slower than this is taken as a walk over keyed rows that wait behind
@@ -222,8 +223,8 @@ class Claimer:
         parked = await self._db.fetch("park_blocked", {
             "endpoint_ids": endpoint_ids, "budget": _PARK_BUDGET})
         if parked:
-            log.info("parked %d deliveries waiting behind earlier events of their key",
-                     len(parked))
+            log.info("parked %s waiting behind earlier events of their key",
+                     counted(len(parked), "delivery", "deliveries"))
         return len(parked)
 
     def _once_done(self, more: bool, written_before: int) -> bool:

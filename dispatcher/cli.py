@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +19,8 @@ from typing import Any
 from dispatcher.config import ConfigError, DispatcherConfig
 from dispatcher.observe.logs import setup_logging
 from outbox import __version__
-from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn
+from outbox._shared.dsn import InvalidDsn, check_dsn, nothing_configured, resolve_dsn
+from outbox._shared.usage import OneLineParser, undecodable, usage_line
 from outbox.durations import parse_duration
 from outbox.endpoints import env_name_allowed
 
@@ -26,10 +29,10 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+_Parser = OneLineParser
+
+# The variables the dispatcher reads, beside those its options read (see build_config).
+_OTHER_VARIABLES = frozenset({"OUTBOX_DSN", "OUTBOX_ALLOW_NETWORK", "OUTBOX_LISTEN_DSN"})
 
 
 def _seconds(text: str) -> float:
@@ -88,13 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _env_bool(name: str, value: str) -> bool:
+def _env_bool(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in _TRUE:
         return True
     if lowered in _FALSE:
         return False
-    raise ConfigError(f"{name} must be true or false, not {value!r}")
+    raise ValueError(f"must be true or false, not {value!r}")
 
 
 def _from_env(environ: Mapping[str, str], name: str, convert: Callable[[str], Any]) -> Any:
@@ -107,10 +110,9 @@ def _from_env(environ: Mapping[str, str], name: str, convert: Callable[[str], An
         raise ConfigError(f"{name}: {exc}") from None
 
 
-def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> DispatcherConfig:
-    """Flags, else OUTBOX_* variables, else the defaults; raises ConfigError or exits 2."""
-    args = build_parser().parse_args(argv)
-    spec: dict[str, tuple[str, Callable[[str], Any]]] = {
+def _spec() -> dict[str, tuple[str, Callable[[str], Any]]]:
+    """Per option: the variable it reads and how its text converts."""
+    return {
         "metrics_host": ("OUTBOX_METRICS_HOST", str),
         "metrics_port": ("OUTBOX_METRICS_PORT", _int),
         "concurrency": ("OUTBOX_CONCURRENCY", _int),
@@ -118,15 +120,31 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
         "poll_interval": ("OUTBOX_POLL_INTERVAL", _seconds),
         "lease": ("OUTBOX_LEASE", _seconds),
         "shutdown_grace": ("OUTBOX_SHUTDOWN_GRACE", _seconds),
-        "once": ("OUTBOX_ONCE", lambda v: _env_bool("OUTBOX_ONCE", v)),
-        "block_private_networks": ("OUTBOX_BLOCK_PRIVATE_NETWORKS",
-                                   lambda v: _env_bool("OUTBOX_BLOCK_PRIVATE_NETWORKS", v)),
+        "once": ("OUTBOX_ONCE", _env_bool),
+        "block_private_networks": ("OUTBOX_BLOCK_PRIVATE_NETWORKS", _env_bool),
         "retention": ("OUTBOX_RETENTION", _duration),
         "log_format": ("OUTBOX_LOG_FORMAT", str.lower),
         "log_level": ("OUTBOX_LOG_LEVEL", str.upper),
     }
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """``OUTBOX_*`` variables the dispatcher does not read (a misspelt option, most likely),
+    each with the closest known name; those an ``env:`` secret may name are left alone."""
+    known = {name for name, _ in _spec().values()} | _OTHER_VARIABLES
+    found = []
+    for name in sorted(environ):
+        if name.startswith("OUTBOX_") and name not in known and not env_name_allowed(name):
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            found.append((name, close[0] if close else None))
+    return found
+
+
+def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> DispatcherConfig:
+    """Flags, else OUTBOX_* variables, else the defaults; raises ConfigError or exits 2."""
+    args = build_parser().parse_args(argv)
     values: dict[str, Any] = {}
-    for attr, (env_name, convert) in spec.items():
+    for attr, (env_name, convert) in _spec().items():
         flag = getattr(args, attr)
         value = flag if flag is not None else _from_env(environ, env_name, convert)
         if value is not None:
@@ -154,13 +172,30 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
     return DispatcherConfig(environ=secrets, **values)
 
 
+def _warn_about_environment(environ: Mapping[str, str], dsn: str) -> None:
+    log = logging.getLogger("dispatcher")
+    for name, close in unknown_variables(environ):
+        log.warning("unknown environment variable %s ignored%s", name,
+                    f" (did you mean {close}?)" if close else "")
+    hint = nothing_configured(dsn, environ)
+    if hint:
+        log.warning("%s; trying libpq's defaults (the local socket)", hint)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    bad = undecodable(argv)
+    if bad is not None:
+        print(usage_line("outbox-dispatcher", f"argument '{bad}' is not valid UTF-8"), end="",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
         config = build_config(argv, os.environ)
     except ConfigError as exc:
         print(f"outbox-dispatcher: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     setup_logging(config.log_format, config.log_level)
+    _warn_about_environment(os.environ, config.dsn)
     from dispatcher.app import run
 
     # asyncio's own event loop: uvloop was measured slower for this process

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from dispatcher.db import Database, retry_until
 from dispatcher.leases import Leases, slots_json
 from dispatcher.policy.model import CircuitVerdict, Delivery, Record, Slot
+from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher.completer")
 _MAX_BATCH = 1000
@@ -117,9 +118,9 @@ class Completer:
                 finally:
                     self._writing = 0
                 if written is None:
-                    log.warning("could not record %d results before giving up; their leases "
+                    log.warning("could not record %s before giving up; their leases "
                                 "will expire and they will be delivered again",
-                                len(batch.records))
+                                counted(len(batch.records), "result"))
                     return
                 self._done(batch, written)
             if self._closing:
@@ -137,13 +138,14 @@ class Completer:
         self._leases.drop(record.delivery_id for record in batch.records)
         self._leases.drop_slots(batch.slots)
         if len(written) < len(batch.records):
-            log.info("%d results discarded: their leases had been taken over",
-                     len(batch.records) - len(written))
+            log.info("%s discarded: their leases had been taken over",
+                     counted(len(batch.records) - len(written), "result"))
         self._wake()
 
     async def _write(self, batch: _Batch) -> set[int]:
         results = json.dumps([[r.delivery_id, str(r.lease_token), r.state, r.delay, r.error,
-                               r.status, r.refund] for r in batch.records])
+                               r.status, r.refund, r.reason, r.duration]
+                              for r in batch.records])
         rows = await self._db.fetch("complete", {
             "results": results, "slots": slots_json(batch.slots),
             "circuits": batch.circuits_json()})

@@ -64,6 +64,14 @@ async def attempt(sender: HttpSender, endpoint: Endpoint, deliveries: list[Deliv
     return result
 
 
+def fields(delivery: Delivery, endpoint: Endpoint, status: int | None,
+           reason: str | None) -> dict[str, object]:
+    """The structured fields of a log line about one attempt (JSON logs carry them as keys),
+    so that a search for an event id finds every line of its story."""
+    return {"event_id": str(delivery.event.id), "endpoint": endpoint.name,
+            "attempt": delivery.attempts, "status": status, "reason": reason}
+
+
 class Deliverer:
     """Sends a group's request and records, counts and logs what became of each delivery."""
 
@@ -78,6 +86,9 @@ class Deliverer:
         self._metrics = metrics
         self._db = db
         self._wake = wake
+        # What became of the deliveries this process attempted (--once sums them up).
+        self.delivered = 0
+        self.retried = 0
         self.dead_lettered = 0
 
     async def __call__(self, endpoint: Endpoint, deliveries: list[Delivery]) -> bool:
@@ -102,21 +113,27 @@ class Deliverer:
                                   batch=deliveries)
             except Exception:
                 log.exception("deciding the outcome of event %s for %s failed",
-                              delivery.event.id, endpoint.name)
+                              delivery.event.id, endpoint.name,
+                              extra=fields(delivery, endpoint, result.status, None))
                 decision = decide(delivery, endpoint, INTERNAL_ERROR, done, random.random)
             outcome = decision.outcome
             if outcome.action == "delivered":
                 lag = delivery.age + time.monotonic() - delivery.claimed_at
                 self._metrics.delivered(endpoint.name, lag)
+                self.delivered += 1
             else:
                 self._metrics.failed(endpoint.name, outcome.reason or "other")
             if outcome.action == "dead":
                 self._metrics.dead(endpoint.name)
                 self.dead_lettered += 1
-                log.warning("delivery of event %s to %s dead-lettered after %d attempts: %s",
-                            delivery.event.id, endpoint.name, delivery.attempts,
-                            outcome.last_error)
+                noun = "attempt" if delivery.attempts == 1 else "attempts"
+                log.warning("delivery of event %s to %s dead-lettered after %d %s: %s",
+                            delivery.event.id, endpoint.name, delivery.attempts, noun,
+                            outcome.last_error,
+                            extra=fields(delivery, endpoint, outcome.last_status,
+                                         outcome.reason))
             if decision.retry_in is not None:
+                self.retried += 1
                 asyncio.get_running_loop().call_later(decision.retry_in, self._wake)
             disable = disable or outcome.disable_endpoint
             self._completer.add(decision.record)
@@ -126,7 +143,8 @@ class Deliverer:
 
     async def _disable(self, endpoint: Endpoint, why: str) -> None:
         reason = f"{why} at {datetime.now(UTC).isoformat(timespec='seconds')}"
-        log.warning("endpoint %s disabled: %s", endpoint.name, reason)
+        log.warning("endpoint %s disabled: %s", endpoint.name, reason,
+                    extra={"endpoint": endpoint.name, "status": 410})
         try:
             await self._db.fetch("disable_endpoint", {"id": endpoint.id, "reason": reason})
         except DatabaseDown:

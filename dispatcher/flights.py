@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from dispatcher.policy.model import Delivery, Endpoint, Slot
+from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
 
@@ -214,7 +215,8 @@ class Flights:
             task.cancel()
         sending = [task for task, group in self._tasks.items() if group.sending]
         if sending:
-            log.info("waiting up to %.0fs for %d requests in flight", grace, len(sending))
+            log.info("waiting up to %.0fs for %s in flight", grace,
+                     counted(len(sending), "request"))
             _, late = await asyncio.wait(sending, timeout=grace)
             for task in late:
                 drained.cut_off += self._tasks[task].deliveries

@@ -5,7 +5,9 @@ Each dispatcher keeps up what is its own:
 - endpoints: reload every few seconds, and at once when an endpoint command
   notifies a change (outbox_endpoints);
 - leases: extend those of every delivery and request slot it holds, well
-  before they expire.
+  before they expire;
+- heartbeat: its row in outbox.dispatchers, with the endpoints it cannot
+  serve (a secret it cannot read), for ``outbox status``.
 
 The fleet's upkeep is done by one dispatcher at a time, whoever holds the
 maintainer lease (``maintainer_lease`` in dispatch.sql: a row, renewed every
@@ -25,7 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -39,7 +44,8 @@ from dispatcher.db import Database, DatabaseDown, connect
 from dispatcher.leases import Leases, slots_json
 from dispatcher.observe.metrics import Metrics
 from dispatcher.registry import Registry
-from outbox._shared.text import first_line
+from outbox import __version__
+from outbox._shared.text import counted, first_line
 from outbox.retention import apurge
 
 log = logging.getLogger("dispatcher.maintenance")
@@ -48,6 +54,9 @@ RETENTION_PERIOD = 60.0
 MAINTAINER_LEASE = 10.0
 """Seconds the maintainer lease lasts; renewed every MAINTAINER_RENEW seconds."""
 MAINTAINER_RENEW = 3.0
+HEARTBEAT = 5.0
+"""Seconds between two heartbeats of this process (``outbox status`` counts those seen
+in the last 30 s)."""
 
 
 @dataclass(slots=True)
@@ -68,12 +77,14 @@ class Maintenance:
         self._leases = leases
         self._control = control
         self._me = uuid.uuid4()
+        self._beating = False
         self.maintainer = False
         lease = config.lease
         self._steps = [
             _Step(ENDPOINT_REFRESH, self.refresh_endpoints, fleet=False),
             _Step(max(0.5, lease / 3), self.extend_leases, fleet=False),
             _Step(MAINTAINER_RENEW, self.contend, fleet=False),
+            _Step(HEARTBEAT, self.beat, fleet=False),
             _Step(max(0.5, min(lease / 2, 10.0)), self.rescue, fleet=True),
             _Step(ENDPOINT_REFRESH, self.sweep, fleet=True),
         ]
@@ -110,8 +121,20 @@ class Maintenance:
                         step.due = 0.0
         self.maintainer = held
 
+    async def beat(self) -> None:
+        """This process is alive, and these endpoints it cannot serve (``outbox status``)."""
+        await self._db.fetch("heartbeat", {
+            "me": self._me, "host": socket.gethostname(), "pid": os.getpid(),
+            "version": __version__, "problems": json.dumps(self._registry.problems())})
+        self._beating = True
+
     async def resign(self) -> None:
-        """Hand the maintainer lease on at once (a graceful stop)."""
+        """Hand the maintainer lease on at once, and take this process off the list of
+        the living (a graceful stop)."""
+        if self._beating:
+            with contextlib.suppress(DatabaseDown):
+                await self._db.fetch("heartbeat_stop", {"me": self._me})
+            self._beating = False
         if self.maintainer:
             with contextlib.suppress(DatabaseDown):
                 await self._db.fetch("maintainer_resign", {"me": self._me})
@@ -120,11 +143,13 @@ class Maintenance:
     async def rescue(self) -> None:
         rows = await self._db.fetch("rescue_expired")
         if rows:
-            log.warning("%d deliveries had expired leases and are pending again", len(rows))
+            log.warning("%s had expired leases and are pending again",
+                        counted(len(rows), "delivery", "deliveries"))
             self._control.wake.set()
 
     async def sweep(self) -> None:
         await self._db.fetch("bury_removed")
+        await self._db.fetch("heartbeat_sweep")
         if await self._db.fetch("unpark_orphans"):
             self._control.wake.set()
 
@@ -137,8 +162,9 @@ class Maintenance:
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise DatabaseDown(first_line(exc)) from exc
         if result.deliveries or result.events:
-            log.info("retention purged %d deliveries and %d events",
-                     result.deliveries, result.events)
+            log.info("retention purged %s and %s",
+                     counted(result.deliveries, "delivery", "deliveries"),
+                     counted(result.events, "event"))
 
     async def run(self) -> None:
         """Run each step on its period until cancelled; the fleet's only as maintainer."""

@@ -173,6 +173,10 @@ class Registry:
             return None
         return self.by_id.get(endpoint_id)
 
+    def problems(self) -> dict[str, str]:
+        """Endpoint name -> why this process cannot serve it (a secret it cannot use)."""
+        return {self.describe(ep_id): why for ep_id, why in sorted(self._broken.items())}
+
     def names(self) -> list[str]:
         return [ep.name for ep in self.by_id.values()]
 

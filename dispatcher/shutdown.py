@@ -21,5 +21,5 @@ async def drain(flights: Flights, completer: Completer, grace: float) -> None:
     drained = await flights.drain(grace)
     for d in drained.cut_off:
         completer.add(Record(d.id, d.lease_token, "pending", delay=0.0,
-                             error="dispatcher stopped during the attempt"))
+                             error="dispatcher stopped during the attempt", reason="other"))
     completer.hand_back(drained.unsent)

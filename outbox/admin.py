@@ -12,15 +12,17 @@ that dispatchers wake as soon as the change commits. Purging lives in
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.rows import tuple_row
 
+from outbox.endpoints import check_patterns, glob_to_like
 from outbox.errors import EndpointNotFound, EventsNotFound
 from outbox.retention import PurgeResult, apurge, purge, uuid7_floor
 from outbox.sql import queries
@@ -49,6 +51,9 @@ class EndpointStatus:
     """The circuit breaker, shared by the fleet: closed, open or half-open."""
     max_pending: int | None
     """The --max-pending bound on pending plus in-flight deliveries; None: no bound."""
+    problem: str | None = None
+    """Why its deliveries do not go out, when something stops them: a secret the running
+    dispatchers cannot read, a circuit open since a time, a pause by 410 or an operator."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,9 @@ class Status:
     endpoints: list[EndpointStatus]
     unrouted: int
     """Events no endpoint subscribed to when they were published (and not replayed since)."""
+    dispatchers: int = 0
+    """Dispatchers alive: heartbeats seen in the last 30 s; at least 1 while the maintainer
+    lease is held (an earlier release's dispatchers write no heartbeat)."""
 
 
 def key_waits(conn: psycopg.Connection[Any]) -> KeyWaits:
@@ -88,17 +96,44 @@ class DeadLetter:
     failed_at: datetime | None
 
 
+Moment = datetime | timedelta
+"""A point in time: a timestamp (naive meaning UTC), or a timedelta meaning that long ago
+on the database clock."""
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Which events a dead-letter command or a replay touches, beside its selector.
+
+    ``types``: glob patterns over event types (as ``--events``; several are
+    or-ed; empty: every type); ``since``/``until``: bounds on the event's
+    publish time (its ``created_at``, the database clock), ``until`` exclusive.
+    """
+
+    types: Sequence[str] = ()
+    since: Moment | None = None
+    until: Moment | None = None
+
+    def __post_init__(self) -> None:
+        if self.types:
+            check_patterns(list(self.types))
+
+
 @dataclass(frozen=True)
 class RetryResult:
     retried: int
+    """Deliveries put back to pending (with ``dry_run``: that would be)."""
     disabled_endpoints: list[str]
     """Disabled endpoints that got retried deliveries: those wait until it is enabled."""
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Dead letters chosen but not retried, by endpoint: it was removed (no dispatcher
+    serves a removed endpoint; replay their events to a live one instead)."""
 
 
 @dataclass(frozen=True)
 class ReplayResult:
     replayed: int
-    """New pending deliveries created."""
+    """New pending deliveries created (with ``dry_run``: that would be)."""
     skipped: int
     """Chosen events left alone: they already had a pending or in-flight delivery there."""
     rerouted: int
@@ -110,20 +145,41 @@ def status(conn: psycopg.Connection[Any]) -> Status:
     """Per live endpoint: delivery counts by state and the oldest pending age; unrouted events."""
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         rows = cur.execute(queries["admin_status"]).fetchall()
+        beating, maintained, problems = _row(cur.execute(queries["admin_dispatchers"]))
+    reported: dict[str, str] = json.loads(problems)
     endpoints = [
         EndpointStatus(name=name, enabled=enabled, pending=pending, in_flight=in_flight,
                        delivered=delivered, dead=dead,
                        oldest_pending_seconds=round(float(oldest), 3), circuit=circuit,
-                       max_pending=bound)
-        for (_, name, enabled, pending, in_flight, delivered, dead, oldest, circuit, bound)
-        in rows
+                       max_pending=bound,
+                       problem=_problem(enabled, reason, circuit, opened, reported.get(name)))
+        for (_, name, enabled, pending, in_flight, delivered, dead, oldest, circuit, bound,
+             reason, opened) in rows
         if name is not None
     ]
-    return Status(endpoints=endpoints, unrouted=int(rows[0][0]) if rows else 0)
+    alive = max(int(beating), 1 if maintained else 0)
+    return Status(endpoints=endpoints, unrouted=int(rows[0][0]) if rows else 0,
+                  dispatchers=alive)
+
+
+def _problem(enabled: bool, reason: str | None, circuit: str, opened: datetime | None,
+             reported: str | None) -> str | None:
+    """One line on what stops an endpoint's deliveries, most pressing first."""
+    if reported:
+        return f"dispatchers cannot sign: {reported}"
+    if not enabled:
+        if reason and reason.startswith("410"):
+            return f"paused by {reason}: `outbox endpoints enable` once the receiver is back"
+        return f"paused: {reason or 'disabled'}"
+    if circuit != "closed" and opened is not None:
+        when = opened.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        return f"circuit {circuit} since {when}"
+    return None
 
 
 def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,
-                 limit: int = DEFAULT_DEAD_LIMIT) -> list[DeadLetter]:
+                 limit: int = DEFAULT_DEAD_LIMIT,
+                 where: EventFilter = EventFilter()) -> list[DeadLetter]:
     """Dead deliveries, newest first, at most ``limit``.
 
     ``endpoint`` may name a removed endpoint too: a forced removal is exactly
@@ -133,8 +189,8 @@ def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,
     if limit < 1:
         raise ValueError("limit must be at least 1")
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        rows = cur.execute(queries["admin_dead_list"],
-                           {"endpoint": endpoint, "limit": limit}).fetchall()
+        params = {"endpoint": endpoint, "limit": limit, **_filter_params(cur, where)}
+        rows = cur.execute(queries["admin_dead_list"], params).fetchall()
         if not rows and endpoint is not None:
             known = cur.execute(queries["admin_endpoint_ever_existed"],
                                 {"name": endpoint}).fetchone()
@@ -144,67 +200,113 @@ def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,
 
 
 def retry_dead(conn: psycopg.Connection[Any], *, event_ids: Sequence[uuid.UUID] | None = None,
-               endpoint: str | None = None, everything: bool = False) -> RetryResult:
+               endpoint: str | None = None, everything: bool = False,
+               where: EventFilter = EventFilter(), dry_run: bool = False) -> RetryResult:
     """Dead deliveries back to pending with attempts reset; give exactly one selector.
 
     ``event_ids``: the dead deliveries of these events, whatever their
     endpoint; ``endpoint``: every dead delivery of that live endpoint (an
     unknown or removed name raises :class:`~outbox.errors.EndpointNotFound`);
-    ``everything``: all of them. Dead letters of removed endpoints are never
-    retried, since no dispatcher serves a removed endpoint; replay their
-    events to a live endpoint instead.
+    ``everything``: all of them; ``where`` narrows any of them. Dead letters
+    of removed endpoints are never retried, since no dispatcher serves a
+    removed endpoint; they are counted in ``skipped``. ``dry_run``: count,
+    change nothing.
     """
-    chosen = sum((event_ids is not None, endpoint is not None, everything))
-    if chosen != 1:
-        raise ValueError("give exactly one of event_ids, endpoint or everything=True")
+    _one_selector(event_ids, endpoint, everything)
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         endpoint_id = None
         if endpoint is not None:
             endpoint_id, _ = _live_endpoint(cur, endpoint)
-        row = _row(cur.execute(queries["admin_retry_dead"], {
-            "endpoint_id": endpoint_id,
+        retried, eligible, disabled, skipped, _ = _row(cur.execute(queries["admin_retry_dead"], {
+            "endpoint_id": endpoint_id, "dry_run": dry_run,
             "event_ids": list(event_ids) if event_ids is not None else None,
-        }))
-    return RetryResult(retried=int(row[0]), disabled_endpoints=list(row[1]))
+            **_filter_params(cur, where)}))
+    return RetryResult(retried=int(eligible if dry_run else retried),
+                       disabled_endpoints=list(disabled),
+                       skipped={str(name): int(n) for name, n in json.loads(skipped)})
+
+
+def discard_dead(conn: psycopg.Connection[Any], *,
+                 event_ids: Sequence[uuid.UUID] | None = None, endpoint: str | None = None,
+                 everything: bool = False, where: EventFilter = EventFilter(),
+                 dry_run: bool = False) -> int:
+    """Delete dead deliveries on purpose, with their attempt history; give one selector.
+
+    Chosen as :func:`retry_dead` chooses them, except that ``endpoint`` may
+    name a removed endpoint too (its dead letters are what a forced removal
+    leaves). Returns how many were deleted (with ``dry_run``: would be).
+    """
+    _one_selector(event_ids, endpoint, everything)
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        if endpoint is not None:
+            known = _row(cur.execute(queries["admin_endpoint_ever_existed"], {"name": endpoint}))
+            if not known[0]:
+                raise EndpointNotFound(endpoint)
+        gone, chosen = _row(cur.execute(queries["admin_dead_discard"], {
+            "endpoint": endpoint, "dry_run": dry_run,
+            "event_ids": list(event_ids) if event_ids is not None else None,
+            **_filter_params(cur, where)}))
+    return int(chosen if dry_run else gone)
 
 
 def replay(conn: psycopg.Connection[Any], endpoint: str, *,
-           since: datetime | timedelta | None = None,
-           event_ids: Sequence[uuid.UUID] | None = None) -> ReplayResult:
+           since: Moment | None = None, event_ids: Sequence[uuid.UUID] | None = None,
+           until: Moment | None = None, types: Sequence[str] = (),
+           dry_run: bool = False) -> ReplayResult:
     """Deliver events again to one live endpoint, whatever their type and past.
 
     Give ``since`` (a timestamp, naive meaning UTC; or a timedelta meaning that
-    long ago on the database clock: events created at or after it) or
-    ``event_ids`` (all must exist, else :class:`EventsNotFound` and nothing
-    changes). The endpoint's patterns are not consulted: replay is an explicit
-    request. A disabled endpoint is allowed; its new deliveries wait until it
-    is enabled (``endpoint_enabled`` says so).
+    long ago on the database clock: events created at or after it, and before
+    ``until`` when given) or ``event_ids`` (all must exist, else
+    :class:`EventsNotFound` and nothing changes); ``types`` (glob patterns)
+    narrows either. The endpoint's patterns are not consulted: replay is an
+    explicit request. A disabled endpoint is allowed; its new deliveries wait
+    until it is enabled (``endpoint_enabled`` says so). ``dry_run``: count,
+    change nothing.
     """
     if (since is None) == (event_ids is None):
         raise ValueError("give exactly one of since or event_ids")
-    params: dict[str, Any] = {"since": None, "ago": None, "since_id": None, "event_ids": None}
-    if isinstance(since, timedelta):
-        params["ago"] = since
-    elif isinstance(since, datetime):
-        params["since"] = since if since.tzinfo else since.replace(tzinfo=UTC)
-    if event_ids is not None:
-        params["event_ids"] = list(event_ids)
+    if until is not None and since is None:
+        raise ValueError("until goes with since")
+    params: dict[str, Any] = {"since_id": None, "dry_run": dry_run,
+                              "event_ids": list(event_ids) if event_ids is not None else None}
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(queries["admin_replay_lock"])
         params["endpoint_id"], _ = _live_endpoint(cur, endpoint)
+        params.update(_filter_params(cur, EventFilter(types, since, until)))
         if since is not None:
-            moment = _one(cur.execute(queries["admin_replay_since"], params))
-            params["since"] = moment
-            params["since_id"] = _since_id(moment)
+            params["since_id"] = _since_id(params["since"])
         else:
             missing = cur.execute(queries["admin_missing_events"], params).fetchall()
             if missing:
                 raise EventsNotFound([m[0] for m in missing])
-        chosen, inserted, rerouted, enabled, _ = _row(cur.execute(queries["admin_replay"], params))
+        chosen, inserted, fresh, rerouted, enabled, _ = _row(
+            cur.execute(queries["admin_replay"], params))
         if enabled is None:  # removed between the lookup and the insert
             raise EndpointNotFound(endpoint)
-    return ReplayResult(replayed=int(inserted), skipped=int(chosen) - int(inserted),
+    replayed = int(fresh if dry_run else inserted)
+    return ReplayResult(replayed=replayed, skipped=int(chosen) - replayed,
                         rerouted=int(rerouted), endpoint_enabled=bool(enabled))
+
+
+def _one_selector(event_ids: Sequence[uuid.UUID] | None, endpoint: str | None,
+                  everything: bool) -> None:
+    if sum((event_ids is not None, endpoint is not None, everything)) != 1:
+        raise ValueError("give exactly one of event_ids, endpoint or everything=True")
+
+
+def _filter_params(cur: psycopg.Cursor[tuple[Any, ...]], where: EventFilter) -> dict[str, Any]:
+    """The filter as query parameters: LIKE patterns, and both bounds on the database clock."""
+    return {"types": [glob_to_like(t) for t in where.types] or None,
+            "since": _moment(cur, where.since), "until": _moment(cur, where.until)}
+
+
+def _moment(cur: psycopg.Cursor[tuple[Any, ...]], moment: Moment | None) -> datetime | None:
+    if moment is None:
+        return None
+    if isinstance(moment, datetime):
+        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return cast(datetime, _one(cur.execute(queries["admin_moment"], {"at": None, "ago": moment})))
 
 
 def _since_id(moment: datetime) -> uuid.UUID:
@@ -236,14 +338,17 @@ __all__ = [
     "DEFAULT_DEAD_LIMIT",
     "DeadLetter",
     "EndpointStatus",
+    "EventFilter",
     "EventsNotFound",
     "KeyWaits",
+    "Moment",
     "PurgeResult",
     "ReplayResult",
     "RetryResult",
     "Status",
     "apurge",
     "dead_letters",
+    "discard_dead",
     "key_waits",
     "purge",
     "replay",

@@ -17,17 +17,14 @@ from outbox import __version__
 from outbox._cli import common
 from outbox._cli.common import EXIT_FAILURE, EXIT_USAGE, CommandFailed, UsageError
 from outbox._shared.text import first_line
+from outbox._shared.usage import OneLineParser, quiet_pipe, undecodable, usage_line
 from outbox.errors import OutboxError
 
-_COMMANDS = ("migrate", "endpoints", "status", "dead", "replay", "purge", "grants", "demo")
+_COMMANDS = ("migrate", "endpoints", "status", "show", "dead", "replay", "purge", "grants",
+             "demo")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors reported as one line and exit code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+_Parser = OneLineParser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,12 +42,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    return quiet_pipe(lambda: _main(sys.argv[1:] if argv is None else list(argv)))
+
+
+def _main(argv: list[str]) -> int:
+    bad = undecodable(argv)
+    if bad is not None:
+        print(usage_line("outbox", f"argument '{bad}' is not valid UTF-8"), end="",
+              file=sys.stderr)
+        return EXIT_USAGE
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except UsageError as exc:
-        print(f"outbox: error: {exc}", file=sys.stderr)
+        action = getattr(args, "action", None) or getattr(args, "endpoints_command", None)
+        words = ["outbox", args.command, action or ""]
+        print(usage_line(" ".join(w for w in words if w), str(exc)), end="", file=sys.stderr)
         return EXIT_USAGE
     except (CommandFailed, OutboxError) as exc:
         print(f"outbox: {exc}", file=sys.stderr)

@@ -155,3 +155,7 @@ class Record:
     error: str | None = None
     status: int | None = None
     refund: bool = False  # the attempt the claim charged is taken back
+    # A failed attempt's reason (outbox_delivery_failures_total's label): the
+    # attempt goes into the history; None for a success or a hand-back.
+    reason: FailureReason | None = None
+    duration: float | None = None  # seconds the attempt took; None: never sent

@@ -207,14 +207,17 @@ def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: d
     succeeded = result.status is not None and _status_rule(result.status)[0] == "success"
     outcome = classify(result, delivery.attempts, limit, now,
                        sent=None if succeeded else Sent.of(endpoint, delivery, batch))
+    duration = round(result.duration, 6)
     if outcome.action == "delivered":
         return Decision(Record(delivery.id, delivery.lease_token, "delivered",
-                               status=outcome.last_status), outcome)
+                               status=outcome.last_status, duration=duration), outcome)
     if outcome.action == "dead":
         return Decision(Record(delivery.id, delivery.lease_token, "dead",
-                               error=outcome.last_error, status=outcome.last_status), outcome)
+                               error=outcome.last_error, status=outcome.last_status,
+                               reason=outcome.reason or "other", duration=duration), outcome)
     delay = next_attempt_delay(delivery.attempts, endpoint, outcome.retry_after, rand)
     return Decision(Record(delivery.id, delivery.lease_token, "pending", delay=delay,
                            error=outcome.last_error, status=outcome.last_status,
-                           refund=delivery.probe),
+                           refund=delivery.probe, reason=outcome.reason or "other",
+                           duration=duration),
                     outcome, delay)

@@ -14,7 +14,13 @@ from typing import Any, Literal
 
 import psycopg
 
-from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn, server_options
+from outbox._shared.dsn import (
+    InvalidDsn,
+    check_dsn,
+    nothing_configured,
+    resolve_dsn,
+    server_options,
+)
 from outbox._shared.schema import outbox_problem
 from outbox._shared.text import first_line
 from outbox.sql import SCHEMA_VERSION
@@ -58,7 +64,9 @@ def connect(args: argparse.Namespace, *, needs: Literal["outbox", "outbox or inb
         conn = psycopg.connect(dsn, connect_timeout=10, application_name="outbox-cli",
                                options=server_options(dsn, "-c jit=off"))
     except psycopg.OperationalError as exc:
-        raise CommandFailed(f"cannot connect to the database: {first_line(exc)}") from exc
+        hint = nothing_configured(dsn)
+        raise CommandFailed(f"cannot connect to the database: {first_line(exc)}"
+                            + (f"; {hint}" if hint else "")) from exc
     try:
         with conn:
             if needs is not None:

@@ -1,38 +1,23 @@
-"""``outbox dead list`` and ``outbox dead retry``: inspect and revive dead letters."""
+"""``outbox dead list | retry | discard``: inspect, revive and drop dead letters."""
 
 from __future__ import annotations
 
 import argparse
-import uuid
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
 from outbox import admin
 from outbox._cli import common
+from outbox._cli.args import add_filters, event_id, positive_int
+
+__all__ = ["event_id", "positive_int", "register", "rfc3339"]
 
 _ERROR_WIDTH = 60
 
 
-def event_id(text: str) -> uuid.UUID:
-    """argparse type for an event id: a malformed one is a usage error (exit 2)."""
-    try:
-        return uuid.UUID(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid event id {text!r}: not a UUID") from None
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}: give a whole number >= 1")
-    return value
-
-
 def register(sub: Any) -> None:
-    parser = sub.add_parser("dead", help="list and retry dead-lettered deliveries",
+    parser = sub.add_parser("dead", help="list, retry and discard dead-lettered deliveries",
                             description="Dead letters: deliveries that ran out of attempts, "
                             "got a permanent error, or whose endpoint was removed by force.")
     common.add_dsn_option(parser)
@@ -42,8 +27,9 @@ def register(sub: Any) -> None:
     listing = actions.add_parser(
         "list", help="show dead letters, newest first",
         description="Show dead letters, newest first. Removed endpoints' dead letters "
-        "are listed too.")
+        "are listed too. --json gives each whole last_error.")
     listing.add_argument("--endpoint", metavar="NAME", help="only this endpoint's")
+    add_filters(listing)
     listing.add_argument("--limit", type=positive_int, default=admin.DEFAULT_DEAD_LIMIT,
                          metavar="N", help=f"show at most N (default {admin.DEFAULT_DEAD_LIMIT})")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -54,21 +40,43 @@ def register(sub: Any) -> None:
         "retry", help="put dead letters back to pending with fresh attempts",
         description="Put dead deliveries back to pending with their attempts reset; "
         "dispatchers pick them up at once. Their last error stays visible until the next "
-        "attempt replaces it. Dead letters of removed endpoints are not retried.")
-    which = retry.add_mutually_exclusive_group(required=True)
+        "attempt replaces it. Dead letters of removed endpoints are not retried: standard "
+        "error names them. Standard output gets one line: how many were retried.")
+    _selectors(retry, "retry")
+    retry.set_defaults(func=run_retry)
+
+    discard = actions.add_parser(
+        "discard", help="delete dead letters on purpose",
+        description="Delete dead deliveries, with their attempt history, for good. "
+        "Removed endpoints' dead letters may be discarded too. Standard output gets one "
+        "line: how many were discarded. Try --dry-run first.")
+    _selectors(discard, "discard")
+    discard.set_defaults(func=run_discard)
+
+
+def _selectors(parser: argparse.ArgumentParser, verb: str) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--event-id", type=event_id, nargs="+", action="extend",
                        dest="event_ids", metavar="ID",
-                       help="the dead deliveries of these events (any endpoint)")
-    which.add_argument("--endpoint", metavar="NAME", help="every dead delivery of this endpoint")
+                       help=f"{verb} the dead deliveries of these events (any endpoint)")
+    which.add_argument("--endpoint", metavar="NAME", help=f"{verb} this endpoint's")
     which.add_argument("--all", action="store_true", dest="everything",
-                       help="every dead delivery of every live endpoint")
-    common.add_dsn_option(retry)
-    retry.set_defaults(func=run_retry)
+                       help=f"{verb} every dead delivery")
+    add_filters(parser)
+    done = "discarded" if verb == "discard" else "retried"
+    parser.add_argument("--dry-run", action="store_true",
+                        help=f"count what would be {done}; change nothing")
+    common.add_dsn_option(parser)
+
+
+def _where(args: argparse.Namespace) -> admin.EventFilter:
+    return admin.EventFilter(tuple(args.types), args.since, args.until)
 
 
 def run_list(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
-        letters = admin.dead_letters(conn, endpoint=args.endpoint, limit=args.limit)
+        letters = admin.dead_letters(conn, endpoint=args.endpoint, limit=args.limit,
+                                     where=_where(args))
     if args.json:
         common.print_json([{
             "event_id": d.event_id, "endpoint": d.endpoint, "type": d.type, "key": d.key,
@@ -90,11 +98,29 @@ def run_list(args: argparse.Namespace) -> int:
 def run_retry(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
         result = admin.retry_dead(conn, event_ids=args.event_ids, endpoint=args.endpoint,
-                                  everything=args.everything)
+                                  everything=args.everything, where=_where(args),
+                                  dry_run=args.dry_run)
     noun = "delivery" if result.retried == 1 else "deliveries"
-    print(f"{result.retried} dead {noun} retried")
+    verb = "would be retried (dry run)" if args.dry_run else "retried"
+    print(f"{result.retried} dead {noun} {verb}")
+    for name, count in result.skipped.items():
+        letters = "dead letter" if count == 1 else "dead letters"
+        print(f"skipped {count} {letters} of endpoint {name!r}: it was removed (replay "
+              "their events to a live endpoint, or discard them)", file=sys.stderr)
     for name in result.disabled_endpoints:
-        print(f"endpoint {name!r} is disabled: its retried deliveries wait until it is enabled")
+        print(f"endpoint {name!r} is disabled: its retried deliveries wait until it is enabled",
+              file=sys.stderr)
+    return common.EXIT_OK
+
+
+def run_discard(args: argparse.Namespace) -> int:
+    with common.connect(args) as conn:
+        count = admin.discard_dead(conn, event_ids=args.event_ids, endpoint=args.endpoint,
+                                   everything=args.everything, where=_where(args),
+                                   dry_run=args.dry_run)
+    noun = "delivery" if count == 1 else "deliveries"
+    verb = "would be discarded (dry run)" if args.dry_run else "discarded"
+    print(f"{count} dead {noun} {verb}")
     return common.EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""``outbox endpoints``: add, list, enable, disable, remove, rotate-secret, sync.
+"""``outbox endpoints``: add, update, show, list, enable, disable, remove, rotate-secret, sync.
 
 Input is checked completely (an :class:`~outbox.endpoints.EndpointSpec`, a
 parsed sync file) before the database is touched, and every change commits
@@ -10,12 +10,13 @@ one clear line and exit 2 instead of a usage dump.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from datetime import timedelta
 from typing import Any
 
 from outbox import endpoints as store
-from outbox._cli import common
+from outbox._cli import common, endpoints_view
 from outbox._shared.urls import shown_url
 from outbox.durations import parse_duration
 from outbox.endpoints import (
@@ -43,32 +44,21 @@ def register(sub: Any) -> None:
 
     add = _command(commands, "add", _add, "add an endpoint")
     add.add_argument("name", metavar="NAME")
-    add.add_argument("--url", required=True, help="http:// or https:// address to POST to")
-    add.add_argument("--events", action="append", metavar="PATTERN",
-                     help="event type glob such as 'mail.*' (repeatable; default '*')")
-    add.add_argument("--secret", help="whsec_<base64>, or env:NAME read by the dispatcher "
-                     "(not OUTBOX_* but OUTBOX_SECRET_*, DATABASE_URL, PG*)")
-    add.add_argument("--max-attempts", metavar="N", help="default 10")
-    add.add_argument("--timeout", metavar="SECONDS", help="per attempt; default 10")
-    add.add_argument("--min-backoff", metavar="SECONDS", help="default 1")
-    add.add_argument("--max-backoff", metavar="SECONDS", help="default 600")
-    add.add_argument("--max-in-flight", metavar="N", help="concurrent requests; default 16")
-    add.add_argument("--rate-limit", metavar="PER_SECOND", help="default: no limit")
-    add.add_argument("--max-batch", metavar="N", help="events per request; default 1")
-    add.add_argument("--format", metavar="standard-webhooks|cloudevents",
-                     help="default standard-webhooks")
-    add.add_argument("--header", action="append", metavar="NAME:VALUE",
-                     help="extra request header (repeatable)")
-    add.add_argument("--breaker-failures", metavar="N",
-                     help="consecutive retryable failures that open the circuit; 0: no "
-                     "breaker; default 10")
-    add.add_argument("--breaker-cooldown", metavar="SECONDS",
-                     help="how long the circuit stays open before one probe; default 30")
-    add.add_argument("--max-pending", metavar="N",
-                     help="publish() refuses events for this endpoint while it holds N "
-                     "undelivered deliveries; default: no bound")
+    _option_arguments(add, url_required=True)
+    update = _command(commands, "update", _update,
+                      "change some options of an endpoint in place; the others stay")
+    update.add_argument("name", metavar="NAME")
+    _option_arguments(update, url_required=False)
+    update.add_argument("--unset", action="append", metavar="OPTION", default=[],
+                        help="return an option to its default (rate-limit, max-pending, "
+                        "secret, header, ...; repeatable)")
+    show = _command(commands, "show", endpoints_view.show,
+                    "every option of one endpoint (the secret only as its kind)")
+    show.add_argument("name", metavar="NAME")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
 
-    listing = _command(commands, "list", _list, "show endpoints (never their secrets)")
+    listing = _command(commands, "list", endpoints_view.list_endpoints,
+                       "show endpoints with their limits (never their secrets)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     for name, func, text in (("enable", _enable, "resume deliveries to an endpoint"),
                              ("disable", _disable, "hold deliveries to an endpoint")):
@@ -86,6 +76,37 @@ def register(sub: Any) -> None:
     sync.add_argument("file", metavar="FILE.toml")
     sync.add_argument("--force", action="store_true",
                       help="remove endpoints even with undelivered deliveries")
+    sync.add_argument("--dry-run", action="store_true",
+                      help="print the plan (added, changed, removed) and change nothing")
+
+
+def _option_arguments(parser: argparse.ArgumentParser, *, url_required: bool) -> None:
+    """The endpoint options, as `add` and `update` take them."""
+    parser.add_argument("--url", required=url_required,
+                        help="http:// or https:// address to POST to")
+    parser.add_argument("--events", action="append", metavar="PATTERN",
+                        help="event type glob such as 'mail.*' (repeatable; default '*')")
+    parser.add_argument("--secret", help="whsec_<base64>, or env:NAME read by the dispatcher "
+                        "(not OUTBOX_* but OUTBOX_SECRET_*, DATABASE_URL, PG*)")
+    parser.add_argument("--max-attempts", metavar="N", help="default 10")
+    parser.add_argument("--timeout", metavar="SECONDS", help="per attempt; default 10")
+    parser.add_argument("--min-backoff", metavar="SECONDS", help="default 1")
+    parser.add_argument("--max-backoff", metavar="SECONDS", help="default 600")
+    parser.add_argument("--max-in-flight", metavar="N", help="concurrent requests; default 16")
+    parser.add_argument("--rate-limit", metavar="PER_SECOND", help="default: no limit")
+    parser.add_argument("--max-batch", metavar="N", help="events per request; default 1")
+    parser.add_argument("--format", metavar="standard-webhooks|cloudevents",
+                        help="default standard-webhooks")
+    parser.add_argument("--header", action="append", metavar="NAME:VALUE",
+                        help="extra request header (repeatable)")
+    parser.add_argument("--breaker-failures", metavar="N",
+                        help="consecutive retryable failures that open the circuit; 0: no "
+                        "breaker; default 10")
+    parser.add_argument("--breaker-cooldown", metavar="SECONDS",
+                        help="how long the circuit stays open before one probe; default 30")
+    parser.add_argument("--max-pending", metavar="N",
+                        help="publish() refuses events for this endpoint while it holds N "
+                        "undelivered deliveries; default: no bound")
 
 
 def _command(commands: Any, name: str, func: Any, text: str) -> argparse.ArgumentParser:
@@ -95,30 +116,46 @@ def _command(commands: Any, name: str, func: Any, text: str) -> argparse.Argumen
     return parser
 
 
+_OPTION_WORD = re.compile(r"\b(?:min_backoff|max_backoff|max_attempts|max_in_flight|"
+                          r"max_batch|max_pending|rate_limit|breaker_failures|"
+                          r"breaker_cooldown)\b")
+
+
 def _usage(exc: InvalidEndpoint) -> common.UsageError:
     """The message, with the option named as on the command line (--max-attempts)."""
     if exc.field is None or exc.field == "name":
-        return common.UsageError(str(exc))
+        # A problem of two options (min_backoff above max_backoff) names them as a sync
+        # file spells them; on the command line they are --min-backoff, --max-backoff.
+        return common.UsageError(_OPTION_WORD.sub(
+            lambda m: "--" + m.group(0).replace("_", "-"), str(exc)))
     option = "--events" if exc.field == "events" else "--" + exc.field.replace("_", "-")
     if exc.field == "headers":
         option = "--header"
     return common.UsageError(f"{option} {exc.problem}")
 
 
-def _add(args: argparse.Namespace) -> int:
+def _given_options(args: argparse.Namespace) -> dict[str, object]:
+    """The options given on the command line, keyed like EndpointSpec's fields."""
     options: dict[str, object] = {
         key: getattr(args, key) for key in _SCALAR_OPTIONS if getattr(args, key) is not None
     }
-    try:
-        if args.events:
-            options["events"] = [p for arg in args.events for p in arg.split(",")]
+    if args.events:
+        options["events"] = [p for arg in args.events for p in arg.split(",")]
+    if args.header:
         headers: dict[str, str] = {}
-        for text in args.header or ():
+        for text in args.header:
             name, value = parse_header(text)
             if name.lower() in (known.lower() for known in headers):
                 raise InvalidEndpoint(f"{name!r} is given twice", "headers")
             headers[name] = value
         options["headers"] = headers
+    return options
+
+
+def _add(args: argparse.Namespace) -> int:
+    try:
+        options = _given_options(args)
+        options.setdefault("headers", {})
         spec = EndpointSpec.from_options(args.name, options)
         with common.connect(args) as conn:
             store.add_endpoint(conn, spec)
@@ -130,42 +167,30 @@ def _add(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-def _list(args: argparse.Namespace) -> int:
-    with common.connect(args) as conn:
-        endpoints = store.list_endpoints(conn)
-    if args.json:
-        common.print_json([_as_json(e) for e in endpoints])
-        return common.EXIT_OK
-    rows = []
-    for e in endpoints:
-        c = e.columns
-        state = "yes" if e.enabled else f"no ({e.disabled_reason})" if e.disabled_reason else "no"
-        rows.append((c["name"], state, shown_url(c["url"]), ",".join(c["events"]),
-                     signing_label(c["secret"]) or "-", c["format"]))
-    common.print_table(("name", "enabled", "url", "events", "signing", "format"), rows)
+_UNSETTABLE = {"secret": "secret", "rate-limit": "rate_limit", "max-pending": "max_pending",
+               "header": "headers", "headers": "headers", "events": "events"}
+_UNSETTABLE |= {o.replace("_", "-"): o for o in _SCALAR_OPTIONS if o != "url"}
+
+
+def _update(args: argparse.Namespace) -> int:
+    unset = []
+    for text in args.unset:
+        option = _UNSETTABLE.get(text.removeprefix("--"))
+        if option is None:
+            raise common.UsageError(f"argument --unset: {text!r} is not an option that "
+                                    "has a default")
+        unset.append(option)
+    try:
+        options = _given_options(args)
+        with common.connect(args) as conn:
+            changed = store.update_endpoint(conn, args.name, options, unset=unset)
+    except InvalidEndpoint as exc:
+        raise _usage(exc) from None
+    if changed:
+        print(f"updated endpoint {args.name}: {', '.join(changed)}")
+    else:
+        print(f"endpoint {args.name} unchanged: its options were already so")
     return common.EXIT_OK
-
-
-def _as_json(e: store.StoredEndpoint) -> dict[str, Any]:
-    """Every option of an endpoint; the secret reduced to its kind, header values hidden."""
-    c = e.columns
-    rotation_ends = max((str(p.get("expires_at")) for p in e.previous_secrets), default=None)
-    return {
-        # Query values may be tokens (?token=...): masked, as header values are.
-        "name": c["name"], "url": shown_url(c["url"]), "events": c["events"],
-        "signing": signing_label(c["secret"]), "signing_previous_until": rotation_ends,
-        "max_attempts": c["max_attempts"], "timeout": c["timeout_seconds"],
-        "min_backoff": c["min_backoff_seconds"], "max_backoff": c["max_backoff_seconds"],
-        "max_in_flight": c["max_in_flight"], "rate_limit": c["rate_limit"],
-        "max_batch": c["max_batch"], "format": c["format"],
-        "breaker_failures": c["breaker_failures"],
-        "breaker_cooldown": c["breaker_cooldown_seconds"],
-        "max_pending": c["max_pending"],
-        # Header values are often credentials (Authorization): names only.
-        "headers": dict.fromkeys(c["headers"], "(hidden)"),
-        "enabled": e.enabled, "disabled_reason": e.disabled_reason,
-        "created_at": e.created_at.isoformat(), "updated_at": e.updated_at.isoformat(),
-    }
 
 
 def _enable(args: argparse.Namespace) -> int:
@@ -223,6 +248,11 @@ def _sync(args: argparse.Namespace) -> int:
         specs = load_sync_file(args.file)
     except InvalidEndpoint as exc:
         raise common.UsageError(str(exc)) from None
+    if args.dry_run:
+        with common.connect(args) as conn:
+            report = store.plan_endpoints_sync(conn, specs)
+            conn.rollback()
+        return endpoints_view.print_plan(report, force=args.force)
     with common.connect(args) as conn:
         report = store.sync_endpoints(conn, specs, force=args.force)
     for name in report.added:

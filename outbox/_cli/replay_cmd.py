@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime, timedelta
+import sys
 from typing import Any
 
 from outbox import admin
 from outbox._cli import common
-from outbox._cli.dead_cmd import event_id
-from outbox.durations import parse_duration
+from outbox._cli.args import event_id, moment, type_pattern
 
+__all__ = ["register", "since"]
 
-def since(text: str) -> datetime | timedelta:
-    """argparse type for --since: an ISO 8601 timestamp (no zone means UTC) or a duration ago."""
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        pass
-    else:
-        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-    try:
-        return parse_duration(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid time {text!r}: give an ISO 8601 timestamp such as 2024-05-01T12:00:00Z "
-            "(UTC when no zone is given) or a duration ago such as 2h or 7d") from None
+since = moment  # the --since type, under the name the tests know it by
 
 
 def register(sub: Any) -> None:
@@ -34,27 +21,40 @@ def register(sub: Any) -> None:
         description="Deliver events again to one endpoint: delivered, dead or unrouted ones "
         "alike, whatever their type (the endpoint's patterns are not consulted). Events that "
         "already have a pending or in-flight delivery to it are skipped. A disabled endpoint "
-        "gets the deliveries too; they wait until it is enabled.")
+        "gets the deliveries too; they wait until it is enabled. Standard output gets one "
+        "line: how many deliveries were put back to pending.")
     parser.add_argument("--endpoint", required=True, metavar="NAME", help="the endpoint")
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--since", type=since, metavar="TIMESTAMP",
-                       help="events created at or after this time: ISO 8601 (UTC when no "
+    which.add_argument("--since", type=moment, metavar="TIMESTAMP",
+                       help="events published at or after this time: ISO 8601 (UTC when no "
                        "zone is given), or a duration such as 2h meaning that long ago")
     which.add_argument("--event-id", type=event_id, nargs="+", action="extend",
                        dest="event_ids", metavar="ID",
                        help="these events (all must exist, else nothing is replayed)")
+    parser.add_argument("--until", type=moment, metavar="TIMESTAMP",
+                        help="with --since: only events published before this time")
+    parser.add_argument("--type", type=type_pattern, action="append", dest="types",
+                        default=[], metavar="PATTERN",
+                        help="only events of a type matching this glob (repeat to or them)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="count what would be replayed; change nothing")
     common.add_dsn_option(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.until is not None and args.since is None:
+        raise common.UsageError("argument --until: goes with --since")
     with common.connect(args) as conn:
-        result = admin.replay(conn, args.endpoint, since=args.since, event_ids=args.event_ids)
+        result = admin.replay(conn, args.endpoint, since=args.since, event_ids=args.event_ids,
+                              until=args.until, types=args.types, dry_run=args.dry_run)
     noun = "event" if result.replayed == 1 else "events"
-    line = f"{result.replayed} {noun} replayed to endpoint {args.endpoint!r}"
+    verb = "would be replayed (dry run)" if args.dry_run else "replayed"
+    line = f"{result.replayed} {noun} {verb} to endpoint {args.endpoint!r}"
     if result.skipped:
         line += f" ({result.skipped} skipped: already pending or in flight there)"
     print(line)
-    if not result.endpoint_enabled and result.replayed:
-        print(f"endpoint {args.endpoint!r} is disabled: the deliveries wait until it is enabled")
+    if not result.endpoint_enabled and result.replayed and not args.dry_run:
+        print(f"endpoint {args.endpoint!r} is disabled: the deliveries wait until it is enabled",
+              file=sys.stderr)
     return common.EXIT_OK

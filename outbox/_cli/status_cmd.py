@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 from outbox import admin
@@ -16,23 +19,55 @@ def register(sub: Any) -> None:
         description="Per live endpoint: pending, in-flight, delivered and dead deliveries and "
         "the age of the oldest pending one (0 when nothing is pending), and the state of its "
         "circuit breaker (closed, open, half-open) and its --max-pending bound with the "
-        "pending and in-flight deliveries held against it; then the number "
-        "of unrouted events (published while no endpoint subscribed to their type).")
+        "pending and in-flight deliveries held against it, and what stops its deliveries "
+        "when something does; then the number of unrouted events (published while no "
+        "endpoint subscribed to their type) and of dispatchers alive (by their heartbeats).")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--watch", nargs="?", type=_interval, const=2.0, metavar="SECONDS",
+                        help="redraw every SECONDS (default 2) until interrupted")
     common.add_dsn_option(parser)
     parser.set_defaults(func=run)
 
 
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"invalid interval {text!r}: give seconds from "
+                                         "0.1 to 3600")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
-    with common.connect(args) as conn:
-        result = admin.status(conn)
-        waits = admin.key_waits(conn) if not args.json else None
-    if args.json:
+    if args.watch is None:
+        with common.connect(args) as conn:
+            _show(conn, as_json=args.json)
+        return common.EXIT_OK
+    clear = "\033[H\033[2J" if sys.stdout.isatty() else ""
+    try:
+        with common.connect(args) as conn:
+            while True:
+                sys.stdout.write(clear)
+                print(datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+                _show(conn, as_json=args.json)
+                sys.stdout.flush()
+                time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return common.EXIT_OK
+
+
+def _show(conn: Any, *, as_json: bool) -> None:
+    result = admin.status(conn)
+    waits = admin.key_waits(conn) if not as_json else None
+    if as_json:
         common.print_json({
             "endpoints": [asdict(e) for e in result.endpoints],
             "unrouted": result.unrouted,
+            "dispatchers": result.dispatchers,
         })
-        return common.EXIT_OK
+        return
     common.print_table(
         ["endpoint", "state", "circuit", "pending", "in flight", "bound", "delivered", "dead",
          "oldest pending"],
@@ -41,12 +76,19 @@ def run(args: argparse.Namespace) -> int:
           format_age(e.oldest_pending_seconds) if e.pending else "-")
          for e in result.endpoints],
     )
+    for e in result.endpoints:
+        if e.problem:
+            print(f"endpoint {e.name}: {e.problem}")
     print(f"unrouted events: {result.unrouted}")
+    if result.dispatchers:
+        print(f"dispatchers alive: {result.dispatchers}")
+    else:
+        print("dispatchers alive: none (no heartbeat in the last 30 s): nothing is delivered "
+              "until one runs")
     if waits is not None and waits.waiting:
         print(f"publishers waiting for a key: {waits.waiting} (longest "
               f"{format_age(waits.longest_wait_seconds)}, behind a transaction open for "
               f"{format_age(waits.oldest_holder_seconds)})")
-    return common.EXIT_OK
 
 
 def _bound(e: admin.EndpointStatus) -> str:

@@ -58,6 +58,19 @@ def resolve_dsn(flag: str | None, environ: Mapping[str, str] | None = None) -> s
     return dsn
 
 
+_LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE",
+                    "PGSERVICEFILE")
+
+
+def nothing_configured(dsn: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """A hint when no database was named anywhere (libpq then tries its local socket)."""
+    env = os.environ if environ is None else environ
+    if dsn or any(env.get(name) for name in _LIBPQ_VARIABLES):
+        return None
+    return ("no database is configured: give --dsn, or set OUTBOX_DSN (or DATABASE_URL, "
+            "or libpq's PG* variables)")
+
+
 def server_options(dsn: str, ours: str) -> str:
     """The DSN's own ``options`` (server settings such as a search_path) with ``ours`` after.
 
@@ -75,6 +88,10 @@ def check_dsn(dsn: str) -> None:
     when it connects, which the dispatcher would take for an outage and retry
     forever.
     """
+    scheme, sep, _ = dsn.partition("://")
+    if sep and scheme.lower() not in ("postgresql", "postgres") and scheme.isidentifier():
+        raise InvalidDsn(f"invalid database URL: the scheme {scheme + '://'!r} is not "
+                         "PostgreSQL's: give a postgresql:// URL or libpq's key=value form")
     try:
         options = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:

@@ -21,6 +21,7 @@ from outbox._shared.endpoint_defaults import (
 )
 from outbox.endpoints._checks import (
     ENV_SECRET_PREFIX,
+    check_patterns,
     check_secret,
     env_name_allowed,
     glob_to_like,
@@ -37,10 +38,12 @@ from outbox.endpoints._store import (
     SyncReport,
     add_endpoint,
     list_endpoints,
+    plan_endpoints_sync,
     remove_endpoint,
     rotate_secret,
     set_enabled,
     sync_endpoints,
+    update_endpoint,
 )
 from outbox.endpoints._sync import load_sync_file
 
@@ -58,6 +61,7 @@ __all__ = [
     "StoredEndpoint",
     "SyncReport",
     "add_endpoint",
+    "check_patterns",
     "check_secret",
     "decode_secret",
     "env_name_allowed",
@@ -66,9 +70,11 @@ __all__ = [
     "list_endpoints",
     "load_sync_file",
     "parse_header",
+    "plan_endpoints_sync",
     "remove_endpoint",
     "rotate_secret",
     "set_enabled",
     "signing_label",
     "sync_endpoints",
+    "update_endpoint",
 ]

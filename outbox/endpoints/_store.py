@@ -10,7 +10,7 @@ endpoints and never wait on it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from outbox.endpoints._spec import EndpointSpec
-from outbox.endpoints._sync import SyncPlan, plan_sync
+from outbox.endpoints._sync import SyncPlan, changed_options, plan_sync
 from outbox.errors import EndpointBusy, EndpointExists, EndpointNotFound
 from outbox.sql import queries
 
@@ -179,3 +179,57 @@ def sync_endpoints(conn: Conn, specs: Sequence[EndpointSpec], *, force: bool) ->
 def _specs_named(specs: Iterable[EndpointSpec], names: Iterable[str]) -> list[EndpointSpec]:
     wanted = set(names)
     return [spec for spec in specs if spec.name in wanted]
+
+
+def plan_endpoints_sync(conn: Conn, specs: Sequence[EndpointSpec]) -> SyncReport:
+    """What :func:`sync_endpoints` would do, writing nothing (``sync --dry-run``).
+
+    ``removed`` gives, per endpoint to remove, its undelivered deliveries:
+    what a removal refuses without ``force`` and dead-letters with it.
+    """
+    stored = list_endpoints(conn)
+    plan: SyncPlan = plan_sync(stored, specs)
+    ids = {s.name: s.id for s in stored if s.name in set(plan.remove)}
+    undelivered: dict[int, int] = {}
+    if ids:
+        rows = conn.execute(queries["endpoint_undelivered"], {"ids": list(ids.values())})
+        undelivered = {int(endpoint_id): int(n) for endpoint_id, n in rows.fetchall()}
+    return SyncReport(added=[s.name for s in plan.add], changed=dict(plan.change),
+                      removed={name: undelivered.get(ids[name], 0) for name in plan.remove},
+                      unchanged=list(plan.unchanged))
+
+
+# Option (EndpointSpec field) of each column that is one.
+_FIELD_OF_COLUMN = {"url": "url", "events": "events", "secret": "secret",
+                    "max_attempts": "max_attempts", "timeout_seconds": "timeout",
+                    "min_backoff_seconds": "min_backoff", "max_backoff_seconds": "max_backoff",
+                    "max_in_flight": "max_in_flight", "rate_limit": "rate_limit",
+                    "max_batch": "max_batch", "format": "format", "headers": "headers",
+                    "breaker_failures": "breaker_failures",
+                    "breaker_cooldown_seconds": "breaker_cooldown", "max_pending": "max_pending"}
+
+
+def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],
+                    *, unset: Iterable[str] = ()) -> list[str]:
+    """Change some options of a live endpoint in place; the others stay as they are.
+
+    ``options`` are keyed like :meth:`EndpointSpec.from_options`; ``unset``
+    names options to return to their default. The whole new definition is
+    checked first. Returns the options that changed (none: nothing written).
+    A new secret replaces the old one at once (``rotate-secret`` keeps both).
+    """
+    _lock(conn)
+    current = next((s for s in list_endpoints(conn) if s.name == name), None)
+    if current is None:
+        raise EndpointNotFound(name)
+    merged: dict[str, object] = {_FIELD_OF_COLUMN[column]: value
+                                 for column, value in current.columns.items()
+                                 if column in _FIELD_OF_COLUMN}
+    for option in unset:
+        merged.pop(option, None)
+    merged.update(options)
+    spec = EndpointSpec.from_options(name, merged)
+    changed = changed_options(current.columns, spec.columns())
+    if changed:
+        conn.execute(queries["endpoint_replace"], {**_params(spec), "id": current.id})
+    return changed

@@ -20,6 +20,8 @@ An empty ``endpoints = {}`` removes every endpoint; a file without an
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,11 +56,23 @@ class SyncPlan:
     unchanged: list[str] = field(default_factory=list)
 
 
+MAX_SYNC_FILE = 4 * 2**20
+"""Bytes a sync file may hold: thousands of endpoints fit in a fraction of it."""
+
+
 def load_sync_file(path: str | Path) -> list[EndpointSpec]:
     """The endpoints a sync file defines, checked; InvalidEndpoint for any problem."""
     try:
+        # Refused before opening: a device (/dev/zero) would be read until memory
+        # runs out, a named pipe would block the open; no sync file needs to be large.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise InvalidEndpoint(f"{path} is not a regular file")
         with open(path, "rb") as handle:
-            document = tomllib.load(handle)
+            text = handle.read(MAX_SYNC_FILE + 1)
+        if len(text) > MAX_SYNC_FILE:
+            raise InvalidEndpoint(f"{path} is larger than {MAX_SYNC_FILE // 2**20} MiB: "
+                                  "not a sync file")
+        document = tomllib.loads(text.decode("utf-8"))
     except OSError as exc:
         raise InvalidEndpoint(f"cannot read {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:

@@ -27,5 +27,7 @@ GRANT SELECT ON outbox.schema_version, outbox.endpoints TO {dispatcher};
 GRANT UPDATE (enabled, disabled_reason, updated_at) ON outbox.endpoints TO {dispatcher};
 GRANT SELECT, DELETE ON outbox.events TO {dispatcher};
 GRANT SELECT, UPDATE, DELETE ON outbox.deliveries TO {dispatcher};
+GRANT SELECT, INSERT, DELETE ON outbox.attempts TO {dispatcher};
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox.dispatchers TO {dispatcher};
 GRANT SELECT, UPDATE ON outbox.endpoint_state, outbox.endpoint_slots, outbox.endpoint_backlog,
     outbox.maintainer TO {dispatcher};

@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 3.
+-- outbox-dispatcher schema: the current shape, version 5.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -237,7 +237,14 @@ CREATE TABLE IF NOT EXISTS outbox.deliveries (
     last_error        text,
     last_status       integer,
     created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
-    finished_at       timestamptz
+    finished_at       timestamptz,
+    -- Attempts made before the last `dead retry` reset attempts, or by the
+    -- earlier deliveries of a replayed event, and circuit probes that were
+    -- not charged: attempts_before + attempts numbers the next attempt over
+    -- the delivery's whole life, as the attempt history counts (version 4).
+    attempts_before   integer NOT NULL DEFAULT 0,
+    -- How long the last recorded attempt took (version 4).
+    last_duration_seconds double precision
 ) WITH (fillfactor = 80);
 
 -- Autovacuum for the queue table. Every delivery is updated at least twice
@@ -287,5 +294,58 @@ CREATE TABLE IF NOT EXISTS outbox.inbox (
     PRIMARY KEY (consumer, event_id)
 );
 CREATE INDEX IF NOT EXISTS inbox_processed_at ON outbox.inbox (processed_at);
+
+-- The attempt history (outbox show): one row per failed attempt of a
+-- delivery, written in the statement that records the attempt (the complete
+-- query); a success adds no row, its time, status and duration being the
+-- delivery's finished_at, last_status and last_duration_seconds. attempt
+-- counts over the delivery's whole life (attempts_before + attempts). No
+-- primary key: an earlier release's `dead retry` restarts the numbering
+-- without attempts_before, and its rows must still be kept (version 4).
+CREATE TABLE IF NOT EXISTS outbox.attempts (
+    delivery_id       bigint NOT NULL,
+    attempt           integer NOT NULL,
+    at                timestamptz NOT NULL DEFAULT now(),
+    status            integer,
+    reason            text NOT NULL
+                      CHECK (reason IN ('timeout', 'connect', 'http_4xx', 'http_5xx', 'other')),
+    duration_seconds  double precision,
+    error             text
+);
+CREATE INDEX IF NOT EXISTS attempts_delivery ON outbox.attempts (delivery_id, attempt);
+
+-- The history goes with its delivery, however the delivery goes (retention,
+-- purge, an earlier release's retention, SQL by hand): one statement-level
+-- trigger per DELETE, joining the deleted rows to the history's index. It
+-- runs as the schema's owner: a role whose grants predate the history (an
+-- earlier release's `outbox grants`) can still purge deliveries.
+CREATE OR REPLACE FUNCTION outbox.attempts_follow_deliveries() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+    DELETE FROM outbox.attempts a USING gone WHERE a.delivery_id = gone.id;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER attempts_follow_deliveries
+    AFTER DELETE ON outbox.deliveries
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox.attempts_follow_deliveries();
+
+-- Each running dispatcher's heartbeat (`outbox status`: how many are alive),
+-- with what it cannot do (an endpoint whose env: secret it cannot read). One
+-- row per process, upserted by its maintenance every few seconds (a fleet of
+-- 50 idle sidecars: ten small updates a second, HOT since no index covers
+-- seen_at), deleted when it stops; rows of processes that died are swept by
+-- the maintainer after an hour. An earlier release writes none: status then
+-- still counts the maintainer lease as one live dispatcher.
+CREATE TABLE IF NOT EXISTS outbox.dispatchers (
+    id          uuid PRIMARY KEY,
+    host        text NOT NULL,
+    pid         integer NOT NULL,
+    version     text NOT NULL,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    seen_at     timestamptz NOT NULL DEFAULT now(),
+    problems    jsonb NOT NULL DEFAULT '{}'
+) WITH (fillfactor = 50);
 
 INSERT INTO outbox.schema_version (version) VALUES (5) ON CONFLICT DO NOTHING;

@@ -75,7 +75,7 @@ def test_status_table_and_json(dsn: str, scene: dict[str, uuid.UUID]) -> None:
     result = outbox(dsn, "status", "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert set(doc) == {"endpoints", "unrouted"}
+    assert set(doc) >= {"endpoints", "unrouted"}
     assert doc["unrouted"] == 1
     by_name = {e["name"]: e for e in doc["endpoints"]}
     assert all(set(e) >= _CONTRACT_STATUS_KEYS for e in doc["endpoints"])
@@ -201,9 +201,9 @@ def test_replay_since_to_a_disabled_endpoint(conn: Conn, dsn: str,
     conn.commit()
     result = outbox(dsn, "replay", "--endpoint", "orders", "--since", "1d")
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines == ["4 events replayed to endpoint 'orders'",
-                     "endpoint 'orders' is disabled: the deliveries wait until it is enabled"]
+    assert result.stdout.splitlines() == ["4 events replayed to endpoint 'orders'"]
+    assert result.stderr.splitlines() == [
+        "endpoint 'orders' is disabled: the deliveries wait until it is enabled"]
     assert [d[0] for d in deliveries(conn, old)] == ["mail"]
     stamp = outbox(dsn, "replay", "--endpoint", "orders", "--since", "2000-01-01T00:00:00")
     assert stamp.returncode == 0, stamp.stderr

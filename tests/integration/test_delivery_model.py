@@ -209,7 +209,8 @@ class DeliveryMachine(RuleBasedStateMachine):
         now = datetime.now(UTC)
         record = decide(claim.delivery, self.policy, ANSWERS[answer], now, lambda: 0.5).record
         results = [[record.delivery_id, str(record.lease_token), record.state, record.delay,
-                    record.error, record.status, record.refund]]
+                    record.error, record.status, record.refund, record.reason,
+                    record.duration]]
         slots = ([] if claim.slot is None
                  else [[self.endpoint_id, claim.slot, str(claim.slot_token)]])
         circuits = ([[self.endpoint_id, answer != "retryable", int(answer == "retryable")]]

@@ -21,8 +21,8 @@ from tests.support.releases import releases
 ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
 
 
-TABLES = ["deliveries", "endpoint_backlog", "endpoint_slots", "endpoint_state", "endpoints",
-          "events", "inbox", "maintainer", "schema_version"]
+TABLES = ["attempts", "deliveries", "dispatchers", "endpoint_backlog", "endpoint_slots",
+          "endpoint_state", "endpoints", "events", "inbox", "maintainer", "schema_version"]
 
 
 def _tables(dsn: str) -> list[str]:

@@ -11,12 +11,15 @@
 -- keeps one row (with a NULL name) when no live endpoint exists, so that the
 -- unrouted count always comes back.
 SELECT u.unrouted, ep.name, ep.enabled, ep.pending, ep.in_flight, ep.delivered, ep.dead,
-       ep.oldest_pending_seconds, ep.circuit, ep.max_pending
+       ep.oldest_pending_seconds, ep.circuit, ep.max_pending, ep.disabled_reason, ep.opened_at
 FROM (SELECT count(*) AS unrouted FROM outbox.events WHERE unrouted) AS u
 LEFT JOIN LATERAL (
-    SELECT e.name, e.enabled, e.max_pending, p.pending, p.oldest_pending_seconds,
+    SELECT e.name, e.enabled, e.max_pending, e.disabled_reason, p.pending,
+           p.oldest_pending_seconds,
            coalesce((SELECT s.circuit FROM outbox.endpoint_state s WHERE s.endpoint_id = e.id),
                     'closed') AS circuit,
+           (SELECT s.opened_at FROM outbox.endpoint_state s WHERE s.endpoint_id = e.id
+            AND s.circuit <> 'closed') AS opened_at,
            (SELECT count(*) FROM outbox.deliveries d
             WHERE d.endpoint_id = e.id AND d.state = 'in_flight') AS in_flight,
            (SELECT count(*) FROM outbox.deliveries d
@@ -35,6 +38,17 @@ LEFT JOIN LATERAL (
     WHERE e.removed_at IS NULL
 ) AS ep ON true
 ORDER BY ep.name;
+
+-- name: admin_dispatchers
+-- Dispatchers alive: heartbeats seen in the last 30 s (each writes one every
+-- few seconds), and whether the maintainer lease is held (an earlier
+-- release's dispatchers write no heartbeat but hold that lease); the problems
+-- they report, merged (endpoint name -> why it cannot be served).
+SELECT (SELECT count(*) FROM outbox.dispatchers WHERE seen_at > now() - interval '30 seconds'),
+       (SELECT expires_at > now() FROM outbox.maintainer),
+       (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}')::text
+        FROM outbox.dispatchers d, jsonb_each_text(d.problems) p
+        WHERE d.seen_at > now() - interval '30 seconds');
 
 -- name: admin_key_waits
 -- Producers waiting for a key: publish() takes a transaction-scoped advisory
@@ -71,6 +85,7 @@ SELECT EXISTS (SELECT 1 FROM outbox.endpoints WHERE name = %(name)s);
 -- name: admin_dead_list
 -- Dead rows are read through deliveries_finished (state leads it) and sorted
 -- newest first; the LEFT JOIN keeps a row whose endpoint row was deleted by hand.
+-- The filters are dead retry's (--type, --since and --until on the event).
 SELECT d.event_id::text, coalesce(e.name, '#' || d.endpoint_id::text),
        e.removed_at IS NOT NULL AS removed, ev.type, d.key, d.attempts, d.last_error,
        d.last_status, d.finished_at
@@ -79,11 +94,15 @@ JOIN outbox.events ev ON ev.id = d.event_id
 LEFT JOIN outbox.endpoints e ON e.id = d.endpoint_id
 WHERE d.state = 'dead'
   AND (%(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text)
+  AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
+  AND (%(since)s::timestamptz IS NULL OR ev.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
 ORDER BY d.finished_at DESC NULLS LAST, d.id DESC
 LIMIT %(limit)s;
 
 -- name: admin_retry_dead
--- Dead deliveries back to pending with fresh attempts. last_error and
+-- Dead deliveries back to pending with fresh attempts (attempts_before keeps
+-- counting the old ones, for the attempt history's numbering). last_error and
 -- last_status stay until the next attempt overwrites them, so a retried row
 -- still says why it failed before.
 -- The live endpoints are locked FOR SHARE: a concurrent `endpoints remove`
@@ -92,7 +111,12 @@ LIMIT %(limit)s;
 -- endpoint no longer matches here), so no pending row is ever left on a
 -- removed endpoint, where no dispatcher would claim it.
 -- Every selector starts from the dead rows through deliveries_finished (state,
--- endpoint_id, ...): dead letters are few, so one statement serves all three.
+-- endpoint_id, ...): dead letters are few, so one statement serves all three,
+-- and the filters (--type as LIKE patterns, --since/--until on the event's
+-- created_at) read each dead row's event by its primary key. Dead letters the
+-- filters choose whose endpoint is removed are not retried (no dispatcher
+-- serves it): they come back as skipped, counted per endpoint. With dry_run
+-- nothing is written and the counts say what would be.
 -- pg_notify is queued until commit: dispatchers wake only if the retry commits.
 WITH live AS (
     SELECT id, name, enabled FROM outbox.endpoints
@@ -100,13 +124,27 @@ WITH live AS (
       AND (%(endpoint_id)s::bigint IS NULL OR id = %(endpoint_id)s::bigint)
     FOR SHARE
 ),
+chosen AS MATERIALIZED (
+    SELECT d.id, d.endpoint_id
+    FROM outbox.deliveries d
+    JOIN outbox.events ev ON ev.id = d.event_id
+    WHERE d.state = 'dead'
+      AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
+      AND (%(event_ids)s::uuid[] IS NULL OR d.event_id = ANY (%(event_ids)s::uuid[]))
+      AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
+      AND (%(since)s::timestamptz IS NULL OR ev.created_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
+),
+eligible AS (
+    SELECT c.id, c.endpoint_id FROM chosen c JOIN live ON live.id = c.endpoint_id
+),
 retried AS (
     UPDATE outbox.deliveries d
-    SET state = 'pending', attempts = 0, next_attempt_at = clock_timestamp(),
+    SET state = 'pending', attempts_before = d.attempts_before + d.attempts, attempts = 0,
+        next_attempt_at = clock_timestamp(),
         lease_token = NULL, lease_expires_at = NULL, finished_at = NULL
-    FROM live
-    WHERE d.state = 'dead' AND d.endpoint_id = live.id
-      AND (%(event_ids)s::uuid[] IS NULL OR d.event_id = ANY (%(event_ids)s::uuid[]))
+    FROM eligible el
+    WHERE d.id = el.id AND d.state = 'dead' AND NOT %(dry_run)s::boolean
     RETURNING d.endpoint_id
 ),
 -- Retried deliveries count against a --max-pending bound again (shard -1).
@@ -117,11 +155,42 @@ counted AS (
     WHERE b.endpoint_id = r.endpoint_id AND b.shard = -1
 )
 SELECT (SELECT count(*) FROM retried),
+       (SELECT count(*) FROM eligible),
        ARRAY(SELECT DISTINCT live.name FROM live
              WHERE NOT live.enabled
-               AND EXISTS (SELECT 1 FROM retried r WHERE r.endpoint_id = live.id)
+               AND EXISTS (SELECT 1 FROM eligible el WHERE el.endpoint_id = live.id)
              ORDER BY live.name),
+       (SELECT coalesce(json_agg(json_build_array(s.name, s.n) ORDER BY s.name), '[]')::text
+        FROM (SELECT coalesce(e.name, '#' || c.endpoint_id::text) AS name, count(*) AS n
+              FROM chosen c
+              LEFT JOIN outbox.endpoints e ON e.id = c.endpoint_id
+              WHERE NOT EXISTS (SELECT 1 FROM live WHERE live.id = c.endpoint_id)
+              GROUP BY 1) s),
        (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM retried));
+
+-- name: admin_dead_discard
+-- Dead letters deleted on purpose (`outbox dead discard`), chosen as dead
+-- retry chooses them; their attempt history goes with them (the trigger
+-- attempts_follow_deliveries). The event stays until retention finds it
+-- without deliveries. With dry_run nothing is deleted.
+WITH chosen AS MATERIALIZED (
+    SELECT d.id
+    FROM outbox.deliveries d
+    JOIN outbox.events ev ON ev.id = d.event_id
+    LEFT JOIN outbox.endpoints e ON e.id = d.endpoint_id
+    WHERE d.state = 'dead'
+      AND (%(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text)
+      AND (%(event_ids)s::uuid[] IS NULL OR d.event_id = ANY (%(event_ids)s::uuid[]))
+      AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
+      AND (%(since)s::timestamptz IS NULL OR ev.created_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
+),
+gone AS (
+    DELETE FROM outbox.deliveries d USING chosen c
+    WHERE d.id = c.id AND d.state = 'dead' AND NOT %(dry_run)s::boolean
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM chosen);
 
 -- name: admin_replay_lock
 -- Replays share this lock; each purge batch of events takes it exclusively
@@ -131,9 +200,9 @@ SELECT (SELECT count(*) FROM retried),
 -- those of migrate_lock and endpoints_admin_lock.
 SELECT pg_advisory_xact_lock_shared(7469813520431);
 
--- name: admin_replay_since
+-- name: admin_moment
 -- "2h ago" is measured on the database clock, like every other time here.
-SELECT coalesce(%(since)s::timestamptz, now() - %(ago)s::interval);
+SELECT coalesce(%(at)s::timestamptz, now() - %(ago)s::interval);
 
 -- name: admin_missing_events
 SELECT given.id::text
@@ -158,25 +227,40 @@ WITH target AS (
     WHERE id = %(endpoint_id)s AND removed_at IS NULL
     FOR SHARE
 ),
-chosen AS (
+-- --type (LIKE patterns) and --until filter the chosen events too; fresh are
+-- those not already on their way; with dry_run nothing is inserted and the
+-- counts say what would be. A replayed delivery goes on numbering attempts
+-- where the event's earlier deliveries to the endpoint stopped (attempts_before).
+chosen AS MATERIALIZED (
     SELECT ev.id, ev.seq, ev.key, ev.deliver_after
     FROM outbox.events ev
     WHERE ev.id = ANY (%(event_ids)s::uuid[])
+      AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
     UNION ALL
     SELECT ev.id, ev.seq, ev.key, ev.deliver_after
     FROM outbox.events ev
     WHERE %(event_ids)s::uuid[] IS NULL
       AND ev.id >= %(since_id)s::uuid AND ev.created_at >= %(since)s::timestamptz
+      AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
+      AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
 ),
-inserted AS (
-    INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, key, next_attempt_at)
-    SELECT c.id, t.id, c.seq, c.key, greatest(c.deliver_after, clock_timestamp())
+fresh AS MATERIALIZED (
+    SELECT c.id, c.seq, c.key, c.deliver_after, t.id AS endpoint_id
     FROM chosen c, target t
     WHERE NOT EXISTS (
         SELECT 1 FROM outbox.deliveries d
         WHERE d.event_id = c.id AND d.endpoint_id = t.id AND d.state IN ('pending', 'in_flight')
     )
-    ORDER BY c.seq
+),
+inserted AS (
+    INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, key, next_attempt_at,
+                                   attempts_before)
+    SELECT f.id, f.endpoint_id, f.seq, f.key, greatest(f.deliver_after, clock_timestamp()),
+           coalesce((SELECT max(p.attempts_before + p.attempts) FROM outbox.deliveries p
+                     WHERE p.event_id = f.id AND p.endpoint_id = f.endpoint_id), 0)
+    FROM fresh f
+    WHERE NOT %(dry_run)s::boolean
+    ORDER BY f.seq
     RETURNING event_id
 ),
 -- Replayed deliveries count against a --max-pending bound (shard -1).
@@ -194,6 +278,7 @@ rerouted AS (
 )
 SELECT (SELECT count(*) FROM chosen),
        (SELECT count(*) FROM inserted),
+       (SELECT count(*) FROM fresh),
        (SELECT count(*) FROM rerouted),
        (SELECT enabled FROM target),
        (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM inserted));

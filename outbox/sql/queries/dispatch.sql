@@ -274,11 +274,20 @@ ORDER BY visited;
 -- whose delivery another dispatcher took over) changes nothing here, so a
 -- late result can never overwrite the new owner's. Returns the rows written.
 -- The batch travels as JSON arrays of arrays: one C-level json.dumps in the
--- dispatcher instead of many Python-level array adaptations.
+-- dispatcher instead of many Python-level array adaptations. The results are
+-- read as jsonb, parsed once: json's ->> parses its element again for every
+-- field taken (nine per result), which cost more than the rest of the
+-- statement's work per row (benchmarks/history.py: 16.4 us per result with
+-- json and seven fields, 13.1 with jsonb and nine).
 --
--- results: [id, token, state, delay, error, status, refund]. 'released' is a
--- hand-back (pending again, due now, last error kept); refund takes back the
--- attempt the claim charged (a hand-back, or a failed circuit probe).
+-- results: [id, token, state, delay, error, status, refund, reason, duration].
+-- 'released' is a hand-back (pending again, due now, last error kept); refund
+-- takes back the attempt the claim charged (a hand-back, or a failed circuit
+-- probe: that one was made, so attempts_before keeps counting it for the
+-- history's numbering). reason is set for a failed attempt only: each such
+-- result adds its row to the attempt history (the history CTE), numbered
+-- attempts_before + attempts; a success adds none, so the all-success batch
+-- writes nothing more than before (duration goes into the row it updates).
 -- slots: [endpoint_id, slot, token] of requests that ended: free again.
 -- Deliveries delivered or dead leave their endpoint's --max-pending count.
 -- circuits: [endpoint_id, reset, failures] per endpoint of the batch: reset
@@ -292,13 +301,17 @@ ORDER BY visited;
 WITH r AS (
     SELECT (e->>0)::bigint AS id, (e->>1)::uuid AS token, e->>2 AS state,
            (e->>3)::float8 AS delay, e->>4 AS error, (e->>5)::int AS status,
-           (e->>6)::boolean AS refund
-    FROM json_array_elements(%(results)s::json) AS e
+           (e->>6)::boolean AS refund, e->>7 AS reason, (e->>8)::float8 AS duration
+    FROM jsonb_array_elements(%(results)s::jsonb) AS e
 ),
 finished AS (
     UPDATE outbox.deliveries d
     SET state = CASE WHEN r.state = 'released' THEN 'pending' ELSE r.state END,
         attempts = d.attempts - CASE WHEN r.refund THEN 1 ELSE 0 END,
+        attempts_before = d.attempts_before
+                          + CASE WHEN r.refund AND r.state <> 'released' THEN 1 ELSE 0 END,
+        last_duration_seconds = CASE WHEN r.state = 'released' THEN d.last_duration_seconds
+                                     ELSE r.duration END,
         lease_token = NULL,
         lease_expires_at = NULL,
         next_attempt_at = CASE WHEN r.state = 'pending'
@@ -310,7 +323,17 @@ finished AS (
         finished_at = CASE WHEN r.state IN ('delivered', 'dead') THEN now() END
     FROM r
     WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight'
-    RETURNING d.id, d.endpoint_id, d.key, d.seq, d.state
+    RETURNING d.id, d.endpoint_id, d.key, d.seq, d.state, r.reason, r.status, r.error,
+              r.duration, d.attempts_before + d.attempts AS attempt
+),
+-- The attempt history: a row per failed attempt written above (guarded by the
+-- same lease token), read from finished itself, so that no join is made.
+history AS (
+    INSERT INTO outbox.attempts (delivery_id, attempt, at, status, reason,
+                                 duration_seconds, error)
+    SELECT f.id, f.attempt, now(), f.status, f.reason, f.duration, f.error
+    FROM finished f
+    WHERE f.reason IS NOT NULL
 ),
 -- A keyed delivery that finished hands its turn to the next event of its key:
 -- if that one was parked (see park_blocked), it becomes due now.
@@ -579,3 +602,24 @@ LISTEN outbox_wakeup; LISTEN outbox_endpoints;
 -- connections (or drops what arrives on an idle one) fails it. The payload
 -- names this probe; the claimer takes any outbox_wakeup as a hint only.
 SELECT pg_notify('outbox_wakeup', %(payload)s);
+
+-- name: pending_count
+-- What `outbox-dispatcher --once` leaves behind: pending deliveries (retries
+-- not yet due, events delayed or waiting for their key, disabled endpoints'),
+-- counted once at its end through the deliveries_pending index.
+SELECT count(*) FROM outbox.deliveries WHERE state = 'pending';
+
+-- name: heartbeat
+-- This dispatcher is alive (see outbox.dispatchers), with the endpoints it
+-- cannot serve and why. One row per process, upserted in place.
+INSERT INTO outbox.dispatchers (id, host, pid, version, problems)
+VALUES (%(me)s, %(host)s, %(pid)s, %(version)s, %(problems)s::jsonb)
+ON CONFLICT (id) DO UPDATE SET seen_at = now(), problems = EXCLUDED.problems;
+
+-- name: heartbeat_stop
+DELETE FROM outbox.dispatchers WHERE id = %(me)s;
+
+-- name: heartbeat_sweep
+-- The maintainer forgets processes not seen for an hour (they died unannounced).
+DELETE FROM outbox.dispatchers WHERE seen_at < now() - interval '1 hour';
+

@@ -1,0 +1,85 @@
+"""Argument types shared by the subcommands: each turns a bad value into a usage error (exit 2).
+
+argparse reports an ``ArgumentTypeError`` as one line naming the option as
+typed; nothing here reaches the database with a value it would refuse
+(a number beyond its range, a time before year 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from outbox.durations import parse_duration
+from outbox.endpoints import check_patterns
+from outbox.errors import InvalidEndpoint
+
+MAX_COUNT = 1_000_000_000
+"""The largest count an option takes (--limit): well inside the database's integers."""
+
+
+def event_id(text: str) -> uuid.UUID:
+    """An event id: a malformed one is a usage error (exit 2)."""
+    try:
+        return uuid.UUID(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid event id {text!r}: not a UUID") from None
+
+
+def positive_int(text: str) -> int:
+    """A whole number from 1 to :data:`MAX_COUNT`."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}: give a whole number >= 1")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(
+            f"invalid number {text!r}: at most {MAX_COUNT:,}".replace(",", "_"))
+    return value
+
+
+def moment(text: str) -> datetime | timedelta:
+    """A time: an ISO 8601 timestamp (no zone means UTC) or a duration back from now."""
+    try:
+        found = datetime.fromisoformat(text.strip())
+    except ValueError:
+        pass
+    else:
+        return found if found.tzinfo else found.replace(tzinfo=UTC)
+    try:
+        ago = parse_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: give an ISO 8601 timestamp such as 2024-05-01T12:00:00Z "
+            "(UTC when no zone is given) or a duration ago such as 2h or 7d") from None
+    try:
+        datetime.now(UTC) - ago
+    except OverflowError:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: that long ago is before year 1") from None
+    return ago
+
+
+def type_pattern(text: str) -> str:
+    """A glob pattern over event types, as ``--events`` takes."""
+    try:
+        return check_patterns([text])[0]
+    except InvalidEndpoint:
+        raise argparse.ArgumentTypeError(
+            f"invalid pattern {text!r}: use event-type words separated by dots, '*' for "
+            "any run of characters and '?' for one, such as 'mail.*'") from None
+
+
+def add_filters(parser: argparse.ArgumentParser, *, until_help: str = "") -> None:
+    """--type, --since and --until: the event filters of dead letters and replays."""
+    parser.add_argument("--type", type=type_pattern, action="append", dest="types",
+                        default=[], metavar="PATTERN",
+                        help="only events of a type matching this glob (repeat to or them)")
+    parser.add_argument("--since", type=moment, metavar="TIMESTAMP",
+                        help="only events published at or after this time: ISO 8601 (UTC "
+                        "when no zone is given), or a duration such as 2h meaning that long ago")
+    parser.add_argument("--until", type=moment, metavar="TIMESTAMP",
+                        help="only events published before this time" + until_help)

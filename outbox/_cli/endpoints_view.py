@@ -1,0 +1,96 @@
+"""What ``outbox endpoints`` shows: ``list`` (with the limits), ``show NAME``, the sync plan.
+
+Secrets are shown only as their kind (``whsec``, ``env:NAME``), header
+values never (they are often credentials).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from outbox import endpoints as store
+from outbox._cli import common
+from outbox._shared.urls import shown_url
+from outbox.endpoints import signing_label
+
+
+def show(args: argparse.Namespace) -> int:
+    with common.connect(args) as conn:
+        found = [e for e in store.list_endpoints(conn) if e.name == args.name]
+    if not found:
+        raise common.CommandFailed(f"no endpoint named {args.name!r}")
+    doc = as_json(found[0])
+    if args.json:
+        common.print_json(doc)
+        return common.EXIT_OK
+    width = max(len(key) for key in doc)
+    for key, value in doc.items():
+        text = (", ".join(map(str, value)) if isinstance(value, list)
+                else ", ".join(value) or "-" if isinstance(value, dict)
+                else "-" if value is None else str(value))
+        print(f"{key.replace('_', ' '):<{width}}  {text}")
+    return common.EXIT_OK
+
+
+def list_endpoints(args: argparse.Namespace) -> int:
+    with common.connect(args) as conn:
+        endpoints = store.list_endpoints(conn)
+    if args.json:
+        common.print_json([as_json(e) for e in endpoints])
+        return common.EXIT_OK
+    rows = []
+    for e in endpoints:
+        c = e.columns
+        state = "yes" if e.enabled else f"no ({e.disabled_reason})" if e.disabled_reason else "no"
+        rows.append((c["name"], state, shown_url(c["url"]), ",".join(c["events"]),
+                     signing_label(c["secret"]) or "-", c["format"], c["max_in_flight"],
+                     f"{c['rate_limit']:g}/s" if c["rate_limit"] else "-", c["max_batch"],
+                     c["max_pending"] or "-", c["max_attempts"]))
+    common.print_table(("name", "enabled", "url", "events", "signing", "format", "in flight",
+                        "rate", "batch", "max pending", "attempts"), rows)
+    return common.EXIT_OK
+
+
+def as_json(e: store.StoredEndpoint) -> dict[str, Any]:
+    """Every option of an endpoint; the secret reduced to its kind, header values hidden."""
+    c = e.columns
+    rotation_ends = max((str(p.get("expires_at")) for p in e.previous_secrets), default=None)
+    return {
+        # Query values may be tokens (?token=...): masked, as header values are.
+        "name": c["name"], "url": shown_url(c["url"]), "events": c["events"],
+        "signing": signing_label(c["secret"]), "signing_previous_until": rotation_ends,
+        "max_attempts": c["max_attempts"], "timeout": c["timeout_seconds"],
+        "min_backoff": c["min_backoff_seconds"], "max_backoff": c["max_backoff_seconds"],
+        "max_in_flight": c["max_in_flight"], "rate_limit": c["rate_limit"],
+        "max_batch": c["max_batch"], "format": c["format"],
+        "breaker_failures": c["breaker_failures"],
+        "breaker_cooldown": c["breaker_cooldown_seconds"],
+        "max_pending": c["max_pending"],
+        # Header values are often credentials (Authorization): names only.
+        "headers": dict.fromkeys(c["headers"], "(hidden)"),
+        "enabled": e.enabled, "disabled_reason": e.disabled_reason,
+        "created_at": e.created_at.isoformat(), "updated_at": e.updated_at.isoformat(),
+    }
+
+
+def print_plan(report: store.SyncReport, *, force: bool) -> int:
+    """sync --dry-run: what the sync would do, line by line; nothing was changed."""
+    for name in report.added:
+        print(f"would add {name}")
+    for name, options in report.changed.items():
+        print(f"would change {name}: {', '.join(options)}")
+    busy = []
+    for name, undelivered in report.removed.items():
+        line = f"would remove {name}"
+        if undelivered:
+            noun = "delivery" if undelivered == 1 else "deliveries"
+            line += (f" and dead-letter its {undelivered} undelivered {noun}" if force else
+                     f": it has {undelivered} undelivered {noun}, refused without --force "
+                     "(forced, they become dead letters)")
+            busy.append(name)
+        print(line)
+    print(f"sync --dry-run: {len(report.added)} to add, {len(report.changed)} to change, "
+          f"{len(report.removed)} to remove, {len(report.unchanged)} unchanged; "
+          "nothing changed")
+    return common.EXIT_OK

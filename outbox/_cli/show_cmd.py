@@ -1,0 +1,92 @@
+"""``outbox show EVENT_ID``: one event's whole story, every attempt at every endpoint."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from outbox import history
+from outbox._cli import common
+from outbox._cli.dead_cmd import event_id, rfc3339
+from outbox.errors import EventsNotFound
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "show", help="one event's whole story: every attempt at every endpoint",
+        description="One event: its type, key, publish time and trace, and for each endpoint "
+        "the state of its delivery and every attempt made, oldest first (a retry or a replay "
+        "goes on counting attempts). Failed attempts give their HTTP status, reason, "
+        "duration and error; the history lasts as long as its delivery.")
+    parser.add_argument("event_id", type=event_id, metavar="EVENT_ID", help="the event's id")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    common.add_dsn_option(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with common.connect(args) as conn:
+        try:
+            story = history.show(conn, args.event_id)
+        except EventsNotFound:
+            raise common.CommandFailed(f"no event {args.event_id} (unknown, or purged)") from None
+    if args.json:
+        common.print_json(as_json(story))
+        return common.EXIT_OK
+    for line in as_text(story):
+        print(line)
+    return common.EXIT_OK
+
+
+def as_json(story: history.EventStory) -> dict[str, Any]:
+    """The contract's shape of ``show --json``."""
+    return {
+        "event_id": story.event_id, "type": story.type, "key": story.key,
+        "created_at": rfc3339(story.created_at), "trace_id": story.trace_id,
+        "deliveries": [{
+            "endpoint": d.endpoint, "state": d.state, "attempts": d.attempts,
+            "next_attempt_at": rfc3339(d.next_attempt_at), "last_error": d.last_error,
+            "last_status": d.last_status,
+            "history": [{
+                "attempt": a.attempt, "at": rfc3339(a.at), "status": a.status,
+                "reason": a.reason, "duration_seconds": a.duration_seconds, "error": a.error,
+            } for a in d.history],
+        } for d in story.deliveries],
+    }
+
+
+def as_text(story: history.EventStory) -> list[str]:
+    """A header, then one block per endpoint with one line per attempt."""
+    lines = [f"event {story.event_id}",
+             f"  type       {story.type}",
+             f"  key        {story.key if story.key is not None else '-'}",
+             f"  published  {rfc3339(story.created_at, seconds=True)}",
+             f"  trace      {story.trace_id or '-'}"]
+    if not story.deliveries:
+        lines += ["", "no deliveries (unrouted: no endpoint subscribed to its type; "
+                  "`outbox replay` can send it)"]
+    for d in story.deliveries:
+        noun = "attempt" if d.attempts == 1 else "attempts"
+        head = f"{d.endpoint}{' (removed)' * d.endpoint_removed}: {d.state.replace('_', ' ')}"
+        head += f", {d.attempts} {noun}"
+        if d.waiting_for_key:
+            head += ", waiting for an earlier event of its key"
+        elif d.next_attempt_at is not None:
+            head += f", next attempt {rfc3339(d.next_attempt_at, seconds=True)}"
+        lines += ["", head]
+        for a in d.history:
+            status = str(a.status) if a.status is not None else "-"
+            took = f"{a.duration_seconds:.3f}s" if a.duration_seconds is not None else "-"
+            what = "ok" if a.reason is None else a.reason
+            at = rfc3339(a.at, seconds=True)
+            line = f"  #{a.attempt:<3} {at}  {status:>3}  {took:>8}  {what}"
+            if a.error:
+                line += f"  {' '.join(a.error.split())}"
+            lines.append(line.rstrip())
+        unrecorded = d.attempts - len(d.history) - (d.state == "in_flight")
+        if unrecorded > 0:
+            lines.append(f"  ({unrecorded} earlier {'attempt' if unrecorded == 1 else 'attempts'}"
+                         " without a record: made before the history existed, or cut off)")
+        if d.state == "dead" and d.last_error and not any(a.error for a in d.history):
+            lines.append(f"  last error: {' '.join(d.last_error.split())}")
+    return lines

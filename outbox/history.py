@@ -1,0 +1,117 @@
+"""One event's whole story, for ``outbox show``: its deliveries and every attempt made.
+
+The dispatcher writes a row of ``outbox.attempts`` per failed attempt, in
+the statement that records the attempt's result; a successful attempt adds
+no row, since the delivery itself keeps what there is to say of it
+(``finished_at``, ``last_status``, ``last_duration_seconds``). :func:`show`
+puts the two together: per endpoint, the state of its latest delivery and
+the attempts of all its deliveries (a replay adds a delivery; its attempts
+go on counting), oldest first.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from outbox.errors import EventsNotFound
+from outbox.sql import queries
+
+__all__ = ["Attempt", "DeliveryStory", "EventStory", "show", "trace_id"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt: ``reason`` is None for a success, else a failure reason of the metrics."""
+
+    attempt: int
+    at: datetime
+    status: int | None
+    reason: str | None
+    duration_seconds: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class DeliveryStory:
+    """What became of the event at one endpoint."""
+
+    endpoint: str
+    endpoint_removed: bool
+    state: str
+    attempts: int
+    """Attempts over the delivery's whole life (retries and replays go on counting)."""
+    next_attempt_at: datetime | None
+    """When the next attempt is due (pending only); None also while it waits for its key."""
+    waiting_for_key: bool
+    """Pending behind an earlier event of its key that is not finished yet."""
+    last_error: str | None
+    last_status: int | None
+    history: tuple[Attempt, ...]
+
+
+@dataclass(frozen=True)
+class EventStory:
+    event_id: str
+    type: str
+    key: str | None
+    created_at: datetime
+    trace_id: str | None
+    deliveries: tuple[DeliveryStory, ...]
+
+
+def trace_id(traceparent: str | None) -> str | None:
+    """The 32-hex-digit trace id of a W3C ``traceparent`` (``00-<trace>-<span>-<flags>``)."""
+    if not traceparent:
+        return None
+    parts = traceparent.strip().split("-")
+    if len(parts) < 4 or len(parts[1]) != 32:
+        return None
+    try:
+        int(parts[1], 16)
+    except ValueError:
+        return None
+    return None if set(parts[1]) == {"0"} else parts[1].lower()
+
+
+def show(conn: psycopg.Connection[Any], event_id: uuid.UUID) -> EventStory:
+    """The event's story; an unknown id raises :class:`~outbox.errors.EventsNotFound`."""
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        event = cur.execute(queries["show_event"], {"event_id": event_id}).fetchone()
+        if event is None:
+            raise EventsNotFound([str(event_id)])
+        rows = cur.execute(queries["show_deliveries"], {"event_id": event_id}).fetchall()
+        failed = cur.execute(queries["show_attempts"],
+                             {"delivery_ids": [r[0] for r in rows]}).fetchall()
+    by_delivery: dict[int, list[Attempt]] = {}
+    for delivery_id, number, at, status, reason, duration, error in failed:
+        by_delivery.setdefault(int(delivery_id), []).append(
+            Attempt(int(number), at, status, reason, duration, error))
+    by_endpoint: dict[str, list[tuple[Any, ...]]] = {}
+    for row in rows:
+        by_endpoint.setdefault(str(row[1]), []).append(row)
+    stories = tuple(_story(name, group, by_delivery) for name, group in by_endpoint.items())
+    ev_id, ev_type, key, created_at, traceparent = event
+    return EventStory(str(ev_id), ev_type, key, created_at, trace_id(traceparent), stories)
+
+
+def _story(name: str, group: Sequence[tuple[Any, ...]],
+           failed: dict[int, list[Attempt]]) -> DeliveryStory:
+    """One endpoint's block: its deliveries in id order, the latest giving the state."""
+    history: list[Attempt] = []
+    for (delivery_id, _, _, state, attempts, _, _, status, finished_at, duration, _) in group:
+        history += failed.get(int(delivery_id), [])
+        if state == "delivered" and finished_at is not None:
+            history.append(Attempt(int(attempts), finished_at, status, None, duration, None))
+    history.sort(key=lambda a: (a.at, a.attempt))
+    (_, _, removed, state, attempts, next_at, last_error, last_status, _, _, parked) = group[-1]
+    waiting = state == "pending" and bool(parked)
+    due = next_at if state == "pending" else None
+    return DeliveryStory(name, bool(removed), state, int(attempts), due, waiting, last_error,
+                         last_status, tuple(history))

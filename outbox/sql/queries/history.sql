@@ -1,0 +1,31 @@
+-- Queries of `outbox show`: one event's whole story. Used by outbox/history.py.
+
+-- name: show_event
+-- The event itself, with the W3C trace context it was published in (if any).
+SELECT ev.id::text, ev.type, ev.key, ev.created_at, ev.traceparent
+FROM outbox.events ev
+WHERE ev.id = %(event_id)s;
+
+-- name: show_deliveries
+-- Every delivery of the event (a replay adds one per endpoint each time),
+-- through deliveries_event; the LEFT JOIN keeps one whose endpoint row was
+-- deleted by hand. attempts_before + attempts is the delivery's attempt
+-- count over its whole life, as the history numbers it. A delivery parked
+-- behind an earlier event of its key is due at 'infinity' (see park_blocked),
+-- which a Python datetime cannot hold: it comes as NULL and a flag.
+SELECT d.id, coalesce(e.name, '#' || d.endpoint_id::text), e.removed_at IS NOT NULL,
+       d.state, d.attempts_before + d.attempts,
+       nullif(d.next_attempt_at, 'infinity'), d.last_error,
+       d.last_status, d.finished_at, d.last_duration_seconds,
+       d.next_attempt_at = 'infinity'
+FROM outbox.deliveries d
+LEFT JOIN outbox.endpoints e ON e.id = d.endpoint_id
+WHERE d.event_id = %(event_id)s
+ORDER BY 2, d.id;
+
+-- name: show_attempts
+-- The failed attempts of those deliveries, oldest first (attempts_delivery).
+SELECT a.delivery_id, a.attempt, a.at, a.status, a.reason, a.duration_seconds, a.error
+FROM outbox.attempts a
+WHERE a.delivery_id = ANY (%(delivery_ids)s::bigint[])
+ORDER BY a.at, a.attempt;
