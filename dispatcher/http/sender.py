@@ -31,12 +31,7 @@ from dataclasses import dataclass
 import httpx
 
 from dispatcher.http.netguard import NetworkPolicy
-from dispatcher.http.transport import (
-    BlockedAddress,
-    DescriptorsExhausted,
-    H1Transport,
-    PoolKey,
-)
+from dispatcher.http.transport import BlockedAddress, DescriptorsExhausted, H1Transport, PoolKey
 from dispatcher.policy.model import AttemptResult, ErrorKind
 
 # How much of a response body we read and keep: enough for an error message,
@@ -64,11 +59,11 @@ class HttpSender:
         ``transport`` is one tuned for a test (its resolver, CAs or limits),
         and the policy is then the one it was given.
         """
-        self._policy = NetworkPolicy.build(block_private_networks, allow_networks)
+        policy = NetworkPolicy.build(block_private_networks, allow_networks)  # checked always
         self.transport = transport or H1Transport(
             max_connections=max_connections,
             max_connections_per_host=max_connections_per_host or max_connections,
-            policy=self._policy)
+            policy=policy)
         # identity: the excerpt is read raw, and a compressed bomb stays small.
         self._defaults = (("user-agent", user_agent), ("accept", "*/*"),
                           ("accept-encoding", "identity"))
