@@ -409,8 +409,7 @@ def test_error_text_hides_the_url_query() -> None:
 @pytest.mark.parametrize("userinfo", ["bob:hunter2@", "user@"])
 def test_url_with_credentials_is_not_sent_and_never_shown(
         receiver: Receiver, userinfo: str) -> None:
-    """user:password@ in a URL fails the attempt as "other" before any connection (with
-    blocking on or off), its text naming the URL without credentials or query."""
+    """A URL with user:password@ fails as "other", unsent, its text free of them and the query."""
     url = f"http://{userinfo}127.0.0.1:{receiver.port}/in?token=t0ps3cret"
     for block in (False, True):
         result = post(url, [("webhook-signature", SIGNATURE)], block=block)
@@ -424,8 +423,7 @@ def test_url_with_credentials_is_not_sent_and_never_shown(
 
 
 def test_the_request_bytes_carry_each_header_once() -> None:
-    """The head is written by hand: a custom user-agent replaces ours, every header appears
-    once, content-length last, and the body follows byte for byte."""
+    """The head has every header once (a given user-agent replacing ours), content-length last."""
     requests: list[bytes] = []
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
