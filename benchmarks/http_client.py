@@ -37,7 +37,6 @@ from pathlib import Path
 import httpx
 
 from dispatcher.http.sender import HttpSender
-from dispatcher.http.transport import H1Transport
 
 IN_FLIGHT = 16
 BODY = (b'{"id":"0190f1a2-7c3e-7d2a-9b1e-5f2a3c4d5e6f","type":"mail.received",'
@@ -81,15 +80,6 @@ async def aiohttp_alone(stack: AsyncExitStack, url: str) -> Post:
         async with session.post(url, data=BODY, headers=HEADERS) as response:
             await response.read()
             response.raise_for_status()
-    return post
-
-
-async def httpx_h1(stack: AsyncExitStack, url: str) -> Post:
-    client = await stack.enter_async_context(httpx.AsyncClient(
-        transport=H1Transport(max_connections=IN_FLIGHT), trust_env=False))
-
-    async def post() -> None:
-        (await client.post(url, content=BODY, headers=HEADERS)).raise_for_status()
     return post
 
 
@@ -157,7 +147,6 @@ CLIENTS: dict[str, Factory] = {
     "httpx + httpx-aiohttp transport": httpx_aiohttp_package,
     "aiohttp alone": aiohttp_alone,
     "bare asyncio protocol (floor)": bare_protocol,
-    "httpx.AsyncClient + dispatcher.http.transport": httpx_h1,
     CHOSEN: http_sender,
     "HttpSender.send over dispatcher.http.transport, guarded": http_sender_guarded,
 }

@@ -1,7 +1,7 @@
 """The wire: one HTTP attempt per request, and the network policy it obeys.
 
 - ``sender``: ``HttpSender``, one attempt under one deadline, never an exception;
-- ``transport``: the HTTP/1.1 client under httpx's types (respx plugs in here);
+- ``transport``: the HTTP/1.1 client, ``post``: a request's bytes in, the answer out;
 - ``connection``, ``parse``, ``pool``: a keep-alive connection, its response
   parser (llhttp through httptools, with our limits), and the pool that
   hands connections out;

@@ -87,11 +87,11 @@ class Connection(asyncio.Protocol):
 
     # -- used by the pool ----------------------------------------------------
 
-    def send(self, payload: bytes, head_request: bool, body: bytes = b"") -> None:
+    def send(self, payload: bytes, body: bytes = b"") -> None:
         """Write a whole request (``payload``, then ``body`` when given apart: a large body
         is written as it is, not copied behind its head); its response's parser starts empty."""
         assert self.transport is not None
-        self.parser = ResponseParser(head_request)
+        self.parser = ResponseParser()
         self.error = None
         self.sent = len(payload) + len(body)
         self.transport.write(payload)
@@ -127,17 +127,17 @@ class Connection(asyncio.Protocol):
         """
         return self.transport is None or self.transport.is_closing()
 
-    async def read_head(self, read_timeout: float | None) -> ResponseParser:
+    async def read_head(self) -> ResponseParser:
         """Wait until the final head is parsed."""
         parser = self.parser
         assert parser is not None
         while not parser.head_done:
             if self.error is not None:
                 raise self.error
-            await self._wait(read_timeout)
+            await self._wait()
         return parser
 
-    async def read_body(self, read_timeout: float | None) -> bytes:
+    async def read_body(self) -> bytes:
         """The next body bytes, b"" at the end of the body."""
         parser = self.parser
         assert parser is not None
@@ -149,7 +149,7 @@ class Connection(asyncio.Protocol):
                 return b""
             if self.error is not None:
                 raise self.error
-            await self._wait(read_timeout)
+            await self._wait()
 
     def resume(self) -> None:
         """Read from the socket again after the reader caught up."""
@@ -163,17 +163,11 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    async def _wait(self, read_timeout: float | None) -> None:
+    async def _wait(self) -> None:
+        """Until the protocol callbacks have news; the sender's deadline bounds the wait."""
         waiter = self._waiter = self._loop.create_future()
         try:
-            if read_timeout is None:
-                await waiter
-            else:
-                try:
-                    async with asyncio.timeout(read_timeout):
-                        await waiter
-                except TimeoutError:
-                    raise httpx.ReadTimeout(f"no data for {read_timeout:g} s") from None
+            await waiter
         finally:
             self._waiter = None
 

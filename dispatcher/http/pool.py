@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import httpx
-
 from dispatcher.http.connection import Connection, PoolKey
 
 Opener = Callable[[Connection], Awaitable[None]]  # connects a new Connection to its key
@@ -42,13 +40,12 @@ class Pool:
         """Idle connections still open."""
         return sum(conn.alive() for stack in self._idle.values() for conn in stack)
 
-    async def acquire(self, key: PoolKey, open_new: Opener, *, fresh: bool = False,
-                      connect_timeout: float | None = None,
-                      pool_timeout: float | None = None) -> tuple[Connection, bool]:
+    async def acquire(self, key: PoolKey, open_new: Opener, *,
+                      fresh: bool = False) -> tuple[Connection, bool]:
         """An idle connection to ``key`` (reused: True), else a new one; waits at the limits.
 
-        ``fresh`` skips the idle ones. Raises ``ConnectTimeout``/``PoolTimeout``
-        for the timeouts given, and whatever ``open_new`` raises.
+        ``fresh`` skips the idle ones. Raises whatever ``open_new`` raises; the
+        caller's deadline bounds the waits.
         """
         while True:
             if not fresh:
@@ -56,9 +53,9 @@ class Pool:
                 if conn is not None:
                     return conn, True
             if len(self._all) < self._max and self._open.get(key, 0) < self._max_per_host:
-                return await self._connect(key, open_new, connect_timeout), False
+                return await self._connect(key, open_new), False
             if not self._evict(key):
-                await self._wait_for_room(pool_timeout)
+                await self._wait_for_room()
 
     def release(self, conn: Connection) -> None:
         """Back to the pool if its request was written and its response read whole; else closed."""
@@ -114,18 +111,12 @@ class Pool:
             self.drop(conn)  # closed by the server while idle, or expired
         return None
 
-    async def _connect(self, key: PoolKey, open_new: Opener,
-                       connect_timeout: float | None) -> Connection:
+    async def _connect(self, key: PoolKey, open_new: Opener) -> Connection:
         conn = Connection(key, self.drop)
         self._all.add(conn)  # counted from now: concurrent requests see the slot taken
         self._open[key] = self._open.get(key, 0) + 1
         try:
-            async with asyncio.timeout(connect_timeout):
-                await open_new(conn)
-        except TimeoutError as exc:
-            self.drop(conn)
-            raise httpx.ConnectTimeout(
-                f"no connection to {key[1]}:{key[2]} within {connect_timeout:g} s") from exc
+            await open_new(conn)
         except BaseException:
             self.drop(conn)
             raise
@@ -143,14 +134,11 @@ class Pool:
         self.drop(min(candidates, key=lambda conn: conn.idle_since))
         return True
 
-    async def _wait_for_room(self, pool_timeout: float | None) -> None:
+    async def _wait_for_room(self) -> None:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            async with asyncio.timeout(pool_timeout):
-                await waiter
-        except TimeoutError:
-            raise httpx.PoolTimeout(f"no free connection within {pool_timeout:g} s") from None
+            await waiter
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)

@@ -1,8 +1,10 @@
-"""HttpSender against real servers on 127.0.0.1, and respx for what they cannot produce.
+"""HttpSender against real servers on 127.0.0.1, on the path production runs.
 
 Every request goes to loopback: the blocking tests point at the receiver and
 must be refused before any connection; the allow-list tests let 127.0.0.1
-through to it. A fake DNS resolver maps test names to loopback addresses.
+through to it. Errors no server can cause come from a transport whose
+``post`` raises them (``Failing``), the one seam: everything above it is
+the production code.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Any
 
 import httpx
 import pytest
-import respx
 
 from dispatcher.http.sender import BODY_EXCERPT_BYTES, HttpSender
 from dispatcher.http.transport import H1Transport, PoolKey
@@ -312,7 +313,7 @@ def test_unusable_url_is_other_not_an_exception(url: str) -> None:
 
 @pytest.mark.parametrize("host", [
     "127.1", "2130706433", "0x7f000001", "017700000001", "[::1]", "[::ffff:127.0.0.1]",
-    "user@127.0.0.1", "localhost", "127.0.0.1",
+    "localhost", "127.0.0.1",
 ])
 def test_loopback_in_any_spelling_is_blocked_before_connecting(
         receiver: Receiver, host: str) -> None:
@@ -345,109 +346,125 @@ def test_allowed_host_name_does_not_allow_its_address_literal(receiver: Receiver
     assert receiver.count == 0
 
 
-class BrokenStream(httpx.AsyncByteStream):
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield b"partial"
-        raise httpx.ReadError("connection reset mid-body")
+# -- errors no server causes, and what error texts leave out --------------------------
 
+class Failing(H1Transport):
+    """The production transport with ``post`` raising ``failure``: the network never used."""
 
-def mocked(route_setup: Callable[[respx.Router], object], url: str) -> AttemptResult:
-    router = respx.Router(assert_all_mocked=True)
-    route_setup(router)
-    return post(url, [("webhook-signature", SIGNATURE)],
-                transport=httpx.MockTransport(router.async_handler))
+    def __init__(self, failure: Exception) -> None:
+        super().__init__()
+        self.failure = failure
+        self.keys: list[PoolKey] = []
 
-
-def test_respx_router_mocks_the_sender() -> None:
-    """A respx router plugged in as the transport sees the request and supplies the answer."""
-    router = respx.Router(assert_all_mocked=True, assert_all_called=True)
-    route = router.post("https://hooks.example.test/events").respond(
-        202, headers={"X-Seen": "yes"}, text="queued")
-    result = post("https://hooks.example.test/events", [("webhook-id", "msg_1")], BODY,
-                  transport=httpx.MockTransport(router.async_handler))
-    assert (result.status, result.body_excerpt, result.headers["x-seen"]) == (202, "queued", "yes")
-    sent = route.calls.last.request
-    assert (sent.content, sent.headers["webhook-id"]) == (BODY, "msg_1")
-    assert sent.headers["user-agent"] == "outbox-test/1"
-    router.assert_all_called()
+    async def post(self, key: PoolKey, payload: bytes, limit: int,
+                   body: bytes = b"") -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        self.keys.append(key)
+        raise self.failure
 
 
 @pytest.mark.parametrize(("failure", "kind"), [
     (httpx.RemoteProtocolError("illegal status line"), "other"),
     (httpx.ConnectTimeout("connect timed out"), "timeout"),
     (httpx.ConnectError("name resolution failed"), "connect"),
+    (httpx.ReadError("connection reset"), "connect"),
     (RuntimeError("unexpected"), "other"),
 ])
 def test_transport_errors_map_to_error_kinds(failure: Exception, kind: str) -> None:
     """Each transport error becomes its error_kind, with the error's own text."""
-    result = mocked(lambda r: r.post("https://h.test/").mock(side_effect=failure),
-                    "https://h.test/")
+    transport = Failing(failure)
+    result = post("https://h.test/", [("webhook-signature", SIGNATURE)], transport=transport)
     assert (result.status, result.error_kind, result.error) == (None, kind, str(failure))
+    assert transport.keys == [("https", "h.test", 443)]
 
 
 def test_read_error_mid_body_is_connect() -> None:
-    """A connection lost while the body arrives is "connect", whatever came before."""
-    result = mocked(lambda r: r.post("https://h.test/").respond(200, stream=BrokenStream()),
-                    "https://h.test/")
+    """A connection reset while the body arrives is "connect", whatever came before."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+        await writer.drain()
+        writer.get_extra_info("socket").setsockopt(  # close with RST instead of FIN
+            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    async def main() -> AttemptResult:
+        async with raw_server(handler) as url, sender() as client:
+            return await client.send(url, [("webhook-signature", SIGNATURE)], BODY, 5.0)
+    result = asyncio.run(main())
     assert (result.status, result.error_kind) == (None, "connect")
-    assert result.error == "connection reset mid-body"
+    assert "connection" in result.error
+    no_secrets(result)
 
 
-def test_error_text_hides_url_credentials_and_query() -> None:
-    """A transport error quoting the URL does not repeat its password or query token."""
-    url = "https://bob:hunter2@h.test/in?token=t0ps3cret"
-
-    def fail(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError(f"cannot reach {request.url}")
-    result = mocked(lambda r: r.post(url__startswith="https://").mock(side_effect=fail), url)
+def test_error_text_hides_the_url_query() -> None:
+    """A transport error quoting the URL does not repeat its query token."""
+    url = "https://h.test/in?token=t0ps3cret"
+    result = post(url, [("webhook-signature", SIGNATURE)],
+                  transport=Failing(httpx.ConnectError(f"cannot reach {url}")))
     assert result.error_kind == "connect"
     assert "h.test/in" in result.error
-    for secret in ("hunter2", "t0ps3cret", SIGNATURE):
+    for secret in ("t0ps3cret", SIGNATURE):
         assert secret not in result.error
 
 
+@pytest.mark.parametrize("userinfo", ["bob:hunter2@", "user@"])
+def test_url_with_credentials_is_not_sent_and_never_shown(
+        receiver: Receiver, userinfo: str) -> None:
+    """A URL with user:password@ fails as "other", unsent, its text free of them and the query."""
+    url = f"http://{userinfo}127.0.0.1:{receiver.port}/in?token=t0ps3cret"
+    for block in (False, True):
+        result = post(url, [("webhook-signature", SIGNATURE)], block=block)
+        assert (result.status, result.error_kind) == (None, "other")
+        assert f"127.0.0.1:{receiver.port}/in" in result.error
+        assert "user name or password" in result.error
+        for secret in ("hunter2", "bob", "user@", "t0ps3cret"):
+            assert secret not in result.error
+        no_secrets(result)
+    assert receiver.count == 0
+
+
 def test_the_request_bytes_carry_each_header_once() -> None:
-    """On the hot path the head is written by hand: a custom user-agent replaces ours, and
-    every header appears once, content-length last."""
-    written: list[bytes] = []
+    """The head has every header once (a given user-agent replacing ours), content-length last."""
+    requests: list[bytes] = []
 
-    class Capture(H1Transport):
-        async def post(self, key: PoolKey, payload: bytes, limit: int, body: bytes = b"",
-                       ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-            written.append(payload + body)
-            return 204, [(b"X-Seen", b"yes")], b""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        requests.append(head + await reader.readexactly(2))
+        writer.write(b"HTTP/1.1 204 No Content\r\nX-Seen: yes\r\n\r\n")
+        await writer.drain()
 
-    async def main() -> AttemptResult:
-        client = HttpSender(4, False, (), "outbox-dispatcher/test", transport=Capture())
-        try:
-            return await client.send("http://hooks.test:8080/in?x=1",
+    async def main() -> tuple[AttemptResult, str]:
+        async with raw_server(handler) as url, sender() as client:
+            return await client.send(url + "in?x=1",
                                      [("webhook-id", "msg_1"), ("user-agent", "custom/1")],
-                                     b"{}", 5.0)
-        finally:
-            await client.aclose()
-
-    result = asyncio.run(main())
+                                     b"{}", 5.0), url
+    result, url = asyncio.run(main())
     assert (result.status, result.headers) == (204, {"x-seen": "yes"})
-    head, _, body = written[0].partition(b"\r\n\r\n")
+    head, _, body = requests[0].partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     assert lines[0] == b"POST /in?x=1 HTTP/1.1"
+    assert lines[1] == b"host: " + url.split("/")[2].encode()
     names = [line.split(b":")[0] for line in lines[1:]]
     assert len(names) == len(set(names))
     assert b"user-agent: custom/1" in lines
+    assert b"webhook-id: msg_1" in lines
     assert lines[-1] == b"content-length: 2"
     assert body == b"{}"
 
 
-def test_a_header_with_a_line_break_is_refused_on_the_hot_path() -> None:
-    """A CR or LF in a value never reaches the wire: the attempt fails before sending."""
-    async def main() -> AttemptResult:
-        client = HttpSender(4, False, (), "outbox-dispatcher/test")
-        try:
-            return await client.send("http://127.0.0.1:9/", [("x-a", "1\r\nx-b: 2")], b"{}",
-                                     5.0)
-        finally:
-            await client.aclose()
+def test_a_header_with_a_line_break_is_refused_before_sending() -> None:
+    """A CR or LF in a value cannot smuggle a header in: the attempt fails, nothing is sent."""
+    connections = 0
 
-    result = asyncio.run(main())
-    assert result.error_kind == "other"
-    assert "CR or LF" in result.error
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await read_request(reader)
+
+    async def main() -> list[AttemptResult]:
+        async with raw_server(handler) as url, sender() as client:
+            return [await client.send(url, [("x-a", value)], b"{}", 5.0)
+                    for value in ("1\r\nx-b: 2", "1\nx-b: 2", "1\rx-b: 2")]
+    for result in asyncio.run(main()):
+        assert (result.status, result.error_kind) == (None, "other")
+        assert "CR or LF" in result.error
+    assert connections == 0
