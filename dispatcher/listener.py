@@ -102,6 +102,16 @@ class Listener:
                 if notify.channel == "outbox_endpoints":
                     self._endpoints_changed()
                 self._wake()
+        # Nothing came back: a pooler in between, or this very connection died while
+        # it waited (a silent network cut). Only a session that still answers says
+        # the former; a dead one is replaced like any other, at the usual pace.
+        try:
+            async with asyncio.timeout(self._probe_timeout):
+                await conn.execute(queries["ping"])
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            log.warning("listener connection lost while checking that notifications "
+                        "arrive, polling meanwhile: %s", first_line(exc))
+            raise
         self.working = False
         if not self._warned:
             self._warned = True

@@ -74,3 +74,31 @@ def test_a_connection_that_goes_silent_is_replaced(dsn: str, conn: psycopg.Conne
     with FaultProxy(int(conn.info.port)) as proxy:
         accepted = asyncio.run(scenario(proxy))
     assert accepted >= 2
+
+
+def test_a_connection_cut_during_its_notification_check_is_replaced_at_once(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """Cut while it checks that notifications come back: a dead connection, not a pooler,
+    so it is replaced at the usual pace instead of waiting for the pooler re-check."""
+    async def scenario(listen: FaultProxy, notify: FaultProxy) -> int:
+        listener = Listener(listen.dsn(dsn), lambda: None, notify_dsn=notify.dsn(dsn),
+                            probe_interval=0.5, probe_timeout=0.5, round_trip_timeout=1.0,
+                            recheck_interval=300)
+        task = asyncio.create_task(listener.run())
+        try:
+            # The check's own notification is on its way: LISTEN is done, the wait begins.
+            await _until(lambda: notify.accepted >= 1)
+            listen.blackhole()  # the listening link, and new ones until healed
+            await asyncio.sleep(2.0)
+            listen.heal()
+            await _until(lambda: listener.connected, timeout=15)
+            return listen.accepted
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    port = int(conn.info.port)
+    with FaultProxy(port) as listen, FaultProxy(port) as notify:
+        notify.latency = 0.2  # the check's notification takes a while: time to cut
+        assert asyncio.run(scenario(listen, notify)) >= 2
