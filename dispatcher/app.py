@@ -85,7 +85,7 @@ def build(config: DispatcherConfig) -> Parts:
     completer = Completer(complete_db, leases, control.wake.set, control.give_up,
                           registry.describe)
     tracing = configure_tracing(config.traces_exporter, __version__)
-    deliverer = Deliverer(sender, completer, metrics, complete_db, control.wake.set,
+    deliverer = Deliverer(sender, completer, metrics, control.wake.set,
                           tracing=tracing)
     flights = Flights(deliverer, free_slot=completer.free, hand_back=completer.hand_back,
                       on_done=control.wake.set)

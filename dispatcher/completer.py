@@ -38,9 +38,10 @@ class _Batch:
     records: list[Record] = field(default_factory=list)
     slots: list[Slot] = field(default_factory=list)
     verdicts: list[tuple[int, CircuitVerdict]] = field(default_factory=list)
+    disables: dict[int, str] = field(default_factory=dict)  # endpoint id -> reason (a 410)
 
     def __len__(self) -> int:
-        return len(self.records) + len(self.slots) + len(self.verdicts)
+        return len(self.records) + len(self.slots) + len(self.verdicts) + len(self.disables)
 
     def circuits_json(self) -> str:
         """Per endpoint: [endpoint_id, reset, failures] (see the complete query)."""
@@ -90,6 +91,11 @@ class Completer:
         self._queue.verdicts.append((endpoint_id, verdict))
         self._ready.set()
 
+    def disable(self, endpoint_id: int, reason: str) -> None:
+        """Pause the endpoint (a ``410 Gone``), written with the next batch of results."""
+        self._queue.disables[endpoint_id] = reason
+        self._ready.set()
+
     def pending(self) -> int:
         """Results not yet written, including the batch being written now."""
         return len(self._queue) + self._writing
@@ -129,7 +135,8 @@ class Completer:
     def _take(self) -> _Batch:
         """The next batch: records up to the cap, with every slot and verdict waiting."""
         queue = self._queue
-        batch = _Batch(queue.records[:_MAX_BATCH], queue.slots, queue.verdicts)
+        batch = _Batch(queue.records[:_MAX_BATCH], queue.slots, queue.verdicts,
+                       queue.disables)
         self._queue = _Batch(queue.records[_MAX_BATCH:])
         return batch
 
@@ -143,6 +150,9 @@ class Completer:
         self._wake()
 
     async def _write(self, batch: _Batch) -> set[int]:
+        # Pauses first: they may be written twice (a retry after an outage), results once.
+        for endpoint_id, reason in batch.disables.items():
+            await self._db.fetch("disable_endpoint", {"id": endpoint_id, "reason": reason})
         results = json.dumps([[r.delivery_id, str(r.lease_token), r.state, r.delay, r.error,
                                r.status, r.refund, r.reason, r.duration]
                               for r in batch.records])

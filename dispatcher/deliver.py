@@ -2,9 +2,9 @@
 
 :func:`attempt` encodes, signs and sends. :class:`Deliverer` then applies the
 pure decision of ``policy.outcome.decide`` to each delivery: the record goes
-to the completer (the database writer), the metrics and the log are told, a
-retry schedules a wake-up for when it comes due, and a ``410 Gone`` disables
-the endpoint. What the answer says of the endpoint goes to the circuit
+to the completer (the one writer of results, a ``410 Gone``'s pause of the
+endpoint included), the metrics and the log are told, and a retry schedules
+a wake-up for when it comes due. What the answer says of the endpoint goes to the circuit
 breaker, shared by the fleet through the completer.
 """
 
@@ -18,7 +18,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from dispatcher.completer import Completer
-from dispatcher.db import Database, DatabaseDown
 from dispatcher.http.sender import HttpSender
 from dispatcher.observe.metrics import Metrics
 from dispatcher.observe.throttle import Throttled
@@ -76,15 +75,13 @@ class Deliverer:
     """Sends a group's request and records, counts and logs what became of each delivery."""
 
     def __init__(self, sender: HttpSender, completer: Completer, metrics: Metrics,
-                 db: Database, wake: Callable[[], None], *, tracing: Tracing | None = None,
-                 ) -> None:
-        """``db`` disables endpoints after a 410; ``wake`` is called when a retry is due;
-        ``tracing`` makes a span of each attempt."""
+                 wake: Callable[[], None], *, tracing: Tracing | None = None) -> None:
+        """``completer`` writes every result (a 410's pause included); ``wake`` is called
+        when a retry is due; ``tracing`` makes a span of each attempt."""
         self._tracing = tracing
         self._sender = sender
         self._completer = completer
         self._metrics = metrics
-        self._db = db
         self._wake = wake
         # What became of the deliveries this process attempted (--once sums them up).
         self.delivered = 0
@@ -138,15 +135,8 @@ class Deliverer:
             disable = disable or outcome.disable_endpoint
             self._completer.add(decision.record)
         if disable:
-            await self._disable(endpoint, "410 Gone")
+            reason = f"410 Gone at {done.isoformat(timespec='seconds')}"
+            log.warning("endpoint %s disabled: %s", endpoint.name, reason,
+                        extra={"endpoint": endpoint.name, "status": 410})
+            self._completer.disable(endpoint.id, reason)
         return verdict != "failed"
-
-    async def _disable(self, endpoint: Endpoint, why: str) -> None:
-        reason = f"{why} at {datetime.now(UTC).isoformat(timespec='seconds')}"
-        log.warning("endpoint %s disabled: %s", endpoint.name, reason,
-                    extra={"endpoint": endpoint.name, "status": 410})
-        try:
-            await self._db.fetch("disable_endpoint", {"id": endpoint.id, "reason": reason})
-        except DatabaseDown:
-            log.warning("could not disable endpoint %s now; it will answer 410 again",
-                        endpoint.name)

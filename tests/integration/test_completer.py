@@ -13,7 +13,7 @@ from dispatcher.completer import Completer
 from dispatcher.db import Database, Health
 from dispatcher.leases import Leases
 from dispatcher.policy.model import Record
-from tests.support.claiming import ID, TOKEN, claim
+from tests.support.claiming import ENDPOINT, ID, TOKEN, claim
 from tests.support.dispatcher import add_endpoint
 from tests.support.proxy import FaultProxy
 
@@ -102,3 +102,20 @@ def test_results_wait_through_an_outage_and_are_written_after_it(
     with FaultProxy(port) as proxy:
         asyncio.run(scenario(proxy))
     assert states(conn) == {"delivered": 3}
+
+
+def test_a_pause_for_410_is_written_with_the_results(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """The completer writes an endpoint's 410 pause beside the results: the one writer."""
+    [row] = claimed(conn, 1)
+
+    async def scenario() -> None:
+        completer = Completer(Database(dsn, Health(), "complete"), Leases(30, lambda: 0.0),
+                              lambda: None, asyncio.Event())
+        completer.disable(row[ENDPOINT], "410 Gone at 2026-12-01T00:00:00+00:00")
+        await write(completer, [Record(row[ID], row[TOKEN], "dead", status=410)])
+
+    asyncio.run(scenario())
+    paused = conn.execute("SELECT enabled, disabled_reason FROM outbox.endpoints").fetchone()
+    assert paused == (False, "410 Gone at 2026-12-01T00:00:00+00:00")
+    assert states(conn) == {"dead": 1}
