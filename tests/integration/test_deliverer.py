@@ -1,0 +1,82 @@
+"""The deliverer on its own: one real request, the decision, and records handed to the writer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+
+import outbox
+from dispatcher.completer import Completer
+from dispatcher.db import Database, Health
+from dispatcher.deliver import Deliverer
+from dispatcher.http.sender import HttpSender
+from dispatcher.leases import Leases
+from dispatcher.observe.metrics import Metrics
+from dispatcher.policy.model import ClaimRow, Endpoint
+from outbox.testing import Receiver, Response
+from tests.support.claiming import claim
+from tests.support.dispatcher import add_endpoint
+
+
+def run(dsn: str, conn: psycopg.Connection[Any], url: str, **endpoint: Any,
+        ) -> tuple[Deliverer, bool, int]:
+    """One event claimed by hand and sent by a Deliverer; it, its verdict and the wakes."""
+    endpoint_id = add_endpoint(conn, "e", url, **endpoint)
+    outbox.publish(conn, "t", {"n": 1})
+    conn.commit()
+    [raw] = claim(conn, [endpoint_id], rows=1, requests=1)
+    row = ClaimRow._make(raw)
+    wakes: list[int] = []
+
+    async def scenario() -> tuple[Deliverer, bool]:
+        completer = Completer(Database(dsn, Health(), "complete"), Leases(30, lambda: 0.0),
+                              lambda: None, asyncio.Event())
+        writing = asyncio.create_task(completer.run())
+        sender = HttpSender(4, False, (), "outbox-test/1")
+        deliverer = Deliverer(sender, completer, Metrics(), lambda: wakes.append(1))
+        target = Endpoint(id=endpoint_id, name="e", url=url, min_backoff=0.05,
+                          max_backoff=0.1, max_attempts=5)
+        try:
+            answered = await deliverer(target, [row.delivery(0.0)])
+            await asyncio.sleep(0.3)  # the retry's wake, and the writer's batch
+        finally:
+            completer.close()
+            await writing
+            await sender.aclose()
+        return deliverer, answered
+
+    deliverer, answered = asyncio.run(scenario())
+    return deliverer, answered, len(wakes)
+
+
+def test_a_success_is_recorded_delivered(dsn: str, conn: psycopg.Connection[Any],
+                                         receiver: Receiver) -> None:
+    """2xx: delivered, counted, the endpoint answered; no retry is scheduled."""
+    deliverer, answered, wakes = run(dsn, conn, receiver.url)
+    assert (deliverer.delivered, deliverer.retried, answered, wakes) == (1, 0, True, 0)
+    assert conn.execute("SELECT state FROM outbox.deliveries").fetchone() == ("delivered",)
+
+
+def test_a_503_schedules_its_retry_and_tells_the_breaker(
+        dsn: str, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """5xx: pending again with its backoff, a wake-up when it comes due, a failed verdict."""
+    receiver.responder = lambda _: Response(503)
+    deliverer, answered, wakes = run(dsn, conn, receiver.url)
+    assert (deliverer.retried, answered, wakes) == (1, False, 1)
+    row = conn.execute("SELECT state, last_status FROM outbox.deliveries").fetchone()
+    assert row == ("pending", 503)
+
+
+def test_a_410_dead_letters_and_pauses_the_endpoint_through_the_writer(
+        dsn: str, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """410 Gone: dead at once and the endpoint paused, both written by the completer."""
+    receiver.responder = lambda _: Response(410)
+    deliverer, answered, _ = run(dsn, conn, receiver.url)
+    assert (deliverer.dead_lettered, answered) == (1, True)
+    assert conn.execute("SELECT state FROM outbox.deliveries").fetchone() == ("dead",)
+    enabled, reason = conn.execute(
+        "SELECT enabled, disabled_reason FROM outbox.endpoints").fetchone() or (None, None)
+    assert enabled is False
+    assert reason.startswith("410 Gone at ")
