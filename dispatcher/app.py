@@ -28,6 +28,7 @@ from dispatcher.config import DispatcherConfig
 from dispatcher.control import Control, Heartbeat
 from dispatcher.db import Database, Health, retry_until
 from dispatcher.deliver import Deliverer
+from dispatcher.endpoint_view import EndpointView
 from dispatcher.flights import Flights
 from dispatcher.http.sender import HttpSender
 from dispatcher.leases import Leases
@@ -38,7 +39,6 @@ from dispatcher.observe.resources import quiet_resource_errors, raise_open_files
 from dispatcher.observe.server import HealthServer, dsn_connector
 from dispatcher.observe.tracing import Tracing
 from dispatcher.observe.tracing import configure as configure_tracing
-from dispatcher.registry import Registry
 from dispatcher.schema_gate import SchemaGate, Verdict
 from dispatcher.shutdown import drain
 from outbox import __version__
@@ -56,7 +56,7 @@ class Parts:
     control: Control
     health: Health
     metrics: Metrics
-    registry: Registry
+    endpoints: EndpointView
     leases: Leases
     sender: HttpSender
     deliverer: Deliverer
@@ -74,32 +74,32 @@ def build(config: DispatcherConfig) -> Parts:
     """Make every part and give each the connections and neighbours it works with."""
     control = Control(Heartbeat(max(_ALIVE_AFTER, 3 * config.poll_interval)))
     health, metrics = Health(), Metrics()
-    registry = Registry(config.environ)
+    endpoints = EndpointView(config.environ)
     claim_db, complete_db, upkeep_db = (Database(config.dsn, health, role)
                                         for role in ("claim", "complete", "maintenance"))
-    leases = Leases(config.lease, registry.longest_timeout)
+    leases = Leases(config.lease, endpoints.longest_timeout)
     sender = HttpSender(max_connections=config.concurrency,
                         block_private_networks=config.block_private_networks,
                         allow_networks=config.allow_networks,
                         user_agent=f"outbox-dispatcher/{__version__}")
     completer = Completer(complete_db, leases, control.wake.set, control.give_up,
-                          registry.describe)
+                          endpoints.describe)
     tracing = configure_tracing(config.traces_exporter, __version__)
     deliverer = Deliverer(sender, completer, metrics, control.wake.set,
                           tracing=tracing)
     flights = Flights(deliverer, free_slot=completer.free, hand_back=completer.hand_back,
                       on_done=control.wake.set)
-    claimer = Claimer(db=claim_db, registry=registry, flights=flights, leases=leases,
+    claimer = Claimer(db=claim_db, endpoints=endpoints, flights=flights, leases=leases,
                       completer=completer, control=control, concurrency=config.concurrency,
                       batch_size=config.batch_size, poll_interval=config.poll_interval,
                       once=config.once)
-    maintenance = Maintenance(config, db=upkeep_db, registry=registry, metrics=metrics,
+    maintenance = Maintenance(config, db=upkeep_db, endpoints=endpoints, metrics=metrics,
                               leases=leases, control=control)
     listener = Listener(config.listen_dsn or config.dsn, control.wake.set,
                         notify_dsn=config.dsn, direct=bool(config.listen_dsn),
                         endpoints_changed=control.endpoints_changed.set)
     gate = SchemaGate(upkeep_db, health, needed=SCHEMA_VERSION)
-    return Parts(config, control, health, metrics, registry, leases, sender, deliverer,
+    return Parts(config, control, health, metrics, endpoints, leases, sender, deliverer,
                  flights, completer, claimer, maintenance, listener, gate,
                  (claim_db, complete_db, upkeep_db), tracing)
 

@@ -31,11 +31,11 @@ from typing import Any
 from dispatcher.completer import Completer
 from dispatcher.control import Control
 from dispatcher.db import Database, DatabaseDown
+from dispatcher.endpoint_view import EndpointView
 from dispatcher.flights import Flights, Group
 from dispatcher.leases import Leases
 from dispatcher.policy.model import ClaimRow, Endpoint, Slot
 from dispatcher.policy.quota import BATCH_BYTES, Quotas
-from dispatcher.registry import Registry
 from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
@@ -96,11 +96,11 @@ class _Claimed:
 class Claimer:
     """Claims due deliveries and starts their requests, until stopped (or, --once, done)."""
 
-    def __init__(self, *, db: Database, registry: Registry, flights: Flights, leases: Leases,
+    def __init__(self, *, db: Database, endpoints: EndpointView, flights: Flights, leases: Leases,
                  completer: Completer, control: Control, concurrency: int, batch_size: int,
                  poll_interval: float, once: bool) -> None:
         self._db = db
-        self._registry = registry
+        self._endpoints = endpoints
         self._flights = flights
         self._leases = leases
         self._completer = completer
@@ -127,7 +127,7 @@ class Claimer:
             running, waiting = flights.counts()
             seen = {ep.id for ep in due}
             busy = [ep for ep_id in running
-                    if ep_id not in seen and (ep := self._registry.usable(ep_id)) is not None]
+                    if ep_id not in seen and (ep := self._endpoints.usable(ep_id)) is not None]
             plan = self._quotas.plan(due, busy, running=running, waiting=waiting,
                                      concurrency=self._concurrency,
                                      batch_size=self._batch_size, more_due=more_due)
@@ -175,7 +175,7 @@ class Claimer:
                 # Endpoints this process cannot sign for (or has not loaded yet) are
                 # passed over: the database may count them, the claim cannot use them.
                 found = [ep for ep_id in eligible
-                         if (ep := self._registry.usable(ep_id)) is not None]
+                         if (ep := self._endpoints.usable(ep_id)) is not None]
                 if found or not stopped:
                     break
                 after = self._quotas.cursor = rows[-1][0]  # nothing yet: walk on from there
@@ -199,7 +199,7 @@ class Claimer:
             self._leases.hold(delivery)
             endpoint_id = row.endpoint_id
             claimed.rows[endpoint_id] = claimed.rows.get(endpoint_id, 0) + 1
-            endpoint = self._registry.by_id[endpoint_id]
+            endpoint = self._endpoints.by_id[endpoint_id]
             if current != (endpoint_id, row.grp):
                 current = (endpoint_id, row.grp)
                 size = 0

@@ -166,7 +166,7 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
     # (endpoints, sampler, resource) are read by the SDK itself, if tracing is on.
     values["traces_exporter"] = environ.get("OTEL_TRACES_EXPORTER", "")
     # Only the variables an env: secret may name, holding a whsec_ secret: the rest
-    # (OUTBOX_DSN with its password first, cloud keys) never reaches the registry.
+    # (OUTBOX_DSN with its password first, cloud keys) never reaches the endpoint view.
     secrets = {k: v for k, v in environ.items()
                if env_name_allowed(k) and v.strip().startswith("whsec_")}
     return DispatcherConfig(environ=secrets, **values)

@@ -22,9 +22,9 @@ from dispatcher.http.sender import HttpSender
 from dispatcher.observe.metrics import Metrics
 from dispatcher.observe.throttle import Throttled
 from dispatcher.observe.tracing import Tracing
+from dispatcher.policy.envelope import encode
 from dispatcher.policy.model import AttemptResult, Delivery, Endpoint
 from dispatcher.policy.outcome import circuit_verdict, decide
-from dispatcher.policy.signing import encode
 
 log = logging.getLogger("dispatcher")
 # Out of descriptors, every delivery fails alike: said once a minute, with the count.

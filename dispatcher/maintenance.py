@@ -41,9 +41,9 @@ import psycopg
 from dispatcher.config import DispatcherConfig
 from dispatcher.control import Control
 from dispatcher.db import Database, DatabaseDown, connect
+from dispatcher.endpoint_view import EndpointView
 from dispatcher.leases import Leases, slots_json
 from dispatcher.observe.metrics import Metrics
-from dispatcher.registry import Registry
 from outbox import __version__
 from outbox._shared.text import counted, first_line
 from outbox.retention import apurge
@@ -68,11 +68,11 @@ class _Step:
 
 
 class Maintenance:
-    def __init__(self, config: DispatcherConfig, *, db: Database, registry: Registry,
+    def __init__(self, config: DispatcherConfig, *, db: Database, endpoints: EndpointView,
                  metrics: Metrics, leases: Leases, control: Control) -> None:
         self._config = config
         self._db = db
-        self._registry = registry
+        self._endpoints = endpoints
         self._metrics = metrics
         self._leases = leases
         self._control = control
@@ -92,15 +92,15 @@ class Maintenance:
             self._steps.append(_Step(RETENTION_PERIOD, self.purge, fleet=True))
 
     async def refresh_endpoints(self) -> None:
-        """Read again the endpoints that changed; one row when none did (``Registry``)."""
-        registry = self._registry
+        """Read again the endpoints that changed; one row when none did (``EndpointView``)."""
+        endpoints = self._endpoints
         [(digest, now)] = await self._db.fetch("endpoints_fingerprint")
-        if registry.current(digest, now):
+        if endpoints.current(digest, now):
             return
         versions = dict(await self._db.fetch("endpoint_versions"))
-        stale = registry.stale(versions, now)
+        stale = endpoints.stale(versions, now)
         rows = await self._db.fetch("load_endpoints", {"ids": stale}) if stale else []
-        self._metrics.known_endpoints(registry.update(digest, versions, rows))
+        self._metrics.known_endpoints(endpoints.update(digest, versions, rows))
 
     async def extend_leases(self) -> None:
         ids, tokens, slots = self._leases.held()
@@ -125,7 +125,7 @@ class Maintenance:
         """This process is alive, and these endpoints it cannot serve (``outbox status``)."""
         await self._db.fetch("heartbeat", {
             "me": self._me, "host": socket.gethostname(), "pid": os.getpid(),
-            "version": __version__, "problems": json.dumps(self._registry.problems())})
+            "version": __version__, "problems": json.dumps(self._endpoints.problems())})
         self._beating = True
 
     async def resign(self) -> None:

@@ -48,11 +48,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from dispatcher import db
 from dispatcher.observe.metrics import Metrics
+from outbox._shared.text import first_line
 
 log = logging.getLogger("dispatcher.observe.server")
 
-DEFAULT_HOST = "0.0.0.0"  # noqa: S104 - a sidecar is scraped and probed on the pod address
-DEFAULT_PORT = 9464
 _MAX_HEAD = 8192
 _READ_TIMEOUT = 5.0  # seconds for the whole head, however it is dribbled
 MAX_CLIENTS = 32
@@ -92,9 +91,10 @@ class HealthServer:
     """Serves /metrics, /healthz and /readyz until stopped; ``port`` is the bound port."""
 
     def __init__(self, metrics: Metrics, *, is_alive: Callable[[], bool],
-                 is_ready: Callable[[], bool], connect: Connector | None = None,
-                 host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 scrape_timeout: float = 2.0) -> None:
+                 is_ready: Callable[[], bool], host: str, port: int,
+                 connect: Connector | None = None, scrape_timeout: float = 2.0) -> None:
+        """``host`` and ``port``: where to listen (``DispatcherConfig`` holds the defaults;
+        port 0 picks a free one, then ``port`` is the one bound)."""
         self._metrics = metrics
         self._is_alive = is_alive
         self._is_ready = is_ready
@@ -152,7 +152,7 @@ class HealthServer:
         try:
             await asyncio.wait_for(self._refresh(), self._scrape_timeout)
         except Exception as exc:
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            why = first_line(exc)
             if isinstance(exc, TimeoutError):
                 why = f"no answer within {self._scrape_timeout:g} s"
             # Once per outage at warning level: a scrape every 15 s must not flood the log.

@@ -13,10 +13,10 @@ from dispatcher.claimer import Claimer
 from dispatcher.completer import Completer
 from dispatcher.control import Control, Heartbeat
 from dispatcher.db import Database, Health
+from dispatcher.endpoint_view import EndpointView
 from dispatcher.flights import Flights
 from dispatcher.leases import Leases
 from dispatcher.policy.model import Delivery, Endpoint
-from dispatcher.registry import Registry
 from outbox.sql import QueryName
 from tests.support.dispatcher import add_endpoint
 
@@ -42,15 +42,15 @@ class _Parts:
         self.release = asyncio.Event()
         health = Health()
         self.control = Control(Heartbeat())
-        self.registry = Registry({})
-        self.leases = Leases(30, self.registry.longest_timeout)
+        self.endpoints = EndpointView({})
+        self.leases = Leases(30, self.endpoints.longest_timeout)
         self.db = _Recording(dsn, health, "claim")
         self.completer_db = Database(dsn, health, "complete")
         self.completer = Completer(self.completer_db, self.leases, self.control.wake.set,
                                    self.control.give_up)
         self.flights = Flights(self.send, free_slot=self.completer.free,
                                hand_back=self.completer.hand_back, on_done=lambda: None)
-        self.claimer = Claimer(db=self.db, registry=self.registry, flights=self.flights,
+        self.claimer = Claimer(db=self.db, endpoints=self.endpoints, flights=self.flights,
                                leases=self.leases, completer=self.completer,
                                control=self.control, concurrency=concurrency,
                                batch_size=100, poll_interval=0.2, once=False)
@@ -64,7 +64,7 @@ class _Parts:
         [(digest, _)] = await self.db.fetch("endpoints_fingerprint")
         versions = dict(await self.db.fetch("endpoint_versions"))
         rows = await self.db.fetch("load_endpoints", {"ids": list(versions)})
-        self.registry.update(digest, versions, rows)
+        self.endpoints.update(digest, versions, rows)
 
     async def close(self) -> None:
         self.release.set()

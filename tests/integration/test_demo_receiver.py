@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
+from dispatcher.policy.envelope import encode
 from dispatcher.policy.model import Endpoint, EventData
-from dispatcher.policy.signing import encode
 from outbox.demo.receiver import CLEAN_ATTEMPT, FAIL_SHARE, TIMEOUT_SHARE, FlakyEndpoint
 from outbox.endpoints import decode_secret, generate_secret
 from outbox.sql import queries

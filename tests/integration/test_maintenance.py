@@ -12,11 +12,11 @@ import outbox
 from dispatcher.config import DispatcherConfig
 from dispatcher.control import Control, Heartbeat
 from dispatcher.db import Database, Health
+from dispatcher.endpoint_view import EndpointView
 from dispatcher.leases import Leases
 from dispatcher.maintenance import Maintenance
 from dispatcher.observe.metrics import Metrics
 from dispatcher.policy.model import Delivery, EventData
-from dispatcher.registry import Registry
 from tests.support.claiming import ENDPOINT, EVENT, ID, TOKEN, claim
 from tests.support.dispatcher import add_endpoint
 
@@ -25,10 +25,10 @@ def maintenance(dsn: str, *, lease: float = 30.0) -> tuple[Maintenance, Control,
                                                             Database]:
     config = DispatcherConfig(dsn=dsn, lease=lease)
     control = Control(Heartbeat())
-    registry = Registry({})
-    leases = Leases(lease, registry.longest_timeout)
+    view = EndpointView({})
+    leases = Leases(lease, view.longest_timeout)
     db = Database(dsn, Health(), "maintenance")
-    return (Maintenance(config, db=db, registry=registry, metrics=Metrics(), leases=leases,
+    return (Maintenance(config, db=db, endpoints=view, metrics=Metrics(), leases=leases,
                         control=control), control, leases, db)
 
 

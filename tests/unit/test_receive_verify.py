@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from dispatcher.policy.envelope import encode
 from dispatcher.policy.model import Endpoint, EventData
-from dispatcher.policy.signing import encode
 from outbox import receive
 from outbox.testing import signed_batch, signed_request
 

@@ -84,7 +84,7 @@ def _renew_at(previous_json: str, now: datetime) -> datetime | None:
     return min(ends, default=None)
 
 
-class Registry:
+class EndpointView:
     """Live endpoints by id; :meth:`usable` tells those the dispatcher may claim for.
 
     Kept up to date in steps (``Maintenance.refresh_endpoints``): a digest of

@@ -7,24 +7,24 @@ from typing import Any
 
 import psycopg
 
-from dispatcher.registry import Registry
+from dispatcher.endpoint_view import EndpointView
 from outbox.sql import queries
 from tests.support.dispatcher import add_endpoint
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
-def refresh(conn: psycopg.Connection[Any], registry: Registry) -> list[int] | None:
+def refresh(conn: psycopg.Connection[Any], view: EndpointView) -> list[int] | None:
     """What ``Maintenance.refresh_endpoints`` does; the ids read again (None: nothing changed)."""
     row = conn.execute(queries["endpoints_fingerprint"]).fetchone()
     assert row is not None
     digest, now = row
-    if registry.current(digest, now):
+    if view.current(digest, now):
         return None
     versions = dict(conn.execute(queries["endpoint_versions"]).fetchall())
-    stale = registry.stale(versions, now)
+    stale = view.stale(versions, now)
     rows = conn.execute(queries["load_endpoints"], {"ids": stale}).fetchall()
-    registry.update(digest, versions, rows)
+    view.update(digest, versions, rows)
     conn.commit()
     return stale
 
@@ -32,14 +32,14 @@ def refresh(conn: psycopg.Connection[Any], registry: Registry) -> list[int] | No
 def test_only_changed_endpoints_are_read_again(conn: psycopg.Connection[Any]) -> None:
     """One row when nothing changed; after an edit by hand, only that endpoint is reloaded."""
     ids = [add_endpoint(conn, f"e{i}", f"http://127.0.0.1/{i}") for i in range(50)]
-    registry = Registry({})
-    assert sorted(refresh(conn, registry) or []) == ids
-    assert refresh(conn, registry) is None
+    view = EndpointView({})
+    assert sorted(refresh(conn, view) or []) == ids
+    assert refresh(conn, view) is None
     conn.execute("UPDATE outbox.endpoints SET url = 'http://127.0.0.1/new' WHERE id = %s",
                  (ids[7],))
     conn.commit()
-    assert refresh(conn, registry) == [ids[7]]
-    endpoint = registry.usable(ids[7])
+    assert refresh(conn, view) == [ids[7]]
+    endpoint = view.usable(ids[7])
     assert endpoint is not None
     assert endpoint.url == "http://127.0.0.1/new"
 
@@ -49,15 +49,15 @@ def test_removed_and_disabled_endpoints_are_not_claimed_for(
     """A removed endpoint leaves the view; a disabled one stays known but unusable."""
     gone = add_endpoint(conn, "gone", "http://127.0.0.1/a")
     paused = add_endpoint(conn, "paused", "http://127.0.0.1/b")
-    registry = Registry({})
-    refresh(conn, registry)
+    view = EndpointView({})
+    refresh(conn, view)
     conn.execute("UPDATE outbox.endpoints SET removed_at = now() WHERE id = %s", (gone,))
     conn.execute("UPDATE outbox.endpoints SET enabled = false WHERE id = %s", (paused,))
     conn.commit()
-    refresh(conn, registry)
-    assert registry.describe(gone) == f"#{gone}"
-    assert registry.usable(paused) is None
-    assert registry.describe(paused) == "paused"
+    refresh(conn, view)
+    assert view.describe(gone) == f"#{gone}"
+    assert view.usable(paused) is None
+    assert view.describe(paused) == "paused"
 
 
 def test_an_endpoint_is_read_again_when_its_old_secrets_overlap_ends(
@@ -70,14 +70,14 @@ def test_an_endpoint_is_read_again_when_its_old_secrets_overlap_ends(
                  "jsonb_build_object('secret', %s::text, 'expires_at',"
                  " clock_timestamp() + interval '1 second')) WHERE id = %s", (SECRET, ep))
     conn.commit()
-    registry = Registry({})
-    refresh(conn, registry)
-    endpoint = registry.usable(ep)
+    view = EndpointView({})
+    refresh(conn, view)
+    endpoint = view.usable(ep)
     assert endpoint is not None
     assert len(endpoint.keys) == 2
     time.sleep(1.1)
-    assert refresh(conn, registry) == [ep]
-    endpoint = registry.usable(ep)
+    assert refresh(conn, view) == [ep]
+    endpoint = view.usable(ep)
     assert endpoint is not None
     assert len(endpoint.keys) == 1
-    assert registry.usable(other) is not None
+    assert view.usable(other) is not None

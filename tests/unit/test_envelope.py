@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from dispatcher.policy.envelope import CLOUDEVENTS_SOURCE, batch_id, encode, rfc3339, sign
 from dispatcher.policy.model import Endpoint, EventData
-from dispatcher.policy.signing import CLOUDEVENTS_SOURCE, batch_id, encode, rfc3339, sign
 
 try:  # cloudevents 1.x
     from cloudevents.http import from_http
