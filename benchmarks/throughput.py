@@ -55,9 +55,9 @@ import httpx
 import psycopg
 
 import outbox
+from outbox._postgres.cluster import free_port
 from outbox.migrate import migrate
 from outbox.testing import Receiver, Request, Response, TemporaryPostgres
-from outbox.testing._postgres import free_port
 
 BASELINE_TABLE = """
 CREATE TABLE IF NOT EXISTS seeds_outbox (

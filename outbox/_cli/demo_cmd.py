@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from outbox._cli import common
-from outbox.testing import PostgresNotFound
+from outbox._postgres import PostgresNotFound
 
 if TYPE_CHECKING:
     from outbox.demo import Progress, Summary

@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from outbox.testing import free_port
+from outbox._postgres import free_port
 
 SHUTDOWN_GRACE = 1.0
 _STOP_WAIT = SHUTDOWN_GRACE + 4.0

@@ -1,7 +1,7 @@
 """The demo's run: publish, dispatch and receive on a throwaway cluster, then clean up.
 
 With nothing configured it starts a private PostgreSQL
-(:class:`outbox.testing.TemporaryPostgres`), migrates it, adds one endpoint
+(:class:`outbox._postgres.TemporaryPostgres`), migrates it, adds one endpoint
 pointing at a flaky local receiver (:mod:`outbox.demo.receiver`), publishes
 orders in real transactions (a few rolled back on purpose) and runs the real
 dispatcher until every committed event has arrived.
@@ -31,13 +31,14 @@ from typing import Any, Protocol
 import psycopg
 
 from outbox import admin
+from outbox._postgres import TemporaryPostgres
 from outbox.demo.process import DispatcherProcess
 from outbox.demo.publisher import Publisher
 from outbox.demo.receiver import ENDPOINT_TIMEOUT, FlakyEndpoint
 from outbox.endpoints import EndpointSpec, add_endpoint, generate_secret
 from outbox.migrate import migrate
 from outbox.sql import QueryName, queries
-from outbox.testing import Receiver, TemporaryPostgres
+from outbox.testing import Receiver
 
 MIN_BACKOFF, MAX_BACKOFF = 0.2, 2.0
 STALL_SECONDS = 30.0

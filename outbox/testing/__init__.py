@@ -9,8 +9,8 @@
   dispatcher would send it (headers and body, signed), for a receiver's tests.
 """
 
+from outbox._postgres import PostgresNotFound, TemporaryPostgres, find_bindir, free_port
 from outbox.testing._assertions import assert_published, published_events
-from outbox.testing._postgres import PostgresNotFound, TemporaryPostgres, find_bindir, free_port
 from outbox.testing._receiver import Receiver, Request, Response
 from outbox.testing._signed import SignedRequest, signed_batch, signed_request
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from outbox._postgres.cluster import _embedded_bindir
 from outbox.testing import TemporaryPostgres, find_bindir
-from outbox.testing._postgres import _embedded_bindir
 
 _BINDIR = _embedded_bindir()
 

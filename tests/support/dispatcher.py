@@ -26,8 +26,8 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 import outbox
+from outbox._postgres.cluster import free_port
 from outbox.endpoints._checks import glob_to_like
-from outbox.testing._postgres import free_port
 from tests.support.cli import clean_environment, run_outbox
 
 T = TypeVar("T")

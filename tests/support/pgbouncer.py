@@ -21,7 +21,7 @@ from types import TracebackType
 
 import psycopg
 
-from outbox.testing._postgres import free_port
+from outbox._postgres.cluster import free_port
 
 _CONFIG = """\
 [databases]

@@ -24,8 +24,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from outbox._postgres.cluster import free_port
 from outbox.migrate import migrate
-from outbox.testing._postgres import free_port
 from tests.support.dispatcher import wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"

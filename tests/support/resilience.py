@@ -31,8 +31,8 @@ import pytest
 from psycopg import sql
 
 import outbox
+from outbox._postgres.cluster import free_port
 from outbox.testing import Receiver
-from outbox.testing._postgres import free_port
 from outbox.testing._receiver import Request, Response
 from tests.support.cli import clean_environment
 from tests.support.dispatcher import wait_until

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from outbox.testing import _postgres
-from outbox.testing._postgres import PostgresNotFound, TemporaryPostgres, find_bindir
+from outbox._postgres import cluster as _postgres
+from outbox._postgres.cluster import PostgresNotFound, TemporaryPostgres, find_bindir
 
 
 def _fake_bindir(root: Path) -> Path:

