@@ -17,16 +17,17 @@ abandons the grace period.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from dataclasses import dataclass
 
-from dispatcher.claimer import Claimer
+import psycopg
+
+from dispatcher.claimer import Claimer, PassOver
 from dispatcher.completer import Completer
 from dispatcher.config import DispatcherConfig
 from dispatcher.control import Control, Heartbeat
-from dispatcher.db import Database, Health, retry_until
+from dispatcher.db import Database, DatabaseDown, Health, retry_until
 from dispatcher.deliver import Deliverer
 from dispatcher.endpoint_view import EndpointView
 from dispatcher.flights import Flights
@@ -42,6 +43,7 @@ from dispatcher.observe.tracing import configure as configure_tracing
 from dispatcher.schema_gate import SchemaGate, Verdict
 from dispatcher.shutdown import drain
 from outbox import __version__
+from outbox._shared.text import first_line
 from outbox.sql import SCHEMA_VERSION
 
 log = logging.getLogger("dispatcher")
@@ -90,9 +92,9 @@ def build(config: DispatcherConfig) -> Parts:
     flights = Flights(deliverer, free_slot=completer.free, hand_back=completer.hand_back,
                       on_done=control.wake.set)
     claimer = Claimer(db=claim_db, endpoints=endpoints, flights=flights, leases=leases,
-                      completer=completer, control=control, concurrency=config.concurrency,
+                      control=control, concurrency=config.concurrency,
                       batch_size=config.batch_size, poll_interval=config.poll_interval,
-                      once=config.once)
+                      pass_over=once_over(flights, completer) if config.once else None)
     maintenance = Maintenance(config, db=upkeep_db, endpoints=endpoints, metrics=metrics,
                               leases=leases, control=control)
     listener = Listener(config.listen_dsn or config.dsn, control.wake.set,
@@ -102,6 +104,21 @@ def build(config: DispatcherConfig) -> Parts:
     return Parts(config, control, health, metrics, endpoints, leases, sender, deliverer,
                  flights, completer, claimer, maintenance, listener, gate,
                  (claim_db, complete_db, upkeep_db), tracing)
+
+
+def once_over(flights: Flights, completer: Completer) -> PassOver:
+    """When --once is done, decided here alone: a claim found nothing more, and nothing it
+    could unblock is outstanding: no request running or waiting, no result unwritten or
+    written since the claim before (a result frees a key's next event or a slot), no
+    rate-limit turn to wait for."""
+    seen = completer.written
+
+    def over(more: bool, throttled: bool) -> bool:
+        nonlocal seen
+        written, seen = seen, completer.written
+        return (not more and not throttled and flights.idle() and not completer.pending()
+                and written == completer.written)
+    return over
 
 
 def _install_signals(control: Control) -> None:
@@ -145,8 +162,15 @@ async def _dispatch(parts: Parts) -> bool:
     completer = asyncio.create_task(parts.completer.run(), name="completer")
     helpers = [asyncio.create_task(parts.maintenance.run(), name="maintenance")]
     if config.once:
-        with contextlib.suppress(Exception):
+        # Expired leases of dispatchers gone are this pass's work too; a database that
+        # went away meanwhile is the claimer's to wait out.
+        try:
             await parts.maintenance.rescue()
+        except DatabaseDown:
+            pass
+        except psycopg.Error as exc:
+            log.warning("could not rescue expired leases before this pass: %s",
+                        first_line(exc))
     else:
         helpers.append(asyncio.create_task(parts.listener.run(), name="listener"))
     try:

@@ -24,11 +24,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher.completer import Completer
 from dispatcher.control import Control
 from dispatcher.db import Database, DatabaseDown
 from dispatcher.endpoint_view import EndpointView
@@ -61,6 +60,11 @@ got its slots: fresh work elsewhere waits at most this long, under load only."""
 RATE_HORIZON = 0.25
 """Seconds ahead a rate-limited endpoint's turns may be taken: its requests wait their
 turn, so that one claim keeps it busy until the claimer looks again."""
+
+
+PassOver = Callable[[bool, bool], bool]
+"""--once's end, asked after each claim: given whether that claim may have left more due
+and whether a rate-limit turn is awaited, True when the pass is over (``app.once_over``)."""
 
 
 @dataclass(slots=True)
@@ -97,18 +101,18 @@ class Claimer:
     """Claims due deliveries and starts their requests, until stopped (or, --once, done)."""
 
     def __init__(self, *, db: Database, endpoints: EndpointView, flights: Flights, leases: Leases,
-                 completer: Completer, control: Control, concurrency: int, batch_size: int,
-                 poll_interval: float, once: bool) -> None:
+                 control: Control, concurrency: int, batch_size: int, poll_interval: float,
+                 pass_over: PassOver | None = None) -> None:
+        """``pass_over``: with --once, asked after each claim whether the pass is over."""
         self._db = db
         self._endpoints = endpoints
         self._flights = flights
         self._leases = leases
-        self._completer = completer
         self._control = control
         self._concurrency = concurrency
         self._batch_size = batch_size
         self._poll_interval = poll_interval
-        self._once = once
+        self._pass_over = pass_over
         self._quotas = Quotas()
         self._walk = _Walk()
         self._throttled: float | None = None
@@ -227,13 +231,6 @@ class Claimer:
                      counted(len(parked), "delivery", "deliveries"))
         return len(parked)
 
-    def _once_done(self, more: bool, written_before: int) -> bool:
-        """--once ends when a claim found nothing, and nothing it could unblock is outstanding:
-        no request, no result unwritten or written since that claim began, no rate-limit turn
-        to wait for."""
-        return (not more and self._flights.idle() and not self._completer.pending()
-                and written_before == self._completer.written and self._throttled is None)
-
     async def run(self) -> None:
         control = self._control
         loop = asyncio.get_running_loop()
@@ -246,7 +243,6 @@ class Claimer:
                 await asyncio.sleep(gap)
             last = loop.time()
             control.wake.clear()
-            written = self._completer.written
             try:
                 more = await self.claim_once()
                 outage = 0.0
@@ -257,7 +253,7 @@ class Claimer:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(control.stopping.wait(), outage)
                 continue
-            if self._once and self._once_done(more, written):
+            if self._pass_over is not None and self._pass_over(more, self._throttled is not None):
                 return
             if more and self._flights.requests() < self._concurrency:
                 continue

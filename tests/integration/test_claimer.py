@@ -51,9 +51,9 @@ class _Parts:
         self.flights = Flights(self.send, free_slot=self.completer.free,
                                hand_back=self.completer.hand_back, on_done=lambda: None)
         self.claimer = Claimer(db=self.db, endpoints=self.endpoints, flights=self.flights,
-                               leases=self.leases, completer=self.completer,
+                               leases=self.leases,
                                control=self.control, concurrency=concurrency,
-                               batch_size=100, poll_interval=0.2, once=False)
+                               batch_size=100, poll_interval=0.2)
 
     async def send(self, endpoint: Endpoint, deliveries: list[Delivery]) -> bool:
         self.sent += [(endpoint.name, d.id) for d in deliveries]
