@@ -30,6 +30,8 @@ from dispatcher.policy.model import Delivery, Endpoint, Slot
 from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
+MAX_PASSES = 32
+"""Requests a slot serves in a row in one dispatcher before it goes back to the fleet."""
 
 Send = Callable[[Endpoint, list[Delivery]], Awaitable[bool]]
 """Makes one request for a group and hands its results on; True when the endpoint answered."""
@@ -76,6 +78,7 @@ class Flights:
         # groups it brings (see claim_started).
         self._claiming = False
         self._spare: dict[int, list[Slot]] = {}
+        self._served: dict[Slot, int] = {}  # requests a slot served here in a row
 
     def running(self, endpoint_id: int) -> int:
         """Requests of this endpoint started (each holds a slot)."""
@@ -154,6 +157,7 @@ class Flights:
                 following.slot = spare.pop()
                 self.start(following)
             for slot in spare:
+                self._served.pop(slot, None)
                 self._free_slot(slot)
         self._spare.clear()
         for endpoint_id, waiting in self._waiting.items():
@@ -175,7 +179,7 @@ class Flights:
         endpoint = group.endpoint
         waiting = self._waiting.get(endpoint.id)
         healthy = answered or not endpoint.breaker_failures
-        if healthy and group.slot is not None:
+        if healthy and group.slot is not None and self._passes_left(group.slot):
             if waiting:
                 following = waiting.popleft()
                 following.slot, group.slot = group.slot, None
@@ -190,10 +194,23 @@ class Flights:
             waiting.clear()
             self._hand_back(handed)
 
+    def _passes_left(self, slot: Slot) -> bool:
+        """Whether ``slot`` may pass to one more group here (counting this pass), or has
+        served MAX_PASSES requests in a row and goes back to the fleet: so that a
+        dispatcher with a backlog of its own cannot keep an endpoint's slots from the
+        other dispatchers for ever (they take it at their next claim, as may this one)."""
+        served = self._served.get(slot, 0) + 1
+        if served >= MAX_PASSES:
+            self._served.pop(slot, None)
+            return False
+        self._served[slot] = served
+        return True
+
     def _done(self, task: asyncio.Task[None], group: Group) -> None:
         self._tasks.pop(task, None)
         self._running[group.endpoint.id] -= 1
         if group.slot is not None:  # not passed on: back to the fleet
+            self._served.pop(group.slot, None)
             self._free_slot(group.slot)
             group.slot = None
         self._on_done()

@@ -6,7 +6,7 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 
-from dispatcher.flights import Flights, Group
+from dispatcher.flights import MAX_PASSES, Flights, Group
 from dispatcher.policy.model import Delivery, Endpoint, EventData, Slot
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -136,3 +136,23 @@ def test_slots_of_requests_ending_during_a_claim_wait_for_its_groups() -> None:
     assert world.sent == [1, 2]
     assert world.handed == []
     assert world.freed == [5]  # once, after the second request
+
+
+def test_a_slot_goes_back_to_the_fleet_after_serving_its_passes_in_a_row() -> None:
+    """A dispatcher with its own backlog cannot keep a slot for ever: after MAX_PASSES
+    requests in a row it is freed for any dispatcher's next claim."""
+    async def scenario() -> _World:
+        world = _World()
+        world.release.set()
+        endpoint = Endpoint(id=1, name="e", url="http://x/")
+        world.flights.start(_group(endpoint, 0, slot=0))
+        for n in range(1, MAX_PASSES + 5):
+            world.flights.queue(_group(endpoint, n, slot=None))
+        await world.settle()
+        for _ in range(MAX_PASSES * 3):
+            await asyncio.sleep(0)
+        return world
+
+    world = asyncio.run(scenario())
+    assert world.sent == list(range(MAX_PASSES))  # the slot's own request and its passes
+    assert world.freed == [0]
