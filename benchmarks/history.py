@@ -89,12 +89,12 @@ def main() -> None:
     parser.add_argument("--deliveries", type=int, default=20000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--baseline-sql", type=Path,
-                        default=Path("/work/main/outbox/sql/queries/dispatch.sql"))
+    parser.add_argument("--baseline-sql", type=Path, default=None,
+                        help="another tree's outbox/sql/queries/dispatch.sql, for success-before")
     args = parser.parse_args()
     variants = {"success": queries["complete"], "failure": queries["complete"],
                 "failure-no-history": queries["complete"]}
-    if args.baseline_sql.exists():
+    if args.baseline_sql is not None:
         variants["success-before"] = baseline_complete(args.baseline_sql)
     timings: dict[str, list[float]] = {name: [] for name in variants}
     rows = 0

@@ -51,6 +51,8 @@ from outbox.sql import Step, queries, steps
 from outbox.testing import TemporaryPostgres
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import scale  # the bulk rows of the queue table at scale
+
 from tests.support.releases import Release, releases
 
 BLOCKS_PUBLISH = ("ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock")
@@ -95,26 +97,11 @@ class Publisher:
 
 
 def grow(dsn: str, finished: int, pending: int) -> float:
-    """Bulk rows, as benchmarks/scale.py writes them; seconds."""
+    """Bulk rows as benchmarks/scale.py writes them (pending ones due a day from now),
+    vacuumed and analysed; seconds."""
     start = time.perf_counter()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for state, count, age in (("delivered", finished, "2 days"), ("pending", pending, "0")):
-            for first in range(0, count, 1_000_000):
-                n = min(1_000_000, count - first)
-                conn.execute(
-                    "WITH ev AS (INSERT INTO outbox.events (id, type, payload, created_at, "
-                    "deliver_after) SELECT gen_random_uuid(), 'bench.bulk', '{\"n\": 1}', "
-                    "now() - %(age)s::interval, now() FROM generate_series(1, %(n)s) "
-                    "RETURNING id, seq, created_at) "
-                    "INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, state, attempts, "
-                    "next_attempt_at, created_at, finished_at) "
-                    "SELECT id, 1, seq, %(state)s, %(attempts)s, now() + interval '1 day', "
-                    "created_at, CASE WHEN %(state)s = 'delivered' THEN created_at END FROM ev",
-                    {"age": age, "n": n, "state": state,
-                     "attempts": 1 if state == "delivered" else 0})
-                print(f"  {first + n:>11,} {state}", flush=True)
-        conn.execute("VACUUM (ANALYZE) outbox.deliveries")
-        conn.execute("VACUUM (ANALYZE) outbox.events")
+    scale.grow(dsn, finished, pending, due_in="1 day")
+    scale.vacuum(dsn)
     return time.perf_counter() - start
 
 
@@ -128,7 +115,9 @@ def relfilenodes(conn: psycopg.Connection[Any]) -> tuple[int, int]:
 def run_step(dsn: str, sql: str, version: int, *, commit: bool,
              ) -> tuple[float, list[str], float]:
     """One step in one transaction: its duration, its publish-blocking locks, slowest publish."""
-    before = {r.version: r for r in releases()}.get(version - 1)
+    # The publishers that run during an upgrade are the last release's: this tree's
+    # need the whole schema, which a step of it is still making.
+    before = max((r for r in releases() if r.version < version), key=lambda r: r.version)
     publisher = Publisher(dsn, before)
     time.sleep(0.3)  # the producer is under way
     with psycopg.connect(dsn) as conn:

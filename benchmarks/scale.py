@@ -78,8 +78,9 @@ def vacuum(dsn: str) -> None:
         conn.execute("VACUUM ANALYZE outbox.events")
 
 
-def grow(dsn: str, finished: int, pending: int) -> float:
-    """Bulk rows: finished deliveries with their events, and more pending ones; seconds."""
+def grow(dsn: str, finished: int, pending: int, due_in: str = "1 second") -> float:
+    """Bulk rows: finished deliveries with their events, and more pending ones due
+    ``due_in`` from now (an interval); seconds."""
     start = time.perf_counter()
     with psycopg.connect(dsn, autocommit=True) as conn:
         for state, count, age in (("delivered", finished, "2 days"), ("pending", pending, "0")):
@@ -93,10 +94,11 @@ def grow(dsn: str, finished: int, pending: int) -> float:
                     "INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, state, attempts, "
                     "next_attempt_at, created_at, finished_at) "
                     "SELECT id, 1, seq, %(state)s, %(attempts)s, "
-                    # pending rows due after the 300 of the baseline, so the claim takes those
-                    "now() + interval '1 second', created_at, "
+                    # by default pending rows due after the 300 of the baseline, so the
+                    # claim takes those
+                    "now() + %(due_in)s::interval, created_at, "
                     "CASE WHEN %(state)s = 'delivered' THEN created_at END FROM ev",
-                    {"age": age, "n": n, "state": state,
+                    {"age": age, "n": n, "state": state, "due_in": due_in,
                      "attempts": 1 if state == "delivered" else 0})
                 print(f"  {first + n:>11,} {state}", flush=True)
     return time.perf_counter() - start
