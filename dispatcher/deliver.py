@@ -25,6 +25,7 @@ from dispatcher.observe.tracing import Tracing
 from dispatcher.policy.envelope import encode
 from dispatcher.policy.model import AttemptResult, Delivery, Endpoint
 from dispatcher.policy.outcome import circuit_verdict, decide
+from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
 # Out of descriptors, every delivery fails alike: said once a minute, with the count.
@@ -123,10 +124,9 @@ class Deliverer:
             if outcome.action == "dead":
                 self._metrics.dead(endpoint.name)
                 self.dead_lettered += 1
-                noun = "attempt" if delivery.attempts == 1 else "attempts"
-                log.warning("delivery of event %s to %s dead-lettered after %d %s: %s",
-                            delivery.event.id, endpoint.name, delivery.attempts, noun,
-                            outcome.last_error,
+                log.warning("delivery of event %s to %s dead-lettered after %s: %s",
+                            delivery.event.id, endpoint.name,
+                            counted(delivery.attempts, "attempt"), outcome.last_error,
                             extra=fields(delivery, endpoint, outcome.last_status,
                                          outcome.reason))
             if decision.retry_in is not None:

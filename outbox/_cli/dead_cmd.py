@@ -10,6 +10,7 @@ from typing import Any
 from outbox import admin
 from outbox._cli import common
 from outbox._cli.args import add_filters, event_id, positive_int
+from outbox._shared.text import counted
 
 __all__ = ["event_id", "positive_int", "register", "rfc3339"]
 
@@ -100,13 +101,11 @@ def run_retry(args: argparse.Namespace) -> int:
         result = admin.retry_dead(conn, event_ids=args.event_ids, endpoint=args.endpoint,
                                   everything=args.everything, where=_where(args),
                                   dry_run=args.dry_run)
-    noun = "delivery" if result.retried == 1 else "deliveries"
     verb = "would be retried (dry run)" if args.dry_run else "retried"
-    print(f"{result.retried} dead {noun} {verb}")
+    print(f"{counted(result.retried, 'dead delivery', 'dead deliveries')} {verb}")
     for name, count in result.skipped.items():
-        letters = "dead letter" if count == 1 else "dead letters"
-        print(f"skipped {count} {letters} of endpoint {name!r}: it was removed (replay "
-              "their events to a live endpoint, or discard them)", file=sys.stderr)
+        print(f"skipped {counted(count, 'dead letter')} of endpoint {name!r}: it was removed "
+              "(replay their events to a live endpoint, or discard them)", file=sys.stderr)
     for name in result.disabled_endpoints:
         print(f"endpoint {name!r} is disabled: its retried deliveries wait until it is enabled",
               file=sys.stderr)
@@ -118,9 +117,8 @@ def run_discard(args: argparse.Namespace) -> int:
         count = admin.discard_dead(conn, event_ids=args.event_ids, endpoint=args.endpoint,
                                    everything=args.everything, where=_where(args),
                                    dry_run=args.dry_run)
-    noun = "delivery" if count == 1 else "deliveries"
     verb = "would be discarded (dry run)" if args.dry_run else "discarded"
-    print(f"{count} dead {noun} {verb}")
+    print(f"{counted(count, 'dead delivery', 'dead deliveries')} {verb}")
     return common.EXIT_OK
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from outbox import endpoints as store
 from outbox._cli import common
+from outbox._shared.text import counted
 from outbox._shared.urls import shown_url
 from outbox.endpoints import signing_label
 
@@ -84,9 +85,9 @@ def print_plan(report: store.SyncReport, *, force: bool) -> int:
     for name, undelivered in report.removed.items():
         line = f"would remove {name}"
         if undelivered:
-            noun = "delivery" if undelivered == 1 else "deliveries"
-            line += (f" and dead-letter its {undelivered} undelivered {noun}" if force else
-                     f": it has {undelivered} undelivered {noun}, refused without --force "
+            them = counted(undelivered, "undelivered delivery", "undelivered deliveries")
+            line += (f" and dead-letter its {them}" if force else
+                     f": it has {them}, refused without --force "
                      "(forced, they become dead letters)")
             busy.append(name)
         print(line)

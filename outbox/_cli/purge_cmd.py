@@ -8,6 +8,7 @@ from typing import Any
 
 from outbox import retention
 from outbox._cli import common
+from outbox._shared.text import counted
 from outbox.durations import parse_duration
 
 
@@ -39,9 +40,6 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     with common.connect(args, needs="outbox or inbox") as conn:
         result = retention.purge(conn, args.older_than, inbox=True)
-    deliveries = "delivery" if result.deliveries == 1 else "deliveries"
-    events = "event" if result.events == 1 else "events"
-    records = "inbox record" if result.inbox == 1 else "inbox records"
-    print(f"purged {result.deliveries} delivered {deliveries}, {result.events} {events} "
-          f"and {result.inbox} {records}")
+    print(f"purged {counted(result.deliveries, 'delivered delivery', 'delivered deliveries')}, "
+          f"{counted(result.events, 'event')} and {counted(result.inbox, 'inbox record')}")
     return common.EXIT_OK

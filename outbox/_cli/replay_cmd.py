@@ -9,6 +9,7 @@ from typing import Any
 from outbox import admin
 from outbox._cli import common
 from outbox._cli.args import event_id, moment, type_pattern
+from outbox._shared.text import counted
 
 __all__ = ["register", "since"]
 
@@ -48,9 +49,8 @@ def run(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
         result = admin.replay(conn, args.endpoint, since=args.since, event_ids=args.event_ids,
                               until=args.until, types=args.types, dry_run=args.dry_run)
-    noun = "event" if result.replayed == 1 else "events"
     verb = "would be replayed (dry run)" if args.dry_run else "replayed"
-    line = f"{result.replayed} {noun} {verb} to endpoint {args.endpoint!r}"
+    line = f"{counted(result.replayed, 'event')} {verb} to endpoint {args.endpoint!r}"
     if result.skipped:
         line += f" ({result.skipped} skipped: already pending or in flight there)"
     print(line)

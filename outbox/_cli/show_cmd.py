@@ -8,6 +8,7 @@ from typing import Any
 from outbox import history
 from outbox._cli import common
 from outbox._cli.dead_cmd import event_id, rfc3339
+from outbox._shared.text import counted
 from outbox.errors import EventsNotFound
 
 
@@ -66,9 +67,8 @@ def as_text(story: history.EventStory) -> list[str]:
         lines += ["", "no deliveries (unrouted: no endpoint subscribed to its type; "
                   "`outbox replay` can send it)"]
     for d in story.deliveries:
-        noun = "attempt" if d.attempts == 1 else "attempts"
         head = f"{d.endpoint}{' (removed)' * d.endpoint_removed}: {d.state.replace('_', ' ')}"
-        head += f", {d.attempts} {noun}"
+        head += f", {counted(d.attempts, 'attempt')}"
         if d.waiting_for_key:
             head += ", waiting for an earlier event of its key"
         elif d.next_attempt_at is not None:
@@ -85,8 +85,8 @@ def as_text(story: history.EventStory) -> list[str]:
             lines.append(line.rstrip())
         unrecorded = d.attempts - len(d.history) - (d.state == "in_flight")
         if unrecorded > 0:
-            lines.append(f"  ({unrecorded} earlier {'attempt' if unrecorded == 1 else 'attempts'}"
-                         " without a record: made before the history existed, or cut off)")
+            lines.append(f"  ({counted(unrecorded, 'earlier attempt')} without a record: "
+                         "made before the history existed, or cut off)")
         if d.state == "dead" and d.last_error and not any(a.error for a in d.history):
             lines.append(f"  last error: {' '.join(d.last_error.split())}")
     return lines
