@@ -28,10 +28,11 @@ import re
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
+from dispatcher.policy.model import FailureReason, Record
 from outbox.migrate import migrate
 from outbox.sql import queries
 from outbox.testing import TemporaryPostgres
@@ -58,12 +59,13 @@ def baseline_complete(path: Path) -> str:
     return match.group(1).strip()
 
 
-def results(rows: list[tuple[Any, ...]], variant: str) -> list[list[Any]]:
-    state = "delivered" if variant.startswith("success") else "pending"
-    reason = "http_5xx" if variant == "failure" else None
+def results(rows: list[tuple[Any, ...]], variant: str) -> list[list[object]]:
+    state: Literal["delivered", "pending"] = ("delivered" if variant.startswith("success")
+                                              else "pending")
+    reason: FailureReason | None = "http_5xx" if variant == "failure" else None
     error = None if state == "delivered" else "HTTP 503: try later"
     status = 200 if state == "delivered" else 503
-    return [[row[0], str(row[1]), state, 1.0, error, status, False, reason, 0.004]
+    return [Record(row[0], row[1], state, 1.0, error, status, False, reason, 0.004).as_row()
             for row in rows]
 
 

@@ -27,6 +27,7 @@ minutes' figures against the first's.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -39,6 +40,7 @@ from typing import Any
 import psycopg
 
 import outbox
+from dispatcher.policy.model import ClaimRow, Completed, Record
 from outbox.migrate import migrate
 from outbox.sql import queries
 from outbox.testing import Receiver, TemporaryPostgres, free_port
@@ -59,12 +61,14 @@ def timed(conn: psycopg.Connection[Any], runs: int) -> tuple[float, float]:
             start = time.perf_counter()
             rows = conn.execute(queries["claim"], CLAIM).fetchall()
             claimed = time.perf_counter()
-            results = "[" + ",".join(f'[{r[0]},"{r[3]}","delivered",0,null,200,false]'
-                                     for r in rows) + "]"
-            slots = "[" + ",".join(f'[{r[1]},{r[11]},"{r[12]}"]' for r in rows) + "]"
-            written = conn.execute(queries["complete"], {
+            claimed_rows = [ClaimRow._make(r) for r in rows]
+            results = json.dumps([Record(c.id, c.lease_token, "delivered", status=200).as_row()
+                                  for c in claimed_rows])
+            slots = json.dumps([[c.endpoint_id, c.slot, str(c.slot_token)] for c in claimed_rows])
+            [row] = conn.execute(queries["complete"], {
                 "results": results, "slots": slots, "circuits": "[]"}).fetchall()
             completed = time.perf_counter()
+        written = Completed.from_row(row).written
         assert len(rows) == 100, len(rows)
         assert len(written) == 100, len(written)
         claims.append((claimed - start) * 1000)

@@ -92,11 +92,13 @@ def build(config: DispatcherConfig) -> Parts:
     flights = Flights(deliverer, free_slot=completer.free, hand_back=completer.hand_back,
                       on_done=control.wake.set)
     claimer = Claimer(db=claim_db, endpoints=endpoints, flights=flights, leases=leases,
-                      control=control, concurrency=config.concurrency,
+                      wake=control.wake, stopping=control.stopping,
+                      beat=control.heartbeat.beat, concurrency=config.concurrency,
                       batch_size=config.batch_size, poll_interval=config.poll_interval,
                       pass_over=once_over(flights, completer) if config.once else None)
     maintenance = Maintenance(config, db=upkeep_db, endpoints=endpoints, metrics=metrics,
-                              leases=leases, control=control)
+                              leases=leases, wake=control.wake.set,
+                              endpoints_changed=control.endpoints_changed)
     listener = Listener(config.listen_dsn or config.dsn, control.wake.set,
                         notify_dsn=config.dsn, direct=bool(config.listen_dsn),
                         endpoints_changed=control.endpoints_changed.set)

@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher.control import Control
 from dispatcher.db import Database, DatabaseDown
 from dispatcher.endpoint_view import EndpointView
 from dispatcher.flights import Flights, Group
@@ -101,14 +100,19 @@ class Claimer:
     """Claims due deliveries and starts their requests, until stopped (or, --once, done)."""
 
     def __init__(self, *, db: Database, endpoints: EndpointView, flights: Flights, leases: Leases,
-                 control: Control, concurrency: int, batch_size: int, poll_interval: float,
+                 wake: asyncio.Event, stopping: asyncio.Event, beat: Callable[[], None],
+                 concurrency: int, batch_size: int, poll_interval: float,
                  pass_over: PassOver | None = None) -> None:
-        """``pass_over``: with --once, asked after each claim whether the pass is over."""
+        """``wake``: set when something may be due (the claimer clears and waits on it);
+        ``stopping``: claim no more; ``beat``: the liveness heartbeat, called each turn;
+        ``pass_over``: with --once, asked after each claim whether the pass is over."""
         self._db = db
         self._endpoints = endpoints
         self._flights = flights
         self._leases = leases
-        self._control = control
+        self._wake = wake
+        self._stopping = stopping
+        self._beat = beat
         self._concurrency = concurrency
         self._batch_size = batch_size
         self._poll_interval = poll_interval
@@ -153,7 +157,7 @@ class Claimer:
         self._throttled = claimed.throttled
         self._walk.ran_dry(plan.endpoint_ids, claimed.rows)
         if time.monotonic() - started > _PARK_AFTER and await self._park(plan.endpoint_ids):
-            self._control.wake.set()  # the next claim walks past what was just parked
+            self._wake.set()  # the next claim walks past what was just parked
         self._lean = sum(claimed.rows.values()) < LEAN_CLAIM
         return self._quotas.claimed(plan, claimed.rows)
 
@@ -232,17 +236,16 @@ class Claimer:
         return len(parked)
 
     async def run(self) -> None:
-        control = self._control
         loop = asyncio.get_running_loop()
         outage = 0.0
         last = -CLAIM_GAP
-        while not control.stopping.is_set():
-            control.heartbeat.beat()
+        while not self._stopping.is_set():
+            self._beat()
             gap = last + CLAIM_GAP - loop.time()
             if gap > 0 and self._lean:
                 await asyncio.sleep(gap)
             last = loop.time()
-            control.wake.clear()
+            self._wake.clear()
             try:
                 more = await self.claim_once()
                 outage = 0.0
@@ -251,7 +254,7 @@ class Claimer:
                 # (finished requests) must not turn into a reconnect storm.
                 outage = min(5.0, max(0.1, outage * 2))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(control.stopping.wait(), outage)
+                    await asyncio.wait_for(self._stopping.wait(), outage)
                 continue
             if self._pass_over is not None and self._pass_over(more, self._throttled is not None):
                 return
@@ -261,4 +264,4 @@ class Claimer:
             if self._throttled is not None:
                 wait = min(wait, max(self._throttled, 0.001))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(control.wake.wait(), wait)
+                await asyncio.wait_for(self._wake.wait(), wait)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from dispatcher.db import Database, retry_until
 from dispatcher.leases import Leases, slots_json
-from dispatcher.policy.model import CircuitVerdict, Delivery, Record, Slot
+from dispatcher.policy.model import CircuitVerdict, Completed, Delivery, Record, Slot
 from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher.completer")
@@ -140,7 +140,7 @@ class Completer:
         self._queue = _Batch(queue.records[_MAX_BATCH:])
         return batch
 
-    def _done(self, batch: _Batch, written: set[int]) -> None:
+    def _done(self, batch: _Batch, written: frozenset[int]) -> None:
         self.written += len(batch.records)
         self._leases.drop(record.delivery_id for record in batch.records)
         self._leases.drop_slots(batch.slots)
@@ -149,22 +149,16 @@ class Completer:
                      counted(len(batch.records) - len(written), "result"))
         self._wake()
 
-    async def _write(self, batch: _Batch) -> set[int]:
+    async def _write(self, batch: _Batch) -> frozenset[int]:
         # Pauses first: they may be written twice (a retry after an outage), results once.
         for endpoint_id, reason in batch.disables.items():
             await self._db.fetch("disable_endpoint", {"id": endpoint_id, "reason": reason})
-        results = json.dumps([[r.delivery_id, str(r.lease_token), r.state, r.delay, r.error,
-                               r.status, r.refund, r.reason, r.duration]
-                              for r in batch.records])
-        rows = await self._db.fetch("complete", {
-            "results": results, "slots": slots_json(batch.slots),
-            "circuits": batch.circuits_json()})
-        written: set[int] = set()
-        for row_id, was, now in rows:
-            if was is None:
-                written.add(int(row_id))
-            else:
-                level = logging.WARNING if now == "open" else logging.INFO
-                log.log(level, "circuit of endpoint %s: %s -> %s", self._describe(int(row_id)),
-                        was, now)
-        return written
+        [row] = await self._db.fetch("complete", {
+            "results": json.dumps([record.as_row() for record in batch.records]),
+            "slots": slots_json(batch.slots), "circuits": batch.circuits_json()})
+        completed = Completed.from_row(row)
+        for change in completed.changed:
+            level = logging.WARNING if change.now == "open" else logging.INFO
+            log.log(level, "circuit of endpoint %s: %s -> %s",
+                    self._describe(change.endpoint_id), change.was, change.now)
+        return completed.written

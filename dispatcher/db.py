@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from outbox._shared.dsn import server_options
 from outbox._shared.text import first_line
@@ -228,10 +228,14 @@ async def retry_until(operation: Callable[[], Awaitable[T]], give_up: asyncio.Ev
                       max_wait: float = 5.0) -> T | None:
     """Retry ``operation`` while the database is down, with capped, jittered backoff.
 
-    Returns None when ``give_up`` is set before it succeeded.
+    Returns None when ``give_up`` is set before it succeeded. The waits double from 0.1 s
+    up to 80 % of ``max_wait``, plus up to 20 % at random, so that a fleet coming back
+    does not reconnect in step (wait_exponential_jitter spells its start differently
+    across the tenacity versions we accept).
     """
     retrying = AsyncRetrying(retry=retry_if_exception_type(DatabaseDown),
-                             wait=wait_exponential_jitter(initial=0.1, max=max_wait),
+                             wait=(wait_exponential(multiplier=0.1, max=0.8 * max_wait)
+                                   + wait_random(0, 0.2 * max_wait)),
                              sleep=lambda s: _sleep_unless(give_up, s), reraise=True)
     try:
         async for attempt in retrying:

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 import psycopg
 
 from dispatcher.config import DispatcherConfig
-from dispatcher.control import Control
 from dispatcher.db import Database, DatabaseDown, connect
 from dispatcher.endpoint_view import EndpointView
 from dispatcher.leases import Leases, slots_json
@@ -69,13 +68,17 @@ class _Step:
 
 class Maintenance:
     def __init__(self, config: DispatcherConfig, *, db: Database, endpoints: EndpointView,
-                 metrics: Metrics, leases: Leases, control: Control) -> None:
+                 metrics: Metrics, leases: Leases, wake: Callable[[], None],
+                 endpoints_changed: asyncio.Event) -> None:
+        """``wake``: tell the claimer something came due (rescued or unparked deliveries);
+        ``endpoints_changed``: set by the listener when an endpoint command committed."""
         self._config = config
         self._db = db
         self._endpoints = endpoints
         self._metrics = metrics
         self._leases = leases
-        self._control = control
+        self._wake = wake
+        self._endpoints_changed = endpoints_changed
         self._me = uuid.uuid4()
         self._beating = False
         self.maintainer = False
@@ -145,13 +148,13 @@ class Maintenance:
         if rows:
             log.warning("%s had expired leases and are pending again",
                         counted(len(rows), "delivery", "deliveries"))
-            self._control.wake.set()
+            self._wake()
 
     async def sweep(self) -> None:
         await self._db.fetch("bury_removed")
         await self._db.fetch("heartbeat_sweep")
         if await self._db.fetch("unpark_orphans"):
-            self._control.wake.set()
+            self._wake()
 
     async def purge(self) -> None:
         """The same code as `outbox purge`, on a connection of its own: its batches are
@@ -183,7 +186,7 @@ class Maintenance:
                             self.maintainer = False  # cannot tell: assume another took over
                     except psycopg.Error:
                         log.exception("maintenance step %s failed", step.run.__name__)
-            changed = self._control.endpoints_changed
+            changed = self._endpoints_changed
             due = [s.due for s in self._steps if self.maintainer or not s.fleet]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), max(0.05, min(due) - time.monotonic()))

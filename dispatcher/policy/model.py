@@ -159,3 +159,32 @@ class Record:
     # attempt goes into the history; None for a success or a hand-back.
     reason: FailureReason | None = None
     duration: float | None = None  # seconds the attempt took; None: never sent
+
+    def as_row(self) -> list[object]:
+        """This record as one element of the complete statement's ``results`` (dispatch.sql,
+        "complete": the order it reads them in). The one place that order is written down."""
+        return [self.delivery_id, str(self.lease_token), self.state, self.delay, self.error,
+                self.status, self.refund, self.reason, self.duration]
+
+
+class CircuitChange(NamedTuple):
+    """A circuit the complete statement moved: endpoint, state before, state after."""
+
+    endpoint_id: int
+    was: str
+    now: str
+
+
+class Completed(NamedTuple):
+    """The complete statement's one row: what it wrote, and the circuits it moved."""
+
+    written: frozenset[int]  # deliveries whose result was written (their lease still held)
+    changed: tuple[CircuitChange, ...]
+
+    @classmethod
+    def from_row(cls, row: tuple[list[int], list[list[object]] | str]) -> Completed:
+        """Read the row (``written`` bigint[], ``changed`` json); psycopg parses the json."""
+        written, changed = row
+        items = json.loads(changed) if isinstance(changed, str) else changed
+        return cls(frozenset(int(i) for i in written),
+                   tuple(CircuitChange(int(str(e)), str(w), str(n)) for e, w, n in items))

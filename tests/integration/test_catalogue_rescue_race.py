@@ -10,15 +10,15 @@ out is made by back-dating it.
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 
 import psycopg
 
 import outbox
+from dispatcher.policy.model import ClaimRow, Record
 from outbox.sql import queries
-from tests.support.claiming import ID, TOKEN, claim
+from tests.support.claiming import claim, complete
 from tests.support.publishing import wait_until_blocked
 
 Conn = psycopg.Connection[Any]
@@ -37,12 +37,11 @@ def _claimed_and_expired(conn: Conn) -> tuple[Any, ...]:
     return claimed
 
 
-def _complete(conn: Conn, claimed: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    """The dispatcher's result write: delivered, guarded by the lease token."""
-    results = json.dumps([[claimed[ID], str(claimed[TOKEN]), "delivered", 0.0, None, 200,
-                           False]])
-    return conn.execute(queries["complete"], {"results": results, "slots": "[]",
-                                              "circuits": "[]"}).fetchall()
+def _complete(conn: Conn, claimed: tuple[Any, ...]) -> frozenset[int]:
+    """The dispatcher's result write: delivered, guarded by the lease token; what it wrote."""
+    row = ClaimRow._make(claimed)
+    return complete(conn, [Record(row.id, row.lease_token, "delivered", status=200)],
+                    commit=False).written
 
 
 def _in_thread(dsn: str, run: Any) -> tuple[threading.Thread, list[Any], int]:
@@ -90,5 +89,5 @@ def test_completion_behind_a_rescue_is_fenced(conn: Conn, dsn: str) -> None:
         wait_until_blocked(dsn, pid)
         rescuer.commit()
         thread.join(10)
-    assert written == [[]], "a result was written under a lease that had been taken back"
+    assert written == [frozenset()], "a result was written under a lease that had been taken back"
     assert _row(conn) == ("pending", 1, True, None)

@@ -52,7 +52,8 @@ class _Parts:
                                hand_back=self.completer.hand_back, on_done=lambda: None)
         self.claimer = Claimer(db=self.db, endpoints=self.endpoints, flights=self.flights,
                                leases=self.leases,
-                               control=self.control, concurrency=concurrency,
+                               wake=self.control.wake, stopping=self.control.stopping,
+                               beat=self.control.heartbeat.beat, concurrency=concurrency,
                                batch_size=100, poll_interval=0.2)
 
     async def send(self, endpoint: Endpoint, deliveries: list[Delivery]) -> bool:

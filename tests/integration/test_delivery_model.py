@@ -48,7 +48,7 @@ from hypothesis.stateful import (
 )
 
 import outbox
-from dispatcher.policy.model import AttemptResult, Delivery, Endpoint, EventData
+from dispatcher.policy.model import AttemptResult, ClaimRow, Delivery, Endpoint, EventData
 from dispatcher.policy.outcome import decide
 from outbox import admin
 from outbox.endpoints import EndpointSpec, add_endpoint
@@ -56,13 +56,13 @@ from outbox.sql import queries
 from tests.support.claiming import (
     ATTEMPTS,
     ENDPOINT,
-    EVENT,
     ID,
     PROBE,
     SLOT,
     SLOT_TOKEN,
     TOKEN,
     claim,
+    complete,
 )
 
 Conn = psycopg.Connection[Any]
@@ -208,20 +208,12 @@ class DeliveryMachine(RuleBasedStateMachine):
         """decide() on an answer, written by the complete statement as the completer does."""
         now = datetime.now(UTC)
         record = decide(claim.delivery, self.policy, ANSWERS[answer], now, lambda: 0.5).record
-        results = [[record.delivery_id, str(record.lease_token), record.state, record.delay,
-                    record.error, record.status, record.refund, record.reason,
-                    record.duration]]
         slots = ([] if claim.slot is None
                  else [[self.endpoint_id, claim.slot, str(claim.slot_token)]])
         circuits = ([[self.endpoint_id, answer != "retryable", int(answer == "retryable")]]
                     if verdict else [])
-        rows = self.conn.execute(queries["complete"], {
-            "results": json.dumps(results), "slots": json.dumps(slots),
-            "circuits": json.dumps(circuits)}).fetchall()
-        self.conn.commit()
-        written = {int(r[0]) for r in rows if r[1] is None}
-        changes = [tuple(r) for r in rows if r[1] is not None]
-        return written, changes
+        completed = complete(self.conn, [record], slots, circuits)
+        return set(completed.written), [tuple(change) for change in completed.changed]
 
     def _free_slot(self, claim: Claim) -> None:
         """The complete statement frees a slot only under the token it was leased with."""
@@ -268,9 +260,8 @@ class DeliveryMachine(RuleBasedStateMachine):
             circuit.state, circuit.probe_lease_over = "half-open", False
 
     def _event(self, found: tuple[Any, ...]) -> EventData:
-        """The event as the dispatcher builds it from a claimed row (columns 5-9 after EVENT)."""
-        return EventData(id=found[EVENT], type=found[5], key=found[6], payload=found[7],
-                         headers=json.loads(found[8]), created_at=found[9])
+        """The event as the dispatcher builds it from a claimed row."""
+        return ClaimRow._make(found).delivery(0.0).event
 
     @precondition(lambda self: self._in_flight())
     @rule(data=st.data(), answer=OUTCOMES)

@@ -8,15 +8,14 @@ rows, never by sleeping.
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 
 import psycopg
 
 import outbox
-from outbox.sql import queries
-from tests.support.claiming import ENDPOINT, PROBE, SEND_IN, SLOT, claim, finish
+from dispatcher.policy.model import ClaimRow, Record
+from tests.support.claiming import ENDPOINT, PROBE, SEND_IN, SLOT, claim, complete, finish
 
 Conn = psycopg.Connection[Any]
 
@@ -173,7 +172,7 @@ def test_breaker_opens_after_consecutive_failures_and_an_answer_resets_them(conn
         finish(conn, row, "pending", verdict=False)
     changes = finish(conn, rows[5], "pending", verdict=False)
     assert _state(conn, endpoint_id) == ("open", 3)
-    assert (endpoint_id, "closed", "open") in changes
+    assert (endpoint_id, "closed", "open") in changes.changed
     conn.execute("UPDATE outbox.deliveries SET next_attempt_at = now() WHERE state = 'pending'")
     conn.commit()
     assert claim(conn, [endpoint_id], rows=10) == []  # open: nothing is claimed
@@ -249,10 +248,8 @@ def test_a_refund_takes_back_the_attempt_and_a_release_keeps_the_last_error(conn
     row = claim(conn, [endpoint_id], rows=1)[0]
     conn.execute("UPDATE outbox.deliveries SET last_error = 'earlier'")
     conn.commit()
-    conn.execute(queries["complete"], {
-        "results": json.dumps([[row[0], str(row[3]), "released", 0, None, None, True]]),
-        "slots": "[]", "circuits": "[]"})
-    conn.commit()
+    claimed = ClaimRow._make(row)
+    complete(conn, [Record(claimed.id, claimed.lease_token, "released", refund=True)])
     after = conn.execute("SELECT state, attempts, last_error, next_attempt_at <= now() "
                          "FROM outbox.deliveries").fetchone()
     conn.commit()

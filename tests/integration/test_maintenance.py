@@ -29,7 +29,8 @@ def maintenance(dsn: str, *, lease: float = 30.0) -> tuple[Maintenance, Control,
     leases = Leases(lease, view.longest_timeout)
     db = Database(dsn, Health(), "maintenance")
     return (Maintenance(config, db=db, endpoints=view, metrics=Metrics(), leases=leases,
-                        control=control), control, leases, db)
+                        wake=control.wake.set, endpoints_changed=control.endpoints_changed),
+            control, leases, db)
 
 
 def lease_left(conn: psycopg.Connection[Any]) -> float:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
-from dispatcher.policy.model import ClaimRow
+from dispatcher.policy.model import ClaimRow, Completed, Record
 from outbox.sql import queries
 
 Conn = psycopg.Connection[Any]
@@ -32,15 +32,26 @@ def claim(conn: Conn, endpoint_ids: list[int], rows: int = 100, *, requests: int
     return found
 
 
-def finish(conn: Conn, row: tuple[Any, ...], state: str = "delivered", *,
-           verdict: bool | None = None) -> list[tuple[Any, ...]]:
+def finish(conn: Conn, row: tuple[Any, ...],
+           state: Literal["delivered", "pending", "dead", "released"] = "delivered", *,
+           verdict: bool | None = None) -> Completed:
     """Record a claimed row's outcome and free its slot; ``verdict`` True/False tells the
-    breaker the endpoint answered / failed. The complete query's rows come back."""
-    results = json.dumps([[row[ID], str(row[TOKEN]), state, 0.0, None, 200, False]])
-    slots = [[row[ENDPOINT], row[SLOT], str(row[SLOT_TOKEN])]] if row[SLOT] is not None else []
-    circuits = [] if verdict is None else [[row[ENDPOINT], verdict, 0 if verdict else 1]]
-    written = conn.execute(queries["complete"], {
-        "results": results, "slots": json.dumps(slots),
-        "circuits": json.dumps(circuits)}).fetchall()
-    conn.commit()
-    return written
+    breaker the endpoint answered / failed. What the complete query wrote comes back."""
+    claimed = ClaimRow._make(row)
+    record = Record(claimed.id, claimed.lease_token, state, status=200)
+    slots = ([[claimed.endpoint_id, claimed.slot, str(claimed.slot_token)]]
+             if claimed.slot is not None else [])
+    circuits = [] if verdict is None else [[claimed.endpoint_id, verdict, 0 if verdict else 1]]
+    return complete(conn, [record], slots, circuits)
+
+
+def complete(conn: Conn, records: list[Record], slots: list[list[Any]] | None = None,
+             circuits: list[list[Any]] | None = None, *, commit: bool = True) -> Completed:
+    """The complete statement with these results, as the completer writes them."""
+    row = conn.execute(queries["complete"], {
+        "results": json.dumps([record.as_row() for record in records]),
+        "slots": json.dumps(slots or []), "circuits": json.dumps(circuits or [])}).fetchone()
+    if commit:
+        conn.commit()
+    assert row is not None
+    return Completed.from_row(row)

@@ -416,10 +416,11 @@ circuits AS (
     WHERE s.endpoint_id = j.endpoint_id
     RETURNING s.endpoint_id, j.was, s.circuit
 )
--- The deliveries written, then the circuits that changed (id, before, after).
-SELECT id, NULL::text, NULL::text FROM finished
-UNION ALL
-SELECT endpoint_id, was, circuit FROM circuits WHERE was <> circuit;
+-- One row: the ids of the deliveries written, and the circuits that changed as
+-- [endpoint_id, before, after] (policy.model.Completed reads it).
+SELECT ARRAY(SELECT id FROM finished) AS written,
+       (SELECT coalesce(json_agg(json_build_array(endpoint_id, was, circuit)), '[]')
+        FROM circuits WHERE was <> circuit) AS changed;
 
 -- name: park_blocked
 -- Keyed deliveries waiting behind an earlier event of their key cost every
