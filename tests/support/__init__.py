@@ -15,5 +15,8 @@
 - ``catalogue``: the ``outbox`` schema's whole catalogue, to compare two databases on;
 - ``releases``: earlier releases' sources, run beside this one (upgrades, rolling deploys);
 - ``receiving``: the receiving examples of ``docs/`` served for real, a receiver's database;
+- ``pgbouncer``: Debian's PgBouncer in transaction mode in front of the test cluster;
+- ``prometheus``: a real Prometheus with our alert rules' waits shortened, for the live alerts;
+- ``tracing``: a tracer of the test's own, and the spans a dispatcher printed;
 - ``endpoint_options``, ``strategies``: generated inputs for the property tests.
 """
