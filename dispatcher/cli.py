@@ -31,8 +31,13 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 _Parser = OneLineParser
 
-# The variables the dispatcher reads, beside those its options read (see build_config).
-_OTHER_VARIABLES = frozenset({"OUTBOX_DSN", "OUTBOX_ALLOW_NETWORK", "OUTBOX_LISTEN_DSN"})
+# The variables the dispatcher reads beside those of _spec(), by the setting they give
+# (see build_config); OTEL_TRACES_EXPORTER is OpenTelemetry's own, read as its SDK does.
+_OTHER_VARIABLES = {"dsn": "OUTBOX_DSN", "listen_dsn": "OUTBOX_LISTEN_DSN",
+                    "allow_networks": "OUTBOX_ALLOW_NETWORK",
+                    "traces_exporter": "OTEL_TRACES_EXPORTER"}
+# Options whose setting has another name: --allow-network, repeated, gives allow_networks.
+_SETTING_OF_OPTION = {"allow_network": "allow_networks"}
 
 
 def _seconds(text: str) -> float:
@@ -128,10 +133,30 @@ def _spec() -> dict[str, tuple[str, Callable[[str], Any]]]:
     }
 
 
+def sources() -> dict[str, tuple[str | None, str | None]]:
+    """Per setting of :class:`DispatcherConfig`, the option and the variable it is read
+    from (None for neither), in the parser's order: what the configuration reference
+    (``dispatcher.reference``) lists. An option without a setting raises, so that
+    neither can be added without the other."""
+    variables = {attr: name for attr, (name, _) in _spec().items()} | _OTHER_VARIABLES
+    found: dict[str, tuple[str | None, str | None]] = {}
+    for action in build_parser()._actions:
+        if action.dest in ("help", "version"):
+            continue
+        setting = _SETTING_OF_OPTION.get(action.dest, action.dest)
+        if setting not in DispatcherConfig.__dataclass_fields__:
+            raise AssertionError(f"{action.option_strings[0]} sets no DispatcherConfig field")
+        found[setting] = (action.option_strings[0], variables.get(setting))
+    for setting in DispatcherConfig.__dataclass_fields__:
+        found.setdefault(setting, (None, variables.get(setting)))
+    return found
+
+
 def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
     """``OUTBOX_*`` variables the dispatcher does not read (a misspelt option, most likely),
     each with the closest known name; those an ``env:`` secret may name are left alone."""
-    known = {name for name, _ in _spec().values()} | _OTHER_VARIABLES
+    known = ({name for name, _ in _spec().values()}
+             | {name for name in _OTHER_VARIABLES.values() if name.startswith("OUTBOX_")})
     found = []
     for name in sorted(environ):
         if name.startswith("OUTBOX_") and name not in known and not env_name_allowed(name):

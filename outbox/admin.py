@@ -77,7 +77,7 @@ class Status:
 
 
 def key_waits(conn: psycopg.Connection[Any]) -> KeyWaits:
-    """Publishers queued behind an open transaction of the same key (see README, key order)."""
+    """Publishers queued behind an open transaction of the same key (docs/concepts.md)."""
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         waiting, longest, holder = _row(cur.execute(queries["admin_key_waits"]))
     return KeyWaits(int(waiting), round(float(longest), 3), round(float(holder), 3))

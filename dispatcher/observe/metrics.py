@@ -175,7 +175,8 @@ class Metrics:
             ["endpoint"], buckets=DURATION_BUCKETS, registry=None)
         self._lag = Histogram(
             "outbox_delivery_lag_seconds",
-            "Time from the event's commit to its successful delivery.",
+            "Time from the event's insert (its publish, on the database clock) to its "
+            "successful delivery.",
             ["endpoint"], buckets=LAG_BUCKETS, registry=None)
         self.registry.register(_Instruments(
             (self._delivered, self._failures, self._dead, self._duration, self._lag)))
@@ -192,7 +193,8 @@ class Metrics:
         self._duration.labels(endpoint).observe(max(duration, 0.0))
 
     def delivered(self, endpoint: str, lag: float) -> None:
-        """One event reached the endpoint, ``lag`` seconds after its commit."""
+        """One event reached the endpoint, ``lag`` seconds after its insert (``publish()``,
+        before the producer's commit)."""
         self._delivered.labels(endpoint).inc()
         self._lag.labels(endpoint).observe(max(lag, 0.0))
 

@@ -18,7 +18,7 @@ from outbox.sql import grants_text
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("grants", help="print the grants of the application and "
-                            "dispatcher roles (README, \"Roles\")")
+                            "dispatcher roles (docs/upgrading.md, \"Roles\")")
     parser.add_argument("--application", required=True, metavar="ROLE",
                         help="the role your application connects as")
     parser.add_argument("--dispatcher", required=True, metavar="ROLE",

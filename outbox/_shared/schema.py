@@ -30,7 +30,7 @@ def outbox_problem(state: SchemaState, needed: int) -> str | None:
     """Why a program needing schema version ``needed`` cannot work here; None when it can.
 
     A newer schema is fine: upgrades keep the previous version working
-    (README, "Upgrading").
+    (docs/upgrading.md, "Upgrading").
     """
     if not state.outbox:
         if state.inbox:

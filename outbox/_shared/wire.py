@@ -10,7 +10,7 @@ stored byte for byte at publish time, so the envelope is spliced around it as
 bytes; re-serialising it would cost time and could change what the producer
 wrote.
 
-Choices the contract leaves open, documented in the README:
+Choices the contract leaves open, documented in docs/concepts.md ("The wire"):
 
 - An endpoint with ``max_batch > 1`` always gets an array, even of one event,
   so that a receiver that opted into batches sees one body shape. Its

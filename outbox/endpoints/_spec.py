@@ -71,20 +71,31 @@ class EndpointSpec:
 
     name: str
     url: str
+    """The ``http://`` or ``https://`` address the events are POSTed to."""
     events: Sequence[str] = ("*",)
+    """Glob patterns over event types (``mail.*``, ``*``); the endpoint gets the events
+    whose type matches any of them."""
     secret: str | None = None
     """``whsec_<base64>``, ``env:NAME``, or None for unsigned requests."""
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    """Attempts before a delivery is dead-lettered."""
     timeout: float = DEFAULT_TIMEOUT
     """Seconds allowed for one HTTP attempt."""
     min_backoff: float = DEFAULT_MIN_BACKOFF
+    """Seconds before the first retry; each later one waits about twice as long as the
+    one before, up to ``max_backoff``."""
     max_backoff: float = DEFAULT_MAX_BACKOFF
+    """The longest wait between two attempts, in seconds (a Retry-After may ask more)."""
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    """Requests to the endpoint at once, over the whole fleet of dispatchers."""
     rate_limit: float | None = None
     """Requests per second, or None for no limit."""
     max_batch: int = DEFAULT_MAX_BATCH
+    """Events in one request; above 1 the body is a JSON array."""
     format: Format = "standard-webhooks"
+    """The wire format: ``standard-webhooks`` or ``cloudevents``."""
     headers: Mapping[str, str] = field(default_factory=dict)
+    """Extra request headers, names lower-cased; values printable ASCII."""
     breaker_failures: int = DEFAULT_BREAKER_FAILURES
     """Consecutive retryable failures that open the circuit; 0 turns the breaker off."""
     breaker_cooldown: float = DEFAULT_BREAKER_COOLDOWN

@@ -33,7 +33,7 @@
 
 -- Made only when missing: CREATE SCHEMA IF NOT EXISTS would need CREATE on
 -- the database even when the schema is there, and the operator role may own
--- a schema made for it beforehand without that right (README, "Roles").
+-- a schema made for it beforehand without that right (docs/upgrading.md, "Roles").
 DO $$
 BEGIN
     IF to_regnamespace('outbox') IS NULL THEN

@@ -1,6 +1,6 @@
 """One endpoint per customer: a dispatcher serves thousands of endpoints, each in its turn.
 
-The invariant (README, "Many endpoints"): a due pending delivery of an
+The invariant (docs/concepts.md, "Many endpoints"): a due pending delivery of an
 enabled endpoint whose circuit is closed and whose limits have room is
 claimed within a poll interval by any dispatcher with free request capacity,
 however many other endpoints exist or have work.

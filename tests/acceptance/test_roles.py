@@ -1,4 +1,4 @@
-"""Least privilege: the application, dispatcher and operator roles of README "Roles", exactly.
+"""Least privilege: the application, dispatcher and operator roles of docs/upgrading.md, exactly.
 
 The operator owns a schema made for it beforehand and runs `outbox migrate`
 and `outbox grants`; the application publishes but can neither read a

@@ -7,7 +7,7 @@ verdict), leases extended, dispatchers dying (their leases back-dated) and
 the upkeep rescuing their deliveries, late results from the leases they
 lost, backoffs and cool-downs running out (back-dated too: nothing sleeps),
 ``outbox dead retry`` and ``outbox replay``. A plain Python model says what
-README promises for each step; after every step the database
+the documentation (docs/concepts.md) promises for each step; after every step the database
 must agree with it, and these hold:
 
 - a delivery is in flight under one lease token at most: a result (or a lease
@@ -131,7 +131,7 @@ class Circuit:
     probe_lease_over: bool = False  # half-open: its probe's lease has run out
 
     def judge(self, answered: bool) -> None:
-        """One attempt's word (README, "Circuit breaker").
+        """One attempt's word (docs/concepts.md, "Retries, dead letters and limits").
 
         Any answer but a retryable failure resets the count and closes a half-open
         circuit; a retryable failure counts, opens a closed circuit at
@@ -151,7 +151,7 @@ class Circuit:
 
 @dataclass
 class Model:
-    """What the README says the database holds."""
+    """What the documentation says the database holds."""
 
     rows: dict[int, Row] = field(default_factory=dict)
     slots: list[SlotModel] = field(default_factory=lambda: [SlotModel() for _ in range(SLOTS)])

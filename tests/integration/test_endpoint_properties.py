@@ -1,6 +1,6 @@
 """Endpoint definitions over generated options, stored and read back on a real PostgreSQL.
 
-The promise (README, "Endpoints"): a bad URL, pattern or option is
+The promise (docs/concepts.md, "Endpoints"): a bad URL, pattern or option is
 refused with a clear message (``InvalidEndpoint``, exit 2 on the command
 line) and nothing is changed. So ``EndpointSpec.from_options`` either
 refuses with ``InvalidEndpoint`` or returns a spec the database takes as it

@@ -1,6 +1,6 @@
 """publish / publish_many over generated arguments, valid and not, against a real PostgreSQL.
 
-The promise (README, "Publishing, in detail"): bad input raises ``InvalidEvent`` or
+The promise (docs/concepts.md, "Publishing, in detail"): bad input raises ``InvalidEvent`` or
 ``PayloadTooLarge`` before any SQL runs, so the caller's transaction goes on
 and can still commit; good input is stored as given, the payload byte for
 byte. Whatever a producer passes, nothing else may come out: not a driver
@@ -8,7 +8,7 @@ error, not a ``TypeError`` or ``OverflowError`` from deep inside, and never
 a half-written batch.
 
 Each call draws a few of its arguments (often none) from odd values and the
-rest from values the README's rules make valid; a call with no odd argument
+rest from values the documented rules make valid; a call with no odd argument
 must succeed, so the checks cannot pass by refusing everything. One connection serves all
 examples of a test; each example ends in a rollback (or, after a refusal,
 in a commit that must hold the caller's own row and no event).
@@ -59,7 +59,7 @@ HUGE_TEXT = st.integers(10**5, 10**6).map(lambda size: "x" * size)
 
 @dataclass(frozen=True)
 class Field:
-    """How to draw one argument: values the README's rules make valid, and others."""
+    """How to draw one argument: values the documented rules make valid, and others."""
 
     good: st.SearchStrategy[Any]
     odd: st.SearchStrategy[Any]

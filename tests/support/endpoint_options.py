@@ -2,7 +2,7 @@
 
 Shared by the property tests of ``EndpointSpec.from_options`` (stored and
 read back on a real database) and of the sync file parser. Each option is
-drawn from the values the README's rules accept or, for a few options, from
+drawn from the values the documented rules accept or, for a few options, from
 odd ones; :class:`Options` says whether every value was a good one, so that
 a test can insist such options are accepted. ``toml=True`` keeps to what a
 TOML document can hold (no None, no objects, no lone surrogates).
@@ -201,7 +201,7 @@ ENDPOINT_NAMES = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", fullmatch=Tru
 
 
 def good_endpoint_name(name: str) -> bool:
-    """1-63 letters, digits, '_', '.' or '-', starting with a letter or digit (README)."""
+    """1-63 letters, digits, '_', '.' or '-', starting with a letter or digit (docs/concepts.md)."""
     allowed = set(string.ascii_letters + string.digits + "_.-")
     return 1 <= len(name) <= 63 and name[0] not in "_.-" and set(name) <= allowed
 

@@ -2,7 +2,7 @@
 
 ``tests/fixtures/releases/v<schema version>-<commit>.tar.xz`` is ``git archive``
 of ``outbox/ dispatcher/ schema.sql pyproject.toml`` at the commit that
-released that schema version (README, "Upgrading", says how to add one).
+released that schema version (docs/upgrading.md, "Upgrading", says how to add one).
 They live in the repository rather than being rebuilt from its history so
 that a shallow clone (CI) runs the same tests. An old release runs from its
 extracted sources on this interpreter (``PYTHONPATH`` first on the path,

@@ -1,6 +1,6 @@
 """Retry timing over generated attempts, policies, Retry-After values and random draws.
 
-The README's rule ("Retries, dead letters and limits"): without
+The documented rule (docs/concepts.md, "Retries, dead letters and limits"): without
 ``Retry-After`` attempt n waits ``min_backoff x 2^(n-1)`` +-20 %, kept
 between ``--min-backoff`` and ``--max-backoff``; a ``Retry-After`` (seconds
 or an HTTP date) is obeyed between ``--min-backoff`` and one hour, past
@@ -106,7 +106,7 @@ def _bounds(endpoint: Endpoint, honoured: float | None) -> tuple[float, float]:
 @given(attempt=ATTEMPTS, endpoint=policies(), header=RETRY_AFTER, now=NOWS, draw=DRAWS)
 def test_delay_stays_within_the_bounds(attempt: int, endpoint: Endpoint, header: str | None,
                                        now: datetime, draw: float) -> None:
-    """Any attempt, policy, Retry-After and draw: a finite delay within the README's bounds."""
+    """Any attempt, policy, Retry-After and draw: a finite delay within the documented bounds."""
     honoured = parse_retry_after(header, now)
     assert honoured is None or (math.isfinite(honoured) and honoured >= 0)
     delay = next_attempt_delay(attempt, endpoint, honoured, lambda: draw)

@@ -1,6 +1,6 @@
 """The sync file parser over generated TOML documents, and over files that are not TOML at all.
 
-The promise (README, "Endpoints"): an unreadable sync file is refused with
+The promise (docs/concepts.md, "Endpoints"): an unreadable sync file is refused with
 exit 2 and nothing changed, which the command gets from ``load_sync_file``
 raising ``InvalidEndpoint``. Whatever the file holds (any structure, any
 values, broken syntax, another encoding, deep nesting), the parser returns

@@ -1,7 +1,7 @@
 -- name: publish
 -- One round trip writes a batch of events and fans each out to the live
 -- endpoints whose patterns match its type, enabled or not: a disabled endpoint
--- is paused, and what is published meanwhile waits for it (README, "Endpoints").
+-- is paused, and what is published meanwhile waits for it (docs/concepts.md, "Endpoints").
 -- The batch travels as parallel JSON arrays, one text parameter per column,
 -- zipped by ROWS FROM: it stays one prepared statement whatever its size,
 -- and no driver has to adapt thousands of values one by one.
@@ -16,7 +16,7 @@
 -- that sees a concurrent transaction's row once it has committed).
 -- pg_notify is queued until commit and deduplicated per transaction, so a
 -- rolled-back publish wakes nobody and a big batch sends one notification.
--- Key order (README, "Key order"): producers of one key take turns. key_locks takes a
+-- Key order (docs/concepts.md, "Key order"): producers of one key take turns. key_locks takes a
 -- transaction-scoped advisory lock per distinct key of the batch, in key
 -- order (so that two batches cannot deadlock each other), before any event of
 -- the batch gets its seq: the inserted CTE joins it, so it is evaluated
@@ -27,7 +27,7 @@
 -- The two-int form (a fixed class, the key's hash) keeps clear of the bigint
 -- advisory locks applications use; a hash collision only makes two keys take
 -- turns.
--- --max-pending (README, "Backpressure"): over finds a bounded endpoint the batch would
+-- --max-pending (docs/concepts.md, "Backpressure"): over finds a bounded endpoint the batch would
 -- take past its bound (what it holds, as its counter shards add up, plus
 -- the events of this batch routed to it). Then nothing is written (every
 -- write below is conditional on over being empty, the key locks too) and
