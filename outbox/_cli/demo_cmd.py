@@ -123,7 +123,7 @@ def _print_summary(s: Summary) -> None:
          f"provokes included: {ep.accepted} events from first publish to last arrival in "
          f"{s.elapsed:.2f} s, most of it the retries' backoff (not a figure of speed: "
          "BENCHMARKS.md has those)"),
-        ("lag", f"commit to arrival of the {len(ep.first_try_latencies)} events that arrived "
+        ("lag", f"publish to arrival of the {len(ep.first_try_latencies)} events that arrived "
          f"at their first attempt: p50 {_percentile(ep.first_try_latencies, 0.5) * 1000:.0f} "
          f"ms, p99 {_percentile(ep.first_try_latencies, 0.99) * 1000:.0f} ms; with the "
          f"retried ones, p99 {_percentile(ep.latencies, 0.99) * 1000:.0f} ms"),

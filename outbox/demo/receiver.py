@@ -101,8 +101,8 @@ class FlakyEndpoint:
         self.attempts: dict[str, int] = {}
         self.latencies: list[float] = []
         self.first_try_latencies: list[float] = []
-        """Commit to arrival of the events that arrived at their first attempt: the lag
-        without the retries this demo provokes on purpose."""
+        """Publish (the event's timestamp) to arrival of the events that arrived at their
+        first attempt: the lag without the retries this demo provokes on purpose."""
         self._last_n: dict[str, int] = {}
         self.requests = 0
         self.accepted = 0
