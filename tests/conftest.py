@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,13 @@ pytest_plugins = ["tests.support.resilience", "tests.support.faults", "tests.sup
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+# A suite started in the background (nohup, `./dev test &` in a script) inherits SIGINT
+# ignored, and so would every command it starts, since an ignored signal stays ignored
+# across exec: the tests that interrupt a command would wait for it in vain. A handler
+# of this process's own is reset to the default in each child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _TEMPLATE = "outbox_template"
 _counter = itertools.count()
