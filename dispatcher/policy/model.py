@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from outbox._shared.endpoint_defaults import (
     DEFAULT_BREAKER_FAILURES,
@@ -182,9 +182,7 @@ class Completed(NamedTuple):
     changed: tuple[CircuitChange, ...]
 
     @classmethod
-    def from_row(cls, row: tuple[list[int], list[list[object]] | str]) -> Completed:
-        """Read the row (``written`` bigint[], ``changed`` json); psycopg parses the json."""
+    def from_row(cls, row: Sequence[Any]) -> Completed:
+        """Read the row: ``written`` (bigint[]) and ``changed`` (json, parsed by psycopg)."""
         written, changed = row
-        items = json.loads(changed) if isinstance(changed, str) else changed
-        return cls(frozenset(int(i) for i in written),
-                   tuple(CircuitChange(int(str(e)), str(w), str(n)) for e, w, n in items))
+        return cls(frozenset(written), tuple(CircuitChange(*change) for change in changed))

@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import tomllib
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import psycopg
 from outbox import receive
 from outbox.testing import Receiver
 from tests.support.cli import clean_environment
+from tests.support.dispatcher import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -108,11 +108,10 @@ def test_quick_start_runs_as_written(empty_dsn: str, receiver: Receiver) -> None
             process = subprocess.Popen(["bash", "-c", "\n".join(script)], env=env,
                                        stdout=log, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 60
-            while "dispatching (concurrency" not in log_path.read_text():
+            def started() -> bool:
                 assert process.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.05)
+                return "dispatching (concurrency" in log_path.read_text()
+            wait_until(started, 60, "the quick start's dispatcher to start")
 
             app = Path(tmp) / "app.py"
             app.write_text(python)

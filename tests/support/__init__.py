@@ -18,5 +18,6 @@
 - ``pgbouncer``: Debian's PgBouncer in transaction mode in front of the test cluster;
 - ``prometheus``: a real Prometheus with our alert rules' waits shortened, for the live alerts;
 - ``tracing``: a tracer of the test's own, and the spans a dispatcher printed;
+- ``markdown``: the documentation as GitHub reads it (headings' anchors, link targets);
 - ``endpoint_options``, ``strategies``: generated inputs for the property tests.
 """

@@ -5,7 +5,6 @@ The manifests, the image, the unit and the dashboard have their own test_deploy_
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.markdown import anchors
 from tests.support.prometheus import allowed_series, metric_names, parse_duration, shorten_for
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is part of the test extras")
@@ -60,25 +60,15 @@ def test_every_alert_has_severity_text_a_test_and_a_runbook() -> None:
         assert f"### {rule['alert']}" in runbook, f"no runbook section for {rule['alert']}"
 
 
-def github_anchors(markdown: str) -> set[str]:
-    """The anchors a Markdown renderer (GitHub's rule) gives the headings of ``markdown``."""
-    anchors = set()
-    for line in markdown.splitlines():
-        if line.startswith("#"):
-            title = line.lstrip("#").strip().lower()
-            anchors.add(re.sub(r"\s", "-", re.sub(r"[^\w\- ]", "", title)))
-    return anchors
-
-
 def test_every_alert_links_its_runbook_section() -> None:
     """Each alert's runbook_url points at its own section of deploy/README.md."""
-    anchors = github_anchors(RUNBOOK.read_text())
+    headings = anchors(RUNBOOK.read_text())
     for rule in rules():
         url = rule["annotations"]["runbook_url"]
         page, _, anchor = url.partition("#")
         assert page.endswith("/deploy/README.md"), url
         assert anchor == rule["alert"].lower(), url
-        assert anchor in anchors, url
+        assert anchor in headings, url
 
 
 def test_live_rules_shorten_only_the_waits() -> None:
