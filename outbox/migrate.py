@@ -16,7 +16,9 @@ that still cannot get its locks raises :class:`MigrationBlocked`.
 
 Concurrent migrators (pods starting at once) take turns on a
 transaction-scoped advisory lock and re-read the state under it, so each
-step runs once.
+step runs once. Any role may take that lock, so a migrator tries it rather
+than waits for it: past ``turn_wait`` seconds it gives up with
+:class:`MigrationBlocked`, naming the holder's pid.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import psycopg
 from outbox._shared.schema import SchemaState
 from outbox._shared.text import first_line
 from outbox.errors import OutboxError
-from outbox.sql import SCHEMA_VERSION, Step, queries, schema_text, steps
+from outbox.sql import SCHEMA_VERSION, QueryName, Step, queries, schema_text, steps
 
 __all__ = ["SCHEMA_VERSION", "MigrationBlocked", "Plan", "migrate", "plan", "read_state"]
 
@@ -39,6 +41,8 @@ LOCK_TIMEOUT = 0.5
 """Seconds a step waits for one lock before it gives up (and publish() goes on)."""
 LOCK_ATTEMPTS = 5
 """Tries per step; the pauses between them grow, about 5 s of trying in all."""
+TURN_WAIT = 60.0
+"""Seconds a migrator waits for the migrators' lock (another's step) before it gives up."""
 
 
 class MigrationBlocked(OutboxError):
@@ -98,14 +102,15 @@ def plan(state: SchemaState, *, inbox_only: bool = False,
 
 def migrate(conn: psycopg.Connection[Any], *, inbox_only: bool = False,
             lock_timeout: float = LOCK_TIMEOUT, attempts: int = LOCK_ATTEMPTS,
-            available: Sequence[Step] | None = None,
+            turn_wait: float = TURN_WAIT, available: Sequence[Step] | None = None,
             on_step: Callable[[str], None] | None = None) -> tuple[int, int]:
     """Bring the database up to date; returns the versions (before, after).
 
     ``conn`` must not be in a transaction; every step commits on its own.
     ``on_step`` is told each thing done as it is done (the lines of
     :meth:`Plan.describe`). Raises :class:`MigrationBlocked` when a step
-    cannot get its locks in ``attempts`` tries of ``lock_timeout`` seconds.
+    cannot get its locks in ``attempts`` tries of ``lock_timeout`` seconds,
+    or when another session holds the migrators' lock for ``turn_wait`` seconds.
     """
     available = steps() if available is None else tuple(available)
     with conn.transaction():
@@ -114,7 +119,7 @@ def migrate(conn: psycopg.Connection[Any], *, inbox_only: bool = False,
     before = todo.state.version if todo.state.outbox or todo.inbox_only else 0
     if not todo.pending:
         return before, before
-    runner = _Runner(conn, lock_timeout, attempts)
+    runner = _Runner(conn, lock_timeout, attempts, turn_wait)
     if todo.create:
         if runner.run(None, inbox_only=False) and on_step:
             on_step(todo.describe()[0])
@@ -133,8 +138,9 @@ class _Runner:
     """Applies one step (None: schema.sql) with its version row, retrying lock timeouts."""
 
     def __init__(self, conn: psycopg.Connection[Any], lock_timeout: float,
-                 attempts: int) -> None:
+                 attempts: int, turn_wait: float) -> None:
         self._conn = conn
+        self._turn_wait = turn_wait
         self._timeout = f"{max(1, round(lock_timeout * 1000))}ms"
         self._pause = lock_timeout
         self._attempts = max(1, attempts)
@@ -167,28 +173,51 @@ class _Runner:
             return state.version >= step.version
         return step.version in state.versions
 
+    def _turn(self, query: QueryName) -> bool:
+        """Try the migrators' lock once (``query``: its transaction or session form)."""
+        row = self._conn.execute(queries[query]).fetchone()
+        return bool(row and row[0])
+
+    def _wait_turn(self, deadline: float, what: str) -> None:
+        """Pause before the next try of the migrators' lock, or give up past ``deadline``."""
+        if time.monotonic() < deadline:
+            time.sleep(0.2)
+            return
+        with self._conn.transaction():
+            row = self._conn.execute(queries["migrate_holders"]).fetchone()
+        holder = f"pid {row[0]}" if row and row[0] else "another session"
+        raise MigrationBlocked(
+            f"{what}: {holder} held the outbox migrators' lock for {self._turn_wait:g} s "
+            f"(another `outbox migrate`, or any role: pg_stat_activity shows what it does); "
+            f"this step changed nothing: run `outbox migrate` again")
+
     def _in_transaction(self, step: Step | None, inbox_only: bool) -> bool:
         conn = self._conn
-        with conn.transaction():
-            conn.execute(queries["migrate_lock"])
-            if self._done(step):
-                return False
-            conn.execute(queries["set_lock_timeout"],
-                         {"lock_timeout": self._timeout, "local": True})
-            if step is None:
-                conn.execute(schema_text().encode())  # records its version itself
-                return True
-            if inbox_only:
-                conn.execute(queries["version_table"])
-            conn.execute(step.sql.encode())
-            conn.execute(queries["record_version"], {"version": step.version})
-        return True
+        deadline = time.monotonic() + self._turn_wait
+        while True:
+            with conn.transaction():
+                if self._turn("migrate_lock"):
+                    if self._done(step):
+                        return False
+                    conn.execute(queries["set_lock_timeout"],
+                                 {"lock_timeout": self._timeout, "local": True})
+                    if step is None:
+                        conn.execute(schema_text().encode())  # records its version itself
+                        return True
+                    if inbox_only:
+                        conn.execute(queries["version_table"])
+                    conn.execute(step.sql.encode())
+                    conn.execute(queries["record_version"], {"version": step.version})
+                    return True
+            self._wait_turn(deadline, "schema.sql" if step is None else step.name)
 
     def _outside_transaction(self, step: Step) -> bool:
         conn = self._conn
         conn.autocommit = True
         try:
-            conn.execute(queries["migrate_session_lock"])
+            deadline = time.monotonic() + self._turn_wait
+            while not self._turn("migrate_session_lock"):
+                self._wait_turn(deadline, step.name)
             try:
                 if self._done(step):
                     return False

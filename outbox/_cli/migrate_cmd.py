@@ -9,10 +9,14 @@ alone). Both only read: no lock is taken.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+import psycopg
 
 from outbox._cli import common
 from outbox.migrate import LOCK_ATTEMPTS, LOCK_TIMEOUT, migrate, plan, read_state
+from outbox.sql import queries
 
 
 def register(sub: Any) -> None:
@@ -49,6 +53,29 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _role_warnings(conn: psycopg.Connection[Any]) -> list[str]:
+    """What to say when the migrating role is a superuser, or the schema is another's.
+
+    A superuser's migration makes objects a superuser owns; a schema made by
+    another role lets that role change what this one creates in it. Both
+    still migrate (an administrator may mean it), and say so on stderr once
+    done (a failure keeps its one line).
+    """
+    with conn.transaction():
+        row = conn.execute(queries["migrate_role"]).fetchone()
+    if row is None:
+        return []
+    me, superuser, owner = row
+    if superuser:
+        return [f"warning: migrated as {me}, a superuser: run `outbox migrate` as the role "
+                "that owns the outbox schema instead (docs/upgrading.md, \"Roles\")"]
+    if owner is not None and owner != me:
+        return [f"warning: the outbox schema belongs to {owner}, not to {me}: {owner} can "
+                "change or drop what this migration created; migrate as its owner, or make "
+                "sure the schema is yours"]
+    return []
+
+
 def run(args: argparse.Namespace) -> int:
     with common.connect(args, needs=None) as conn:
         if args.dry_run or args.check:
@@ -66,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             for line in todo.describe():
                 print(f"{verb}: {line}")
             return common.EXIT_OK if args.dry_run else common.EXIT_FAILURE
+        warnings = _role_warnings(conn)
         before, after = migrate(conn, inbox_only=args.inbox_only,
                                 lock_timeout=args.lock_timeout, attempts=args.lock_attempts,
                                 on_step=print)
@@ -73,4 +101,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"outbox schema is up to date (version {after})")
     else:
         print(f"outbox schema migrated from version {before} to {after}")
+        for warning in warnings:
+            print(warning, file=sys.stderr)
     return common.EXIT_OK

@@ -2,25 +2,58 @@
 -- `outbox grants` with their names in place of the braces. Run as the
 -- operator (the owner) after every `outbox migrate`: each run first takes
 -- back whatever the roles held in the schema, so the result is exactly this.
---
+-- One transaction: applied with psql, with or without ON_ERROR_STOP, a
+-- refusal below leaves everything as it was.
+BEGIN;
+
+-- Naming the schema's owner would take its own rights away (REVOKE ALL
+-- applies to an owner too): refuse, and change nothing.
+DO $guard$
+DECLARE
+    owner oid := (SELECT nspowner FROM pg_catalog.pg_namespace WHERE nspname = 'outbox');
+BEGIN
+    IF owner IS NULL THEN
+        RAISE EXCEPTION 'there is no outbox schema here: run `outbox migrate` first';
+    END IF;
+    IF owner IN (SELECT oid FROM pg_catalog.pg_roles
+                 WHERE rolname IN ({application_name}, {dispatcher_name})) THEN
+        RAISE EXCEPTION 'role % owns the outbox schema: it needs no grants, and these would '
+                        'take its own away; name the application''s and the dispatcher''s '
+                        'own roles (docs/upgrading.md, "Roles")',
+                        pg_catalog.quote_ident(owner::regrole::text);
+    END IF;
+END
+$guard$;
+
+-- No function of the schema is anyone's to call but the owner's (the
+-- triggers fire without it).
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC, {application}, {dispatcher};
+
 -- The application publishes (and reads back its own events, for
 -- outbox.testing and idempotency keys), and records what it received
--- (outbox.receive). Of the endpoints it reads only what routing needs:
--- never a secret, a URL or a header, and it changes none.
+-- (outbox.receive). It writes only the columns publish() and receive write
+-- (a delivery's state, attempts and error are the dispatcher's), and of the
+-- endpoints it reads only what routing needs: never a secret, a URL or a
+-- header, and it changes none.
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM {application};
 GRANT USAGE ON SCHEMA outbox TO {application};
 GRANT SELECT (id, name, events_like, max_pending, enabled, removed_at)
     ON outbox.endpoints TO {application};
-GRANT SELECT, INSERT ON outbox.events TO {application};
-GRANT INSERT ON outbox.deliveries TO {application};
+GRANT SELECT ON outbox.events TO {application};
+GRANT INSERT (id, type, key, payload, headers, idempotency_key, created_at, deliver_after,
+              unrouted, traceparent, tracestate) ON outbox.events TO {application};
+GRANT INSERT (event_id, endpoint_id, seq, key, next_attempt_at)
+    ON outbox.deliveries TO {application};
 GRANT SELECT (endpoint_id) ON outbox.deliveries TO {application};
 GRANT SELECT, UPDATE (undelivered) ON outbox.endpoint_backlog TO {application};
 GRANT SELECT ON outbox.schema_version TO {application};
-GRANT SELECT, INSERT ON outbox.inbox TO {application};
+GRANT SELECT ON outbox.inbox TO {application};
+GRANT INSERT (consumer, event_id) ON outbox.inbox TO {application};
 
 -- The dispatcher claims, delivers and records; it reads the endpoints whole
 -- (it signs with their secrets) but changes only what a 410 Gone changes;
--- it purges finished rows (--retention). No DDL, no new endpoints.
+-- it purges finished rows (--retention), their attempt history going with
+-- them. No DDL, no new endpoints.
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM {dispatcher};
 GRANT USAGE ON SCHEMA outbox TO {dispatcher};
 GRANT SELECT ON outbox.schema_version, outbox.endpoints TO {dispatcher};
@@ -31,3 +64,5 @@ GRANT SELECT, INSERT, DELETE ON outbox.attempts TO {dispatcher};
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox.dispatchers TO {dispatcher};
 GRANT SELECT, UPDATE ON outbox.endpoint_state, outbox.endpoint_slots, outbox.endpoint_backlog,
     outbox.maintainer TO {dispatcher};
+
+COMMIT;

@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 5.
+-- outbox-dispatcher schema: the current shape, version 6.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -49,7 +49,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 5 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 6 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -97,7 +97,9 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     disabled_reason      text,
     created_at           timestamptz NOT NULL DEFAULT now(),
     updated_at           timestamptz NOT NULL DEFAULT now(),
-    removed_at           timestamptz
+    removed_at           timestamptz,
+    -- Sends the event's tracestate with its traceparent (version 6).
+    send_tracestate      boolean NOT NULL DEFAULT true
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS endpoints_name_live
@@ -317,11 +319,15 @@ CREATE INDEX IF NOT EXISTS attempts_delivery ON outbox.attempts (delivery_id, at
 -- The history goes with its delivery, however the delivery goes (retention,
 -- purge, an earlier release's retention, SQL by hand): one statement-level
 -- trigger per DELETE, joining the deleted rows to the history's index. It
--- runs as the schema's owner: a role whose grants predate the history (an
--- earlier release's `outbox grants`) can still purge deliveries.
+-- runs as the role that deletes (the dispatcher's grants include the
+-- history), never as the owner (version 6).
 CREATE OR REPLACE FUNCTION outbox.attempts_follow_deliveries() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog AS $$
 BEGIN
+    IF TG_RELID <> 'outbox.deliveries'::regclass OR TG_LEVEL <> 'STATEMENT'
+       OR TG_OP <> 'DELETE' THEN
+        RAISE EXCEPTION 'outbox.attempts_follow_deliveries() serves outbox.deliveries only';
+    END IF;
     DELETE FROM outbox.attempts a USING gone WHERE a.delivery_id = gone.id;
     RETURN NULL;
 END
@@ -348,4 +354,11 @@ CREATE TABLE IF NOT EXISTS outbox.dispatchers (
     problems    jsonb NOT NULL DEFAULT '{}'
 ) WITH (fillfactor = 50);
 
-INSERT INTO outbox.schema_version (version) VALUES (5) ON CONFLICT DO NOTHING;
+-- No function of the schema is PUBLIC's to call, nor runs as its owner for
+-- another role: each trigger function runs as whoever fired it and refuses a
+-- table not its own, and a trigger fires without EXECUTE on its function
+-- (checked only when a trigger is made). Every function, named one by one.
+REVOKE EXECUTE ON FUNCTION outbox.endpoint_fleet_rows(), outbox.endpoint_backlog_rows(),
+    outbox.attempts_follow_deliveries() FROM PUBLIC;
+
+INSERT INTO outbox.schema_version (version) VALUES (6) ON CONFLICT DO NOTHING;

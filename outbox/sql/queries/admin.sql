@@ -339,3 +339,15 @@ gone AS (
 SELECT (SELECT count(*) FROM scanned),
        (SELECT s.id FROM scanned s ORDER BY s.id DESC LIMIT 1)::text,
        (SELECT count(*) FROM gone);
+
+-- name: grants_roles
+-- What `outbox grants --apply` checks first: the schema's owner, who we are,
+-- which of the named roles owns the schema (it must not be named), and which
+-- do not exist.
+SELECT n.nspowner::regrole::text AS owner, current_user::text AS me,
+       (SELECT string_agg(r.rolname, ', ') FROM pg_catalog.pg_roles r
+        WHERE r.oid = n.nspowner AND r.rolname = ANY (%(roles)s::text[])) AS owned,
+       (SELECT array_agg(DISTINCT x.name) FROM unnest(%(roles)s::text[]) AS x(name)
+        WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = x.name))
+           AS missing
+FROM pg_catalog.pg_namespace n WHERE n.nspname = 'outbox';

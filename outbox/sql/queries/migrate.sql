@@ -1,12 +1,28 @@
 -- name: migrate_lock
 -- Held until the migrating transaction ends; the key is arbitrary but fixed.
--- Taken before lock_timeout is set: another migrator's step is waited for
--- (its own lock waits are bounded), ours are not.
-SELECT pg_advisory_xact_lock(7469813520411);
+-- Tried, not waited for: any role may take an advisory lock, so a migrator
+-- polls for its turn until a deadline and then names who holds it.
+SELECT pg_try_advisory_xact_lock(7469813520411);
 
 -- name: migrate_session_lock
 -- The same key, for a step that runs outside a transaction.
-SELECT pg_advisory_lock(7469813520411);
+SELECT pg_try_advisory_lock(7469813520411);
+
+-- name: migrate_holders
+-- Who holds the migrators' lock (pg_locks splits a bigint key into its high
+-- and low 32 bits), for the message of a migrator that gave up waiting.
+SELECT coalesce(string_agg(l.pid::text, ', ' ORDER BY l.pid), '')
+FROM pg_catalog.pg_locks l
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND l.classid = (7469813520411 >> 32)::oid
+  AND l.objid = (7469813520411 & 4294967295)::oid;
+
+-- name: migrate_role
+-- Who migrates, and whose the outbox schema is (NULL: not made yet).
+SELECT current_user::text, r.rolsuper,
+       (SELECT n.nspowner::regrole::text FROM pg_catalog.pg_namespace n
+        WHERE n.nspname = 'outbox') AS owner
+FROM pg_catalog.pg_roles r WHERE r.rolname = current_user;
 
 -- name: migrate_session_unlock
 SELECT pg_advisory_unlock(7469813520411);
