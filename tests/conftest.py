@@ -23,7 +23,8 @@ from outbox.migrate import migrate
 from outbox.testing import Receiver, TemporaryPostgres
 
 # Fixtures shared by several test modules, kept beside their helpers.
-pytest_plugins = ["tests.support.resilience", "tests.support.faults", "tests.support.receiving"]
+pytest_plugins = ["tests.support.resilience", "tests.support.faults", "tests.support.receiving",
+                  "tests.support.roles"]
 
 # The property tests draw the same cases on every run, so that CI's verdict on a
 # commit is the commit's, not the draw's. HYPOTHESIS_PROFILE=explore draws anew

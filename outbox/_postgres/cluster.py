@@ -24,6 +24,7 @@ import glob
 import importlib.util
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import subprocess
@@ -38,6 +39,13 @@ from outbox._postgres import access as _pg_access
 _SHM = Path("/dev/shm")  # noqa: S108 - a tmpfs for a private, 0700 data directory
 _SHM_MIN_FREE = 512 * 1024 * 1024
 _SERVER_BINARIES = ("initdb", "postgres", "pg_ctl")
+# Who signs in how: the superuser over TCP by password only; the Unix socket
+# lives in the cluster's own 0700 directory.
+_HBA = """\
+local all all trust
+host all {user} 127.0.0.1/32 scram-sha-256
+host all all 127.0.0.1/32 trust
+"""
 
 
 class PostgresNotFound(RuntimeError):
@@ -112,7 +120,13 @@ def free_port() -> int:
 
 
 class TemporaryPostgres:
-    """Start a private cluster on 127.0.0.1 with trust authentication; remove it on close.
+    """Start a private cluster on 127.0.0.1; remove it on close.
+
+    Its superuser signs in over TCP with a random password (in :attr:`dsn`):
+    127.0.0.1 is reachable by every local user, and a superuser can run
+    programs as the server's account. Other roles, which tests make and drop
+    (never superusers), sign in without one, as does anyone on the Unix
+    socket, whose directory only the server's account may enter.
 
     ``stop()`` and ``start()`` may be called in between to simulate a
     database outage; the port and data survive.
@@ -127,6 +141,7 @@ class TemporaryPostgres:
         self.bindir = bindir or find_bindir()
         self.port = port or free_port()
         self.user = "postgres"
+        self.password = secrets.token_urlsafe(24)
         self._fsync = fsync
         self._settings = settings or {}
         self._bin_cache = bin_cache
@@ -164,7 +179,7 @@ class TemporaryPostgres:
         return self.dsn_for("postgres")
 
     def dsn_for(self, dbname: str) -> str:
-        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{dbname}"
+        return f"postgresql://{self.user}:{self.password}@127.0.0.1:{self.port}/{dbname}"
 
     def _command(self, args: list[str]) -> list[str]:
         if self._as_root:
@@ -225,8 +240,20 @@ class TemporaryPostgres:
                     "--home-dir /var/lib/postgresql postgres) or run as a normal user")
             os.chown(self.base, server_user.pw_uid, server_user.pw_gid)
         self._check_runnable(server_user)
-        self._run([str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", self.user,
-                   "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+        secret = self.base / "pwfile"
+        secret.write_text(self.password + "\n", "utf-8")
+        if server_user is not None:
+            os.chown(secret, server_user.pw_uid, server_user.pw_gid)
+        try:
+            self._run([str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", self.user,
+                       f"--pwfile={secret}", "-A", "trust", "-E", "UTF8", "--locale=C",
+                       "--no-sync"])
+        finally:
+            secret.unlink(missing_ok=True)
+        hba = self.datadir / "pg_hba.conf"
+        hba.write_text(_HBA.format(user=self.user), "utf-8")
+        if server_user is not None:
+            os.chown(hba, server_user.pw_uid, server_user.pw_gid)
 
     def start(self) -> None:
         options = {

@@ -43,8 +43,11 @@ class DispatcherProcess:
         return self._proc.pid if self._proc else 0
 
     def start(self) -> None:
+        # The DSN holds the throwaway cluster's password: in the environment, which
+        # only this user may read, not on the command line, which everyone may.
         env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
-        args = [sys.executable, "-m", "dispatcher", "--dsn", self.dsn,
+        env["OUTBOX_DSN"] = self.dsn
+        args = [sys.executable, "-m", "dispatcher",
                 "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
                 "--concurrency", "64", "--poll-interval", "0.5",
                 "--shutdown-grace", str(SHUTDOWN_GRACE), "--retention", "0",

@@ -104,3 +104,12 @@ def test_commands_refuse_an_older_schema(empty_dsn: str) -> None:
     assert "version 2" in status.stderr
     assert f"version {SCHEMA_VERSION}" in status.stderr
     assert "outbox migrate" in status.stderr
+
+
+def test_migrating_as_a_superuser_warns_after_success(empty_dsn: str) -> None:
+    """A superuser's migration succeeds and says on stderr to migrate as the schema's owner."""
+    result = _outbox("migrate", "--dsn", empty_dsn)
+    assert result.returncode == 0, result.stderr
+    assert "migrated as postgres, a superuser" in result.stderr
+    again = _outbox("migrate", "--dsn", empty_dsn)  # nothing to do: nothing to say
+    assert again.returncode == 0 and again.stderr == ""

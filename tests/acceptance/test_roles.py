@@ -8,83 +8,18 @@ disables on 410 and purges, and can make nothing new.
 
 from __future__ import annotations
 
-import itertools
-import os
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 import outbox
 from outbox.retention import purge
 from outbox.testing import Receiver, Request, Response, assert_published
-from tests.conftest import Cluster
 from tests.support.cli import run_outbox
 from tests.support.dispatcher import run_once
-
-_counter = itertools.count()
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-
-class Roles:
-    def __init__(self, cluster: Cluster, database: str, suffix: str) -> None:
-        self.cluster, self.database = cluster, database
-        self.operator, self.application, self.dispatcher = (
-            f"{who}_{suffix}" for who in ("operator", "application", "dispatcher"))
-
-    def dsn(self, role: str) -> str:
-        return psycopg.conninfo.make_conninfo(self.cluster.dsn_for(self.database), user=role)
-
-    def connect(self, role: str) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.dsn(role))
-
-
-@pytest.fixture
-def roles(cluster: Cluster) -> Iterator[Roles]:
-    suffix = f"{os.getpid()}_{next(_counter)}"
-    made = Roles(cluster, f"roles_{suffix}", suffix)
-    names = [sql.Identifier(r) for r in (made.operator, made.application, made.dispatcher)]
-    with cluster.admin() as admin:
-        for name in names:
-            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(name))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(made.database)))
-    with psycopg.connect(cluster.dsn_for(made.database), autocommit=True) as owner:
-        # PUBLIC may not create in the database (nor, since PostgreSQL 15, in public).
-        owner.execute(sql.SQL("REVOKE CREATE, TEMPORARY ON DATABASE {} FROM PUBLIC").format(
-            sql.Identifier(made.database)))
-        owner.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
-        owner.execute(sql.SQL("CREATE SCHEMA outbox AUTHORIZATION {}").format(names[0]))
-        owner.execute("CREATE TABLE public.orders (id int)")
-    try:
-        yield made
-    finally:
-        with cluster.admin() as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(made.database)))
-            for name in names:
-                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(name))
-
-
-def _ok(result: Any) -> str:
-    assert result.returncode == 0, result.stderr
-    return str(result.stdout)
-
-
-def _setup(roles: Roles, receiver: Receiver) -> None:
-    op = roles.dsn(roles.operator)
-    _ok(run_outbox(op, "migrate"))
-    grants = _ok(run_outbox(None, "grants", "--application", roles.application,
-                            "--dispatcher", roles.dispatcher))
-    with psycopg.connect(op, autocommit=True) as conn:
-        for _ in range(2):  # run again after every migrate: still exactly the same
-            conn.execute(grants.encode())
-    _ok(run_outbox(op, "endpoints", "add", "rx", "--url", receiver.url + "ok",
-                   "--events", "order.*", "--secret", SECRET, "--max-pending", "100"))
-    _ok(run_outbox(op, "endpoints", "add", "gone", "--url", receiver.url + "gone",
-                   "--events", "audit.*"))
+from tests.support.roles import Roles, ok, setup
 
 
 def _denied(conn: psycopg.Connection[Any], statement: str) -> None:
@@ -95,7 +30,7 @@ def _denied(conn: psycopg.Connection[Any], statement: str) -> None:
 
 def test_application_publishes_and_nothing_more(roles: Roles, receiver: Receiver) -> None:
     """The application role publishes and reads its own events; no secret, no endpoint change."""
-    _setup(roles, receiver)
+    setup(roles, receiver)
     with roles.connect(roles.application) as conn:
         outbox.publish(conn, "order.created", {"n": 1}, key="k", idempotency_key="i-1")
         outbox.publish_many(conn, [outbox.Event("audit.logged", {"n": 2})])
@@ -125,7 +60,7 @@ def test_application_publishes_and_nothing_more(roles: Roles, receiver: Receiver
 def test_dispatcher_delivers_and_nothing_more(roles: Roles, receiver: Receiver) -> None:
     """The dispatcher role delivers, signs, dead-letters, disables on 410, purges; makes nothing."""
     receiver.responder = lambda r: Response(410 if r.path == "/gone" else 200)
-    _setup(roles, receiver)
+    setup(roles, receiver)
     with roles.connect(roles.application) as conn:
         for n in range(3):
             outbox.publish(conn, "order.created", {"n": n}, key="k")
@@ -164,12 +99,12 @@ def test_dispatcher_delivers_and_nothing_more(roles: Roles, receiver: Receiver) 
 
 def test_operator_runs_every_command_and_nothing_more(roles: Roles, receiver: Receiver) -> None:
     """The operator owns the schema and runs every command; the application's tables stay closed."""
-    _setup(roles, receiver)
+    setup(roles, receiver)
     op = roles.dsn(roles.operator)
     for args in (("migrate", "--check"), ("status",), ("dead", "list"), ("endpoints", "list"),
                  ("replay", "--endpoint", "rx", "--since", "2000-01-01T00:00:00Z"),
                  ("purge", "--older-than", "7d")):
-        _ok(run_outbox(op, *args))
+        ok(run_outbox(op, *args))
     with roles.connect(roles.operator) as conn:
         _denied(conn, "SELECT * FROM public.orders")
         _denied(conn, "CREATE SCHEMA elsewhere")

@@ -237,3 +237,19 @@ def test_full_migrate_after_inbox_only(empty_dsn: str, dsn: str) -> None:
         migrate(conn, inbox_only=True)
         assert migrate(conn) == (0, SCHEMA_VERSION)
     assert differences(catalogue(empty_dsn), catalogue(dsn)) == []
+
+
+def test_a_held_migrators_lock_is_waited_for_with_a_deadline(empty_dsn: str) -> None:
+    """Any role may take the migrators' advisory lock: migrate gives up in time, naming its pid."""
+    with psycopg.connect(empty_dsn, autocommit=True) as squatter, \
+            psycopg.connect(empty_dsn) as conn:
+        squatter.execute("SELECT pg_advisory_lock(7469813520411)")
+        pid = squatter.info.backend_pid
+        started = time.monotonic()
+        with pytest.raises(MigrationBlocked, match=f"pid {pid}"):
+            migrate(conn, turn_wait=0.5)
+        assert time.monotonic() - started < 10
+        assert not read_state(conn).outbox  # nothing was made
+        conn.rollback()
+        squatter.execute("SELECT pg_advisory_unlock(7469813520411)")
+        assert migrate(conn, turn_wait=0.5)[1] == SCHEMA_VERSION

@@ -64,6 +64,7 @@ def _sa_url(dsn: str, driver: str = "psycopg") -> Any:
     from sqlalchemy.engine import URL
     info = psycopg.conninfo.conninfo_to_dict(dsn)
     return URL.create(f"postgresql+{driver}", username=str(info["user"]),
+                      password=str(info["password"]) if info.get("password") else None,
                       host=str(info["host"]), port=int(str(info["port"])),
                       database=str(info["dbname"]))
 

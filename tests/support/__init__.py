@@ -15,6 +15,7 @@
 - ``catalogue``: the ``outbox`` schema's whole catalogue, to compare two databases on;
 - ``releases``: earlier releases' sources, run beside this one (upgrades, rolling deploys);
 - ``receiving``: the receiving examples of ``docs/`` served for real, a receiver's database;
+- ``roles``: the operator, application and dispatcher roles of docs/upgrading.md, for real;
 - ``pgbouncer``: Debian's PgBouncer in transaction mode in front of the test cluster;
 - ``prometheus``: a real Prometheus with our alert rules' waits shortened, for the live alerts;
 - ``tracing``: a tracer of the test's own, and the spans a dispatcher printed;

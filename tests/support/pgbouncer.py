@@ -25,7 +25,7 @@ from outbox._postgres.cluster import free_port
 
 _CONFIG = """\
 [databases]
-* = host={host} port={port}
+* = host={host} port={port}{password}
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -63,6 +63,7 @@ class PgBouncer:
         self.user = str(info.get("user") or "postgres")
         self.port = free_port()
         self._server = (str(info.get("host") or "127.0.0.1"), str(info.get("port") or 5432))
+        self._password = str(info.get("password") or "")
         self._dir = Path(tempfile.mkdtemp(prefix="outbox-pgbouncer-"))
         self._pool_size = pool_size
         self._extra = (f"ignore_startup_parameters = {ignore_startup_parameters}\n"
@@ -81,7 +82,8 @@ class PgBouncer:
         host, port = self._server
         (self._dir / "userlist.txt").write_text(f'"{self.user}" ""\n', "utf-8")
         (self._dir / "pgbouncer.ini").write_text(_CONFIG.format(
-            host=host, port=port, listen_port=self.port, directory=self._dir,
+            host=host, port=port, listen_port=self.port,
+            password=f" password={self._password}" if self._password else "", directory=self._dir,
             pool_size=self._pool_size, extra=self._extra), "utf-8")
         command = [self.binary, str(self._dir / "pgbouncer.ini")]
         if os.geteuid() == 0:  # pgbouncer will not run as root

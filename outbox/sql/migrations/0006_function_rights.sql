@@ -16,7 +16,9 @@
 -- checks EXECUTE when a trigger is made, not when it fires). The two
 -- endpoint trigger functions always ran as the invoker; their bodies stay
 -- as they were, since an earlier release's `outbox migrate` writes them
--- again as it wrote them.
+-- again as it wrote them. The history's function changes in place: no
+-- earlier release writes it again (the release that re-applies its whole
+-- schema.sql predates it; later ones apply only their steps).
 --
 -- The endpoints' send_tracestate (an endpoint may leave the event's
 -- tracestate out of its requests; the traceparent is always sent).

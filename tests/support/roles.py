@@ -1,0 +1,85 @@
+"""The three roles of docs/upgrading.md, made for real in a database of their own.
+
+The operator owns a schema made for it beforehand (PUBLIC may create nothing
+in the database, nor in ``public``); ``setup`` migrates as the operator,
+applies the grants ``outbox grants`` prints (twice: a second run changes
+nothing) and adds two endpoints.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from outbox.testing import Receiver
+from tests.conftest import Cluster
+from tests.support.cli import run_outbox
+
+_counter = itertools.count()
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+class Roles:
+    def __init__(self, cluster: Cluster, database: str, suffix: str) -> None:
+        self.cluster, self.database = cluster, database
+        self.operator, self.application, self.dispatcher = (
+            f"{who}_{suffix}" for who in ("operator", "application", "dispatcher"))
+
+    def dsn(self, role: str) -> str:
+        return psycopg.conninfo.make_conninfo(self.cluster.dsn_for(self.database), user=role)
+
+    def connect(self, role: str) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn(role))
+
+
+@pytest.fixture
+def roles(cluster: Cluster) -> Iterator[Roles]:
+    suffix = f"{os.getpid()}_{next(_counter)}"
+    made = Roles(cluster, f"roles_{suffix}", suffix)
+    names = [sql.Identifier(r) for r in (made.operator, made.application, made.dispatcher)]
+    with cluster.admin() as admin:
+        for name in names:
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(name))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(made.database)))
+    with psycopg.connect(cluster.dsn_for(made.database), autocommit=True) as owner:
+        # PUBLIC may not create in the database (nor, since PostgreSQL 15, in public).
+        owner.execute(sql.SQL("REVOKE CREATE, TEMPORARY ON DATABASE {} FROM PUBLIC").format(
+            sql.Identifier(made.database)))
+        owner.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        owner.execute(sql.SQL("CREATE SCHEMA outbox AUTHORIZATION {}").format(names[0]))
+        owner.execute("CREATE TABLE public.orders (id int)")
+    try:
+        yield made
+    finally:
+        with cluster.admin() as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(made.database)))
+            for name in names:
+                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(name))
+
+
+def ok(result: Any) -> str:
+    assert result.returncode == 0, result.stderr
+    return str(result.stdout)
+
+
+def setup(roles: Roles, receiver: Receiver) -> None:
+    op = roles.dsn(roles.operator)
+    ok(run_outbox(op, "migrate"))
+    grants = ok(run_outbox(None, "grants", "--application", roles.application,
+                            "--dispatcher", roles.dispatcher))
+    with psycopg.connect(op, autocommit=True) as conn:
+        for _ in range(2):  # run again after every migrate: still exactly the same
+            conn.execute(grants.encode())
+    ok(run_outbox(op, "endpoints", "add", "rx", "--url", receiver.url + "ok",
+                   "--events", "order.*", "--secret", SECRET, "--max-pending", "100"))
+    ok(run_outbox(op, "endpoints", "add", "gone", "--url", receiver.url + "gone",
+                   "--events", "audit.*"))
+
+
