@@ -6,12 +6,15 @@ installed; these checks need nothing but the files.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from dispatcher.config import DispatcherConfig
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
@@ -65,6 +68,13 @@ def test_image_runs_as_a_user_with_both_commands_on_a_read_only_root() -> None:
     assert "outbox --help" in build_steps
 
 
+def default_grace() -> float:
+    """The dispatcher's own default --shutdown-grace, in seconds."""
+    (field,) = (f for f in dataclasses.fields(DispatcherConfig) if f.name == "shutdown_grace")
+    assert isinstance(field.default, float)
+    return field.default
+
+
 def unit_settings() -> dict[str, list[str]]:
     settings: dict[str, list[str]] = {}
     for line in UNIT.read_text().splitlines():
@@ -86,10 +96,18 @@ def test_systemd_unit_is_hardened_and_reads_its_dsn_from_a_file() -> None:
     assert settings["ExecStart"] == ["/opt/outbox/bin/outbox-dispatcher"]
     assert "OUTBOX_DSN" not in " ".join(settings.get("Environment", []))
     stop = int(settings["TimeoutStopSec"][0])
-    assert stop > 30  # the dispatcher's default --shutdown-grace
-    # The dispatcher raises its open-files limit with setrlimit(): @resources must stay allowed.
-    denied = " ".join(f for f in settings["SystemCallFilter"] if f.startswith("~"))
-    assert "@resources" not in denied
+    assert stop > default_grace()
+
+
+def test_systemd_unit_keeps_metrics_on_loopback_and_names_the_real_grace() -> None:
+    """Metrics bind 127.0.0.1 unless the env file says otherwise; the comment's grace is the code's."""
+    assert unit_settings()["Environment"] == ["OUTBOX_METRICS_HOST=127.0.0.1"]
+    env_file_example = [line for line in UNIT.read_text().splitlines()
+                        if re.match(r"#\s{6,}OUTBOX_", line)]
+    assert env_file_example, "the header's env file example is gone"
+    assert not any("OUTBOX_METRICS_HOST" in line for line in env_file_example)
+    (grace,) = re.findall(r"--shutdown-grace\s*#?\s*\(default (\d+) s\)", UNIT.read_text())
+    assert float(grace) == default_grace()
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd is not installed")
