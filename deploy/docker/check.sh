@@ -4,7 +4,8 @@
 #   deploy/docker/check.sh                 # base made here from Debian packages
 #   BASE=python:3.12-slim-bookworm deploy/docker/check.sh   # or any base you can pull
 #   KEEP_IMAGE=1 deploy/docker/check.sh     # keep the image (IMAGE, default below) afterwards
-#   EXTRAS=binary,otel PACKAGES=opentelemetry-sdk deploy/docker/check.sh   # the build arguments
+#   REQUIREMENTS=deploy/docker/my-requirements.txt deploy/docker/check.sh   # hashed pins of your own
+#   BASE_DIGEST=@sha256:... BASE=python:3.12-slim-bookworm deploy/docker/check.sh   # a pinned base
 #
 # Without BASE, mmdebstrap makes a Debian bookworm base (python3,
 # python3-venv, ca-certificates, and the CA certificates this machine adds
@@ -49,7 +50,9 @@ fi
 echo "check: building $tag on $BASE"
 buildah rmi "$tag" >/dev/null 2>&1 || true  # no untagged copy left behind by a rebuild
 buildah bud --quiet --isolation chroot --network host --build-arg "BASE=$BASE" \
-    --build-arg "EXTRAS=${EXTRAS:-binary}" --build-arg "PACKAGES=${PACKAGES:-}" -f "$here/Dockerfile" -t "$tag" "$root" >/dev/null
+    --build-arg "BASE_DIGEST=${BASE_DIGEST:-}" \
+    --build-arg "REQUIREMENTS=${REQUIREMENTS:-deploy/docker/requirements.txt}" \
+    -f "$here/Dockerfile" -t "$tag" "$root" >/dev/null
 
 container="$(buildah from --quiet "$tag")"
 rootfs="$(buildah mount "$container")"

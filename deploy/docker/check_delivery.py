@@ -4,11 +4,14 @@
 
 CONTAINER is a buildah working container of the image and ROOTFS its mounted
 file system. Against a throwaway PostgreSQL and a receiver on 127.0.0.1 it
-checks that the image's user is not root, runs inside the image (`buildah
-run`, host network) the Kubernetes examples' commands: the init container's
+checks that the image's user is not root, makes the roles the Kubernetes
+examples' Secret names and the schema their owner owns (as the database
+administrator does), runs inside the image (`buildah run`, host network)
+the examples' commands, each as its container's role: the init container's
 wait on `outbox migrate --check` (waiting while the schema is missing), the
-migration Job's `outbox migrate` (the wait then ends), and `outbox endpoints
-add`; publishes one event, then runs the image's
+migration Job's `outbox migrate` and `outbox grants --apply` (the wait then
+ends), and `outbox endpoints add`; publishes one event as the application's
+role, then runs the image's
 entry point, `outbox-dispatcher --once`, with the root file system read-only
 and only /tmp writable (as the Kubernetes examples mount it), and waits for
 the delivery to arrive; then runs it as a service, sees /healthz, /readyz and
@@ -18,15 +21,18 @@ the delivery to arrive; then runs it as a service, sees /healthz, /readyz and
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
 import yaml  # type: ignore[import-untyped]
+from psycopg import sql
 
 import outbox
 from outbox.testing import Receiver, TemporaryPostgres, free_port
@@ -55,6 +61,24 @@ def manifest_commands() -> tuple[list[str], list[str]]:
     gate: list[str] = pod("sidecar.yaml")["initContainers"][0]["command"]
     job: list[str] = pod("migrate-job.yaml")["containers"][0]["command"]
     return gate, job
+
+
+def make_roles(dsn: str) -> dict[str, str]:
+    """The Secret's roles, each with a password, and the schema the migration's role owns,
+    made as the database administrator does; the Secret's keys -> DSNs as those roles."""
+    secret = next(d for d in yaml.safe_load_all((KUBERNETES / "sidecar.yaml").read_text())
+                  if d and d["kind"] == "Secret")
+    users = {key: str(urlsplit(value).username) for key, value in secret["stringData"].items()
+             if key.endswith("-dsn")}
+    password = secrets.token_hex(16)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        for user in sorted(set(users.values())):
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(user), sql.Literal(password)))
+        admin.execute(sql.SQL("CREATE SCHEMA outbox AUTHORIZATION {}").format(
+            sql.Identifier(users["migrate-dsn"])))
+    return {key: psycopg.conninfo.make_conninfo(dsn, user=user, password=password)
+            for key, user in users.items()}
 
 
 def must(done: subprocess.CompletedProcess[str], what: str) -> str:
@@ -145,7 +169,8 @@ def main() -> None:
     print(f"check: image user uid {uid}, entry point {config['Entrypoint']}, no compiler, "
           "root file system read-only but /tmp")
     with TemporaryPostgres() as pg, Receiver() as rx:
-        dsn = pg.dsn
+        role = make_roles(pg.dsn)
+        dsn = role["dispatcher-dsn"]
         if in_image(container, "outbox", "migrate", "--check", "--dsn", dsn).returncode != 1:
             sys.exit("check: `outbox migrate --check` should exit 1 on an empty database")
         gate_command, job_command = manifest_commands()
@@ -155,7 +180,7 @@ def main() -> None:
         time.sleep(3)
         if gate.poll() is not None:
             sys.exit(f"check: the init container's gate did not wait ({gate.returncode})")
-        must(in_image(container, "env", f"OUTBOX_DSN={dsn}", *job_command),
+        must(in_image(container, "env", f"OUTBOX_DSN={role['migrate-dsn']}", *job_command),
              "the migration Job's command")
         try:
             gated = gate.wait(30)
@@ -165,10 +190,10 @@ def main() -> None:
         if gated != 0:
             sys.exit(f"check: the gate exited {gated}: {gate.stdout.read() if gate.stdout else ''}")
         print("check: the init container waited for the schema, the migration Job ran, "
-              "the wait ended")
+              "the wait ended, each as its own role")
         must(in_image(container, "outbox", "endpoints", "add", "receiver", "--url", rx.url,
-                      "--dsn", dsn), "outbox endpoints add")
-        with psycopg.connect(dsn) as conn:
+                      "--dsn", role["migrate-dsn"]), "outbox endpoints add")
+        with psycopg.connect(role["app-dsn"]) as conn:
             event_id = outbox.publish(conn, "image.checked", {"from": "the image"})
             conn.commit()
         started = time.monotonic()

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from dispatcher.cli import build_config
+from outbox.endpoints import EndpointSpec, decode_secret
+from outbox.errors import InvalidEndpoint
+from tests.support.kubernetes import restricted_problems
 from tests.support.prometheus import parse_duration
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is part of the test extras")
@@ -45,6 +51,33 @@ def ours(pod: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in pod.get("initContainers", []) + pod["containers"] if c["image"] == IMAGE]
 
 
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def secret_key(container: dict[str, Any], name: str = "OUTBOX_DSN") -> str:
+    """The key of the Secret a container's variable comes from (the Secret is ours)."""
+    ref = env_of(container)[name]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == of_kind("Secret")[0]["metadata"]["name"], ref
+    key: str = ref["key"]
+    return key
+
+
+def migration_script() -> list[list[str]]:
+    """The migration Job's commands, one word list per line of its ``sh -ec`` script."""
+    job = of_kind("Job")[0]["spec"]["template"]["spec"]
+    (container,) = job["containers"]
+    shell, flags, script = container["command"]
+    assert (shell, flags) == ("sh", "-ec")
+    return [shlex.split(line) for line in script.splitlines() if line.strip()]
+
+
+def dsn_user(key: str) -> str:
+    user = urlsplit(of_kind("Secret")[0]["stringData"][key]).username
+    assert user, key
+    return user
+
+
 def dockerfile_user() -> int:
     users = re.findall(r"^USER\s+(\d+)(?::(\d+))?\s*$", DOCKERFILE.read_text(), re.M)
     assert len(users) == 1, users
@@ -65,13 +98,51 @@ def test_manifests_are_valid_against_the_kubernetes_schemas() -> None:
     assert {"Deployment", "Job", "PodDisruptionBudget", "Secret"} <= checked
 
 
-def test_pods_meet_the_restricted_profile_as_the_image_user() -> None:
-    """Pods run non-root under RuntimeDefault seccomp; ours as the image's user, read-only, /tmp."""
+def test_every_pod_meets_the_restricted_profile_without_a_token() -> None:
+    """Every pod spec of deploy/kubernetes passes Pod Security "restricted"; none gets a token."""
+    templates = dict(pod_templates())
+    assert set(templates) == {"orders", "outbox-dispatcher", "outbox-migrate-0-1-0"}
+    for name, template in templates.items():
+        pod = template["spec"]
+        assert restricted_problems(pod) == [], name
+        assert pod["automountServiceAccountToken"] is False, name
+
+
+def test_the_restricted_check_finds_what_the_profile_refuses() -> None:
+    """The check names each broken rule: escalation, capabilities, root, seccomp, host access."""
+    good = {"securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "app", "securityContext": {
+                "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
+            "volumes": [{"name": "tmp", "emptyDir": {}}]}
+    assert restricted_problems(good) == []
+    bare = {**good, "containers": [{"name": "app"}]}  # the sidecar's app container as it was
+    assert restricted_problems(bare) == [
+        "container app: allowPrivilegeEscalation must be false",
+        "container app: capabilities must drop ALL"]
+    context = {"allowPrivilegeEscalation": False, "runAsUser": 0, "runAsNonRoot": False,
+               "seccompProfile": {"type": "Unconfined"},
+               "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]}}
+    hostile = {"hostNetwork": True, "securityContext": {},
+               "initContainers": [{"name": "init", "securityContext": context,
+                                   "ports": [{"containerPort": 80, "hostPort": 80}]}],
+               "containers": [], "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}
+    assert restricted_problems(hostile) == [
+        "pod: hostNetwork must be false",
+        "volume root: type ['hostPath'] is not allowed",
+        "container init: runAsUser must not be 0",
+        "container init: seccompProfile Unconfined is not allowed",
+        "container init: runAsNonRoot must be true (in the pod or the container)",
+        "container init: seccompProfile must be RuntimeDefault or Localhost "
+        "(in the pod or the container)",
+        "container init: capabilities may add only NET_BIND_SERVICE, not ['NET_ADMIN']",
+        "container init: hostPort must not be set"]
+
+
+def test_our_containers_run_as_the_image_user_read_only() -> None:
+    """The dispatcher image's containers: its user, read-only root, an emptyDir on /tmp."""
     uid = dockerfile_user()
     for name, template in pod_templates():
         pod = template["spec"]
-        assert pod["securityContext"]["runAsNonRoot"] is True, name
-        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
         tmp = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
         assert ours(pod), name
         for container in ours(pod):
@@ -84,12 +155,60 @@ def test_pods_meet_the_restricted_profile_as_the_image_user() -> None:
             assert mounts.get("/tmp") in tmp, (name, container["name"])
 
 
+def test_each_container_connects_as_its_own_role() -> None:
+    """Three DSN keys, three roles: the Job's, no superuser's, migrates and grants the others."""
+    secret = of_kind("Secret")[0]
+    assert {"app-dsn", "dispatcher-dsn", "migrate-dsn"} <= set(secret["stringData"])
+    assert "dsn" not in secret["stringData"]
+    for deployment in of_kind("Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        for container in pod["initContainers"] + pod["containers"]:
+            expected = "dispatcher-dsn" if container["image"] == IMAGE else "app-dsn"
+            assert secret_key(container) == expected, container["name"]
+    job = of_kind("Job")[0]["spec"]["template"]["spec"]
+    assert secret_key(job["containers"][0]) == "migrate-dsn"
+    owner, application, dispatcher = (dsn_user(k) for k in ("migrate-dsn", "app-dsn",
+                                                            "dispatcher-dsn"))
+    assert len({owner, application, dispatcher}) == 3
+    assert owner != "postgres"
+    migrate, grants = migration_script()
+    assert migrate == ["outbox", "migrate"]
+    assert grants == ["outbox", "grants", "--application", application,
+                      "--dispatcher", dispatcher, "--apply"]
+
+
+def test_the_example_signing_secret_is_a_placeholder_that_is_refused() -> None:
+    """The Secret's whsec_ value is refused by `outbox endpoints add` and by the dispatcher."""
+    (deployment,) = (d for d in of_kind("Deployment") if d["metadata"]["name"] == "orders")
+    sidecar = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
+                   if c["name"] == "outbox-dispatcher")
+    key = secret_key(sidecar, "OUTBOX_SECRET_WORKFLOW")
+    placeholder = of_kind("Secret")[0]["stringData"][key]
+    assert placeholder.startswith("whsec_REPLACE_ME"), placeholder
+    with pytest.raises(InvalidEndpoint, match="whsec_ secret is not base64"):
+        EndpointSpec.from_options("workflow", {"url": "https://workflow.example/",
+                                               "secret": placeholder})
+    with pytest.raises(InvalidEndpoint, match="OUTBOX_SECRET_WORKFLOW is not base64"):
+        decode_secret("env:OUTBOX_SECRET_WORKFLOW", {"OUTBOX_SECRET_WORKFLOW": placeholder})
+
+
+def test_only_the_standalone_example_blocks_private_networks() -> None:
+    """standalone.yaml turns the SSRF guard on as the dispatcher reads it; the sidecar does not."""
+    for deployment in of_kind("Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        dispatcher = next(c for c in pod["containers"] if c["name"] == "outbox-dispatcher")
+        environ = {name: e["value"] for name, e in env_of(dispatcher).items() if "value" in e}
+        config = build_config([], {**environ, "OUTBOX_DSN": "postgresql://x@127.0.0.1/x"})
+        standalone = deployment["metadata"]["name"] == "outbox-dispatcher"
+        assert config.block_private_networks is standalone, deployment["metadata"]["name"]
+
+
 def test_commands_follow_the_image_and_the_migration_gate() -> None:
     """The dispatcher runs the image's entry point; init containers wait on migrate --check."""
     entrypoint = re.findall(r"^ENTRYPOINT\s+(\[.*\])\s*$", DOCKERFILE.read_text(), re.M)
     assert entrypoint == ['["outbox-dispatcher"]']
     job = of_kind("Job")[0]["spec"]["template"]["spec"]
-    assert job["containers"][0]["command"] == ["outbox", "migrate"]
+    assert migration_script()[0] == ["outbox", "migrate"]
     assert job["restartPolicy"] in ("OnFailure", "Never")
     deployments = of_kind("Deployment")
     assert len(deployments) == 2
@@ -110,10 +229,8 @@ def test_dispatchers_wire_secret_port_probes_and_grace() -> None:
     for deployment in of_kind("Deployment"):
         pod = deployment["spec"]["template"]["spec"]
         sidecar = next(c for c in pod["containers"] if c["name"] == "outbox-dispatcher")
-        env = {e["name"]: e for e in sidecar["env"]}
-        secret_ref = env["OUTBOX_DSN"]["valueFrom"]["secretKeyRef"]
-        assert secret_ref["name"] == secret["metadata"]["name"]
-        assert secret_ref["key"] in secret["stringData"]
+        env = env_of(sidecar)
+        assert secret_key(sidecar) in secret["stringData"]
         assert sidecar["ports"] == [{"name": "metrics", "containerPort": 9464}]
         assert re.search(r"^EXPOSE 9464$", DOCKERFILE.read_text(), re.M)
         assert sidecar["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}

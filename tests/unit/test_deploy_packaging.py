@@ -6,12 +6,18 @@ installed; these checks need nothing but the files.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from dispatcher.config import DispatcherConfig
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
@@ -35,17 +41,57 @@ def stages() -> list[tuple[str, list[str]]]:
 
 
 def test_dockerfile_builds_in_one_stage_and_runs_from_a_clean_one() -> None:
-    """Two stages on the BASE argument; the last copies the venv and installs no build tools."""
+    """Two stages on BASE (by digest when given); the last copies the venv, adds no build tools."""
     head = DOCKERFILE.read_text().split("FROM", 1)[0]
     assert re.search(r"^ARG BASE=\S*python\S*slim\S*$", head, re.M), "BASE: a slim Python"
-    (build_from, build), (final_from, final) = stages()
-    assert build_from == "FROM ${BASE} AS build"
-    assert final_from == "FROM ${BASE}"
-    assert any("pip wheel" in step for step in build)
+    (digest,) = re.findall(r"^ARG BASE_DIGEST=(\S*)$", head, re.M)
+    assert re.fullmatch(r"(@sha256:[0-9a-f]{64})?", digest), digest
+    (build_from, _), (final_from, final) = stages()
+    assert build_from == "FROM ${BASE}${BASE_DIGEST} AS build"
+    assert final_from == "FROM ${BASE}${BASE_DIGEST}"
     assert "COPY --from=build /opt/outbox /opt/outbox" in final
     for step in final:
         assert not BUILD_TOOLS.search(step), step
         assert "apt-get install" not in step, step
+
+
+def test_dockerfile_installs_only_hashed_pins_and_the_local_project() -> None:
+    """Every pip install of a package index takes --require-hashes; the project builds offline."""
+    (_, build), _ = stages()
+    installs = [" ".join(part.split()) for step in build if step.startswith("RUN ")
+                for part in step[4:].split("&&") if re.search(r"\bpip\b.* (install|wheel)\b", part)]
+    assert len(installs) == 4, installs
+    for command in installs:
+        assert "--require-hashes -r " in command or "--no-index" in command, command
+    assert any("--no-build-isolation --no-index" in c for c in installs)
+    assert any(" check" in part for step in build for part in step.split("&&"))
+
+
+@pytest.mark.parametrize("name", ["requirements.txt", "build-requirements.txt"])
+def test_the_image_pins_are_exact_hashed_and_satisfy_pyproject(name: str) -> None:
+    """Each pin is name==version with sha256 hashes; pyproject's direct requirements are met."""
+    text = re.sub(r"\\\n", " ", (DEPLOY / "docker" / name).read_text())
+    pins: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = " ".join(raw.split("#", 1)[0].split())
+        if not line:
+            continue
+        found = re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)((?: --hash=sha256:[0-9a-f]{64})+)", line)
+        assert found, line
+        pins[canonicalize_name(found.group(1))] = found.group(2)
+    project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())
+    if name == "requirements.txt":
+        wanted = project["project"]["dependencies"] + project["project"][
+            "optional-dependencies"]["binary"]
+    else:
+        wanted = project["build-system"]["requires"]
+    for text_requirement in wanted:
+        requirement = Requirement(text_requirement)
+        key = canonicalize_name(requirement.name)
+        assert key in pins, f"{requirement.name} is not pinned in {name}: run deploy/docker/lock.sh"
+        assert requirement.specifier.contains(pins[key], prereleases=True), (requirement, pins[key])
+        for extra in requirement.extras:  # psycopg[binary] brings psycopg-binary
+            assert f"{key}-{extra}" in pins, (requirement, extra)
 
 
 def test_image_runs_as_a_user_with_both_commands_on_a_read_only_root() -> None:
@@ -63,6 +109,13 @@ def test_image_runs_as_a_user_with_both_commands_on_a_read_only_root() -> None:
     build_steps = " ".join(build)
     assert "outbox-dispatcher --help" in build_steps
     assert "outbox --help" in build_steps
+
+
+def default_grace() -> float:
+    """The dispatcher's own default --shutdown-grace, in seconds."""
+    (field,) = (f for f in dataclasses.fields(DispatcherConfig) if f.name == "shutdown_grace")
+    assert isinstance(field.default, float)
+    return field.default
 
 
 def unit_settings() -> dict[str, list[str]]:
@@ -86,10 +139,18 @@ def test_systemd_unit_is_hardened_and_reads_its_dsn_from_a_file() -> None:
     assert settings["ExecStart"] == ["/opt/outbox/bin/outbox-dispatcher"]
     assert "OUTBOX_DSN" not in " ".join(settings.get("Environment", []))
     stop = int(settings["TimeoutStopSec"][0])
-    assert stop > 30  # the dispatcher's default --shutdown-grace
-    # The dispatcher raises its open-files limit with setrlimit(): @resources must stay allowed.
-    denied = " ".join(f for f in settings["SystemCallFilter"] if f.startswith("~"))
-    assert "@resources" not in denied
+    assert stop > default_grace()
+
+
+def test_systemd_unit_keeps_metrics_on_loopback_and_names_the_real_grace() -> None:
+    """Metrics on 127.0.0.1 unless the env file opens them; the comment's grace is the code's."""
+    assert unit_settings()["Environment"] == ["OUTBOX_METRICS_HOST=127.0.0.1"]
+    env_file_example = [line for line in UNIT.read_text().splitlines()
+                        if re.match(r"#\s{6,}OUTBOX_", line)]
+    assert env_file_example, "the header's env file example is gone"
+    assert not any("OUTBOX_METRICS_HOST" in line for line in env_file_example)
+    (grace,) = re.findall(r"--shutdown-grace\s*#?\s*\(default (\d+) s\)", UNIT.read_text())
+    assert float(grace) == default_grace()
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd is not installed")
