@@ -19,12 +19,13 @@ connections can push it out, and is answered during such a flood. The
 listen backlog is small for the same reason: few connections are accepted
 per turn of the loop.
 
-Answers are bounded in time: each must be taken by its reader, to the last
-byte, within ``_WRITE_TIMEOUT`` (5 s, as long as a request may take to
-arrive), or the connection is reset: its unsent answer is thrown away, by
-the kernel too (``SO_LINGER`` 0), rather than waited on, and its descriptor
-is freed at once. No wait on a client's socket is without a deadline. Once
-an answer is all in the kernel's hands the connection no longer counts
+Answers are bounded in time: each must leave the server, at its reader's
+pace, within ``_WRITE_TIMEOUT`` (5 s, as long as a request may take to
+arrive; Prometheus and the kubelet take a few kilobytes in milliseconds),
+or the connection is reset: its unsent answer is thrown away, by the
+kernel too (``SO_LINGER`` 0), rather than waited on, and its descriptor is
+freed at once. No wait on a client's socket is without a deadline. Once an
+answer is all in the kernel's hands the connection no longer counts
 against the limit.
 
 Room for the probes: ``/metrics`` answers (about 3.5 KB per endpoint, the only
@@ -81,7 +82,7 @@ _MAX_HEAD = 8192
 _READ_TIMEOUT = 5.0  # seconds for the whole head, however it is dribbled
 MAX_CLIENTS = 32
 MAX_SCRAPES = MAX_CLIENTS - 4  # /metrics answers at once; four slots stay for the probes
-_WRITE_TIMEOUT = 5.0  # seconds for a reader to take a whole answer; then it is dropped
+_WRITE_TIMEOUT = 5.0  # seconds for an answer to leave at its reader's pace; then a reset
 _OVERDUE = 1.0  # an answer not taken after this many seconds may be dropped for a newcomer
 _BACKLOG = 8  # also how many connections one turn of the loop accepts
 # Two scrapes within this many seconds (say, two Prometheus replicas) share a measurement.
@@ -288,8 +289,8 @@ class HealthServer:
 
         With no high-water mark, ``drain()`` returns only once the transport's
         buffer is empty: the answer is all in the kernel's hands, and closing
-        waits for nothing. A reader too slow for that raises TimeoutError here,
-        and the caller aborts its connection.
+        waits for nothing. For a reader too slow for that it returns without
+        closing, and the caller resets the connection.
         """
         protocol.writing_since = asyncio.get_running_loop().time()
         writer.transport.set_write_buffer_limits(high=0)
