@@ -7,15 +7,39 @@ Prometheus and the kubelet ask every few seconds, so keep-alive would buy
 nothing. Requests are small and bounded (8 KiB of head, 5 s to send it).
 
 Connections are bounded too: at most ``MAX_CLIENTS`` at once, decided as
-each is accepted. A client that connects beyond them closes the oldest
-connection that has sent nothing yet (else the oldest still sending its
-head; it is itself closed when every one is being answered), so a flood of
-idle connections holds a few dozen descriptors, not all of the process's:
-it once took every descriptor and with them every delivery. A scraper that
-sends its request as it connects, as Prometheus and the kubelet do, has
-spoken before many newer idle connections can push it out, and is answered
-during such a flood. The listen backlog is small for the same reason: few
-connections are accepted per turn of the loop.
+each is accepted. A client that connects beyond them closes, oldest first,
+an answer overdue (still not taken after ``_OVERDUE``: its request was
+served, its reader does not read), else a connection that has sent nothing
+yet, else one still sending its head; it is itself closed when every one is
+an answer in time. So a flood of idle connections holds a few dozen
+descriptors, not all of the process's: it once took every descriptor and
+with them every delivery. A scraper that sends its request as it connects,
+as Prometheus and the kubelet do, has spoken before many newer idle
+connections can push it out, and is answered during such a flood. The
+listen backlog is small for the same reason: few connections are accepted
+per turn of the loop.
+
+Answers are bounded in time: each must leave the server, at its reader's
+pace, within ``_WRITE_TIMEOUT`` (5 s, as long as a request may take to
+arrive; Prometheus and the kubelet take a few kilobytes in milliseconds),
+or the connection is reset: its unsent answer is thrown away, by the
+kernel too (``SO_LINGER`` 0), rather than waited on, and its descriptor is
+freed at once. No wait on a client's socket is without a deadline. Once an
+answer is all in the kernel's hands the connection no longer counts
+against the limit.
+
+Room for the probes: ``/metrics`` answers (about 3.5 KB per endpoint, the only
+ones that may not fit in a socket's buffers) hold at most ``MAX_SCRAPES``
+of the slots at once. A scrape beyond them closes the oldest overdue one,
+else is answered 503 at once. The other slots are then always held by
+connections that are not yet answered, or whose answer (a few hundred
+bytes) is handed over in the same turn of the loop: a newcomer can always
+make room, and ``/healthz`` and ``/readyz`` are answered while slow readers
+hold every scrape slot. (Once, 32 clients that asked for /metrics and never
+read held every connection for good; the kubelet's probes went unanswered
+and it restarted the dispatcher over and over.) Keeping the metrics port to
+the scrapers and the kubelet (``deploy/kubernetes/networkpolicy.yaml``) is
+the other half of the defence.
 
 - ``/metrics`` first refreshes the backlog gauges through a short-lived
   database connection (``on_scrape``), bounded by ``scrape_timeout``. If the
@@ -37,6 +61,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -55,9 +81,13 @@ log = logging.getLogger("dispatcher.observe.server")
 _MAX_HEAD = 8192
 _READ_TIMEOUT = 5.0  # seconds for the whole head, however it is dribbled
 MAX_CLIENTS = 32
+MAX_SCRAPES = MAX_CLIENTS - 4  # /metrics answers at once; four slots stay for the probes
+_WRITE_TIMEOUT = 5.0  # seconds for an answer to leave at its reader's pace; then a reset
+_OVERDUE = 1.0  # an answer not taken after this many seconds may be dropped for a newcomer
 _BACKLOG = 8  # also how many connections one turn of the loop accepts
 # Two scrapes within this many seconds (say, two Prometheus replicas) share a measurement.
 _MIN_REFRESH_INTERVAL = 1.0
+_NO_LINGER = struct.pack("ii", 1, 0)  # struct linger {on, 0 s}: close() resets
 _TEXT = "text/plain; charset=utf-8"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             500: "Internal Server Error", 503: "Service Unavailable"}
@@ -78,6 +108,19 @@ def dsn_connector(dsn: str) -> Connector:
     return connect
 
 
+def _reset(transport: asyncio.Transport) -> None:
+    """Abort; with an answer still unsent, with a TCP reset (SO_LINGER 0): the kernel
+    drops what it holds for this reader as well, instead of offering it for minutes to a
+    reader that takes nothing, and the client learns at once that it was closed."""
+    if transport.is_closing():
+        return  # closed already, or closed after its whole answer was handed over
+    sock = transport.get_extra_info("socket")
+    if transport.get_write_buffer_size() and sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _NO_LINGER)
+    transport.abort()
+
+
 def _check(probe: Callable[[], bool], what: str) -> bool:
     """A probe that raises counts as failing; the error is logged, never served."""
     try:
@@ -92,9 +135,11 @@ class HealthServer:
 
     def __init__(self, metrics: Metrics, *, is_alive: Callable[[], bool],
                  is_ready: Callable[[], bool], host: str, port: int,
-                 connect: Connector | None = None, scrape_timeout: float = 2.0) -> None:
+                 connect: Connector | None = None, scrape_timeout: float = 2.0,
+                 write_timeout: float = _WRITE_TIMEOUT) -> None:
         """``host`` and ``port``: where to listen (``DispatcherConfig`` holds the defaults;
-        port 0 picks a free one, then ``port`` is the one bound)."""
+        port 0 picks a free one, then ``port`` is the one bound); ``write_timeout``: how
+        long a reader may take over one answer (tests shorten it)."""
         self._metrics = metrics
         self._is_alive = is_alive
         self._is_ready = is_ready
@@ -102,6 +147,7 @@ class HealthServer:
         self._host = host
         self._port = port
         self._scrape_timeout = scrape_timeout
+        self._write_timeout = write_timeout
         self._server: asyncio.Server | None = None
         self._clients: set[asyncio.Task[Any]] = set()
         self._open: dict[_Protocol, asyncio.Transport] = {}  # oldest first
@@ -176,16 +222,32 @@ class HealthServer:
     def _admit(self, protocol: _Protocol, transport: asyncio.Transport) -> bool:
         """Whether a connection just accepted is served; at the limit, another makes room.
 
-        The oldest connection that has sent nothing goes first, then the oldest
-        still sending its head; one being answered is never closed for another.
+        An overdue answer goes first (it had its turn), then the oldest
+        connection that has sent nothing, then the oldest still sending its
+        head; an answer still in time is never closed for another.
         """
         if len(self._open) >= MAX_CLIENTS:
-            waiting = [p for p in self._open if not p.answering]
-            victim = next((p for p in waiting if not p.spoke), waiting[0] if waiting else None)
+            now = asyncio.get_running_loop().time()
+            ranked = [(rank, p) for p in self._open
+                      if (rank := p.rank(now)) is not None]  # oldest first
+            if not ranked:
+                return False
+            victim = min(ranked, key=lambda pair: pair[0])[1]  # the first of the lowest rank
+            _reset(self._open.pop(victim))  # its task fails; its descriptor is freed
+        self._open[protocol] = transport
+        return True
+
+    def _take_scrape_slot(self, protocol: _Protocol) -> bool:
+        """Whether this connection may be answered /metrics; at MAX_SCRAPES the oldest
+        overdue scrape makes room, and without one the request is turned away."""
+        scrapes = [p for p in self._open if p.scrape]
+        if len(scrapes) >= MAX_SCRAPES:
+            now = asyncio.get_running_loop().time()
+            victim = next((p for p in scrapes if p.overdue(now)), None)
             if victim is None:
                 return False
-            self._open.pop(victim).abort()  # its reader fails; its descriptor is freed
-        self._open[protocol] = transport
+            _reset(self._open.pop(victim))
+        protocol.scrape = True
         return True
 
     def _forget(self, protocol: _Protocol) -> None:
@@ -195,40 +257,63 @@ class HealthServer:
         task = asyncio.current_task()
         if task is not None:
             self._clients.add(task)
+        protocol = writer.transport.get_protocol()
+        assert isinstance(protocol, _Protocol)
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                     TimeoutError, ConnectionError):
                 return  # a client that sends no complete request gets no answer
-            protocol = writer.transport.get_protocol()
-            if isinstance(protocol, _Protocol):
-                protocol.answering = True  # no longer one to close for a newcomer
+            protocol.answering = True
             try:
-                method, reply = await self._answer(head)
+                method, reply = await self._answer(head, protocol)
             except Exception:  # a bug here must not cost the whole server
                 log.exception("metrics server failed to answer")
                 method, reply = "GET", _Reply(500, b"internal error\n")
-            writer.write(reply.encode(head_only=method == "HEAD"))
-            await writer.drain()
+            await self._send(protocol, writer, reply.encode(head_only=method == "HEAD"))
         except ConnectionError:
-            pass
+            pass  # closed by the client, or by the server for a newcomer
         finally:
             if task is not None:
                 self._clients.discard(task)
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+            # Nothing is left to send once _send is done: a no-op then. Otherwise (no
+            # request, a reader past its deadline, stop()) the connection goes now,
+            # whatever its buffers hold.
+            assert isinstance(writer.transport, asyncio.Transport)
+            _reset(writer.transport)
 
-    async def _answer(self, head: bytes) -> tuple[str, _Reply]:
+    async def _send(self, protocol: _Protocol, writer: asyncio.StreamWriter,
+                    data: bytes) -> None:
+        """Hand the whole answer over within the write timeout, then close.
+
+        With no high-water mark, ``drain()`` returns only once the transport's
+        buffer is empty: the answer is all in the kernel's hands, and closing
+        waits for nothing. For a reader too slow for that it returns without
+        closing, and the caller resets the connection.
+        """
+        protocol.writing_since = asyncio.get_running_loop().time()
+        writer.transport.set_write_buffer_limits(high=0)
+        try:
+            async with asyncio.timeout(self._write_timeout):
+                writer.write(data)
+                await writer.drain()
+        except TimeoutError:
+            log.debug("dropped a metrics client that took no answer in %g s",
+                      self._write_timeout)
+            return
+        self._forget(protocol)  # its slot is free now; its descriptor within this turn
+        writer.close()
+
+    async def _answer(self, head: bytes, protocol: _Protocol) -> tuple[str, _Reply]:
         """The method of one request (from its head) and the reply to it."""
         parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             return "GET", _Reply(400, b"bad request\n")
         method, target = parts[0], parts[1].split("?", 1)[0]
-        return method, await self._route(method, target)
+        return method, await self._route(method, target, protocol)
 
-    async def _route(self, method: str, target: str) -> _Reply:
+    async def _route(self, method: str, target: str, protocol: _Protocol) -> _Reply:
         probes = {"/healthz": (self._is_alive, "liveness", b"dispatch loop is not running\n"),
                   "/readyz": (self._is_ready, "readiness", b"database is not reachable\n")}
         if target != "/metrics" and target not in probes:
@@ -236,6 +321,8 @@ class HealthServer:
         if method not in ("GET", "HEAD"):
             return _Reply(405, b"method not allowed\n", headers=(("Allow", "GET, HEAD"),))
         if target == "/metrics":
+            if not self._take_scrape_slot(protocol):
+                return _Reply(503, b"too many scrapes at once\n")
             await self.on_scrape()
             return _Reply(200, self._metrics.render(), CONTENT_TYPE_LATEST)
         probe, what, failing = probes[target]
@@ -243,8 +330,9 @@ class HealthServer:
 
 
 class _Protocol(asyncio.StreamReaderProtocol):
-    """asyncio's stream protocol, telling the server when a connection is accepted and when
-    it first speaks: the connection limit is applied at once, before any task runs."""
+    """asyncio's stream protocol, telling the server when a connection is accepted, when
+    it first speaks and how far its answer is: the connection limit is applied at once,
+    before any task runs."""
 
     def __init__(self, server: HealthServer, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(asyncio.StreamReader(limit=_MAX_HEAD, loop=loop), server._serve,
@@ -252,11 +340,25 @@ class _Protocol(asyncio.StreamReaderProtocol):
         self._health = server
         self.spoke = False
         self.answering = False
+        self.scrape = False  # holds one of the MAX_SCRAPES slots
+        self.writing_since: float | None = None  # the loop's clock
+
+    def overdue(self, now: float) -> bool:
+        """Whether its answer has waited more than _OVERDUE for its reader."""
+        return self.writing_since is not None and now - self.writing_since > _OVERDUE
+
+    def rank(self, now: float) -> int | None:
+        """Its turn to be closed for a newcomer (lowest first); None: not to be closed."""
+        if self.overdue(now):
+            return 0
+        if not self.answering:
+            return 1 if not self.spoke else 2
+        return None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         if not self._health._admit(self, transport):
-            transport.abort()
+            _reset(transport)
             return
         super().connection_made(transport)
 

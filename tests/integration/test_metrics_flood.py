@@ -1,4 +1,4 @@
-"""A connection flood on the metrics port, against the real dispatcher under ``ulimit -n 256``.
+"""Floods of the metrics port, against the real dispatcher under ``ulimit -n 256``.
 
 Once, 1,179 idle connections to the metrics port took every descriptor of a
 dispatcher under ``ulimit -n 1024``: ``/healthz`` stopped answering, every
@@ -7,6 +7,12 @@ endpoint (its circuit opened), and asyncio logged each failed accept. Here a
 client keeps 600 connections open to the metrics port for the whole test,
 opening new ones as the server closes old ones, while events are published
 to a healthy endpoint on 127.0.0.1.
+
+Later, 32 clients that sent ``GET /metrics`` and never read held every
+connection of the metrics server for good, and ``/healthz`` went
+unanswered. Here more than that many such clients, reconnecting as soon as
+they are closed, ask for a /metrics larger than their buffers and the
+kernel's, while /healthz is probed as the kubelet does.
 """
 
 from __future__ import annotations
@@ -111,3 +117,93 @@ def test_metrics_flood_costs_no_delivery_and_healthz_answers(
     assert peak < MAX_CLIENTS + 64, peak  # connections held, PostgreSQL's, the endpoint's
     assert log.count("out of system resource") <= 1
     assert "Too many open files" not in log
+
+
+SLOW_READERS = 40  # more than MAX_CLIENTS
+ENDPOINTS = 48  # /metrics is then about 150 KB: more than a reader's and the kernel's buffers
+REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+
+@contextlib.contextmanager
+def slow_readers(port: int, seconds: float = 60.0) -> Iterator[list[int]]:
+    """SLOW_READERS connections to 127.0.0.1:``port`` that send ``GET /metrics`` and never
+    read (a receive buffer of a few KiB, set before connecting), each reopened as soon as
+    the server closes it, in a thread until the block ends; yields [connections opened]."""
+    stop = threading.Event()
+    opened = [0]
+    gone = select.POLLRDHUP | select.POLLHUP | select.POLLERR  # not POLLIN: nothing is read
+
+    def run() -> None:
+        held: dict[int, socket.socket] = {}
+        poll = select.poll()
+        deadline = time.monotonic() + seconds
+        try:
+            while not stop.is_set() and time.monotonic() < deadline:
+                while len(held) < SLOW_READERS:
+                    sock = socket.socket()
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+                    # Ethernet's segment size: with loopback's 64 KiB segments the server's
+                    # kernel would size its send buffer to take megabytes of the answer.
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1448)
+                    sock.settimeout(2)
+                    try:
+                        sock.connect(("127.0.0.1", port))
+                        sock.sendall(REQUEST)
+                    except OSError:
+                        sock.close()
+                        break
+                    held[sock.fileno()] = sock
+                    poll.register(sock, gone)
+                    opened[0] += 1
+                for fd, _ in poll.poll(20):  # closed or reset by the server: open another
+                    poll.unregister(fd)
+                    held.pop(fd).close()
+        finally:
+            for sock in held.values():
+                sock.close()
+    thread = threading.Thread(target=run, daemon=True, name="slow-readers")
+    thread.start()
+    try:
+        time.sleep(1.0)  # every slot the server gives them is taken
+        yield opened
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def probe(url: str) -> float | None:
+    """One liveness probe as the kubelet sends it (one try, 2 s): its latency, None if it
+    got no 200."""
+    started = time.monotonic()
+    try:
+        with httpx.Client(trust_env=False, timeout=2) as client:
+            status = client.get(url).status_code
+    except httpx.TransportError:
+        return None
+    return time.monotonic() - started if status == 200 else None
+
+
+def test_healthz_answers_while_slow_readers_hold_the_metrics_port(
+        conn: psycopg.Connection[Any], dsn: str) -> None:
+    """With more than MAX_CLIENTS clients that ask for a /metrics too large for their
+    buffers and never read, reconnecting whenever closed, /healthz still answers within
+    2 s every time for longer than the answer deadline, and descriptors stay bounded."""
+    with Receiver() as receiver, Dispatcher(dsn, open_files=LIMIT) as dispatcher:
+        for n in range(ENDPOINTS):
+            add_endpoint(conn, f"endpoint-{n:02d}", receiver.url)
+        dispatcher.wait_serving()
+        assert dispatcher.process is not None
+        pid = dispatcher.process.pid
+        assert len(dispatcher.get("/metrics").content) > 140_000
+        latencies: list[float | None] = []
+        peak = 0
+        with slow_readers(dispatcher.port) as opened:
+            until = time.monotonic() + 6.0  # longer than the 5 s answer deadline
+            while time.monotonic() < until:
+                latencies.append(probe(dispatcher.base_url + "/healthz"))
+                peak = max(peak, len(os.listdir(f"/proc/{pid}/fd")))
+                time.sleep(0.5)
+    assert None not in latencies, latencies
+    assert max(t for t in latencies if t is not None) < 2.0
+    assert opened[0] > SLOW_READERS  # the server gave up on stuck answers and they came back
+    assert peak < MAX_CLIENTS + 64, peak

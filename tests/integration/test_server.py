@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -15,7 +16,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import outbox
 from dispatcher.observe.metrics import BacklogRow, Metrics
-from dispatcher.observe.server import MAX_CLIENTS, Connector, HealthServer, dsn_connector
+from dispatcher.observe.server import (
+    MAX_CLIENTS,
+    MAX_SCRAPES,
+    Connector,
+    HealthServer,
+    dsn_connector,
+)
 from outbox.sql import queries
 
 T = TypeVar("T")
@@ -345,3 +352,109 @@ def test_connections_past_the_limit_close_the_oldest_silent_ones_first() -> None
     assert closed[:1] == [True]  # the oldest silent one made room for the last
     assert sum(closed) == 1
     assert fresh.startswith(b"HTTP/1.1 200 ")
+
+
+def big_metrics() -> Metrics:
+    """Metrics of 48 endpoints: about 160 KB, more than a slow reader's and the kernel's
+    buffers take."""
+    metrics = Metrics()
+    metrics.known_endpoints([f"endpoint-{n:02d}" for n in range(48)])
+    return metrics
+
+
+async def slow_reader(port: int) -> socket.socket:
+    """A client that sends ``GET /metrics`` and never reads: a receive buffer of a few KiB
+    and Ethernet's segment size (with loopback's, the kernel would take the whole answer)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1448)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(sock, b"GET /metrics HTTP/1.1\r\n\r\n")
+    return sock
+
+
+def was_reset(sock: socket.socket) -> bool:
+    """Whether the server has reset the connection (nothing of it is read)."""
+    poll = select.poll()
+    poll.register(sock, select.POLLHUP | select.POLLERR)
+    return bool(poll.poll(0))
+
+
+async def wait_reset(sock: socket.socket, timeout: float) -> float | None:
+    """Seconds until the server resets ``sock``; None if it does not within ``timeout``."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while loop.time() - started < timeout:
+        if was_reset(sock):
+            return loop.time() - started
+        await asyncio.sleep(0.02)
+    return None
+
+
+async def raw_get(port: int, path: str) -> bytes:
+    """One request on a fresh connection; the status line of its answer (5 s at most)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\n\r\n".encode())
+    try:
+        return (await asyncio.wait_for(reader.readline(), 5)).strip()
+    finally:
+        writer.close()
+
+
+def test_a_reader_that_takes_no_answer_is_reset_at_the_write_timeout() -> None:
+    """An answer not taken within write_timeout is dropped with a reset, not waited on."""
+    async def probe() -> tuple[bool, float | None, bytes]:
+        server = HealthServer(big_metrics(), is_alive=lambda: True, is_ready=lambda: True,
+                              host="127.0.0.1", port=0, write_timeout=0.5)
+        async with server:
+            sock = await slow_reader(server.port)
+            early = was_reset(sock)
+            after = await wait_reset(sock, 3.0)
+            sock.close()
+            return early, after, await raw_get(server.port, "/healthz")
+
+    early, after, health = run(probe())
+    assert not early
+    assert after is not None
+    assert after < 2.0
+    assert health == b"HTTP/1.1 200 OK"
+
+
+def test_slow_scrapes_leave_room_for_the_probes_and_overdue_ones_go_first() -> None:
+    """MAX_SCRAPES stuck /metrics answers: one more scrape gets 503 at once, /healthz and
+    /readyz answer; once overdue, a stuck answer makes room for a scrape, and for a
+    newcomer at the connection limit before any silent connection does."""
+    async def probe() -> dict[str, Any]:
+        server = HealthServer(big_metrics(), is_alive=lambda: True, is_ready=lambda: True,
+                              host="127.0.0.1", port=0)
+        async with server:
+            stuck = [await slow_reader(server.port) for _ in range(MAX_SCRAPES)]
+            seen: dict[str, Any] = {"scrape": await raw_get(server.port, "/metrics"),
+                                    "healthz": await raw_get(server.port, "/healthz"),
+                                    "readyz": await raw_get(server.port, "/readyz"),
+                                    "in time": not any(map(was_reset, stuck))}
+            await asyncio.sleep(1.2)  # the stuck answers become overdue (1 s)
+            seen["late scrape"] = await raw_get(server.port, "/metrics")
+            seen["first reset"] = await wait_reset(stuck[0], 1.0)
+            stuck.append(await slow_reader(server.port))  # MAX_SCRAPES again, one in time
+            silent = [await asyncio.open_connection("127.0.0.1", server.port)
+                      for _ in range(MAX_CLIENTS - MAX_SCRAPES)]  # every slot taken
+            seen["late healthz"] = await raw_get(server.port, "/healthz")
+            seen["second reset"] = await wait_reset(stuck[1], 1.0)
+            seen["silent closed"] = [await closed_by_server(r) for r, _ in silent]
+            for sock in stuck:
+                sock.close()
+            for _, writer in silent:
+                writer.close()
+        return seen
+
+    seen = run(probe())
+    assert seen["scrape"] == b"HTTP/1.1 503 Service Unavailable"
+    assert seen["healthz"] == seen["readyz"] == seen["late healthz"] == b"HTTP/1.1 200 OK"
+    assert seen["in time"]
+    assert seen["late scrape"] == b"HTTP/1.1 200 OK"  # an overdue scrape made room
+    assert seen["first reset"] is not None
+    assert seen["second reset"] is not None  # the oldest overdue one, not a silent one
+    assert not any(seen["silent closed"])

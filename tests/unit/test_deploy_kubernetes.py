@@ -95,7 +95,7 @@ def test_manifests_are_valid_against_the_kubernetes_schemas() -> None:
         for version in (versions[0], versions[-1]):
             validate.validate(doc, version, strict=True)
         checked.add(doc["kind"])
-    assert {"Deployment", "Job", "PodDisruptionBudget", "Secret"} <= checked
+    assert {"Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget", "Secret"} <= checked
 
 
 def test_every_pod_meets_the_restricted_profile_without_a_token() -> None:
@@ -248,6 +248,34 @@ def test_disruption_budget_covers_the_standalone_dispatchers() -> None:
     labels = standalone["spec"]["template"]["metadata"]["labels"]
     assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert 0 < budget["spec"]["minAvailable"] < standalone["spec"]["replicas"]
+
+
+def test_network_policies_admit_the_metrics_port_from_the_scrapers_only() -> None:
+    """Each Deployment's pods have one ingress policy: the port "metrics" only from the
+    Prometheus pods of `monitoring`, and a rule for every other port its containers serve
+    (a policy that selects a pod closes what it does not list)."""
+    scrapers = {"namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": "monitoring"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    policies = of_kind("NetworkPolicy")
+    for deployment in of_kind("Deployment"):
+        template = deployment["spec"]["template"]
+        labels = template["metadata"]["labels"].items()
+        (policy,) = [p for p in policies
+                     if p["spec"]["podSelector"]["matchLabels"].items() <= labels]
+        spec = policy["spec"]
+        assert spec["policyTypes"] == ["Ingress"]  # the dispatcher's egress stays open
+        admitted: dict[str, list[Any]] = {}
+        for rule in spec["ingress"]:
+            for port in rule["ports"]:
+                assert port["protocol"] == "TCP"
+                admitted.setdefault(port["port"], []).extend(rule["from"])
+        assert admitted.pop("metrics") == [scrapers]
+        served = {port["name"] for container in template["spec"]["containers"]
+                  for port in container.get("ports", [])}
+        assert "metrics" in served
+        assert set(admitted) == served - {"metrics"}, deployment["metadata"]["name"]
+    assert len(policies) == len(of_kind("Deployment"))
 
 
 def test_pod_monitor_scrapes_every_dispatcher_as_the_rules_job() -> None:
