@@ -30,7 +30,8 @@ def django_connection(dsn: str) -> Iterator[Any]:
     alias = f"t{uuid.uuid4().hex[:8]}"
     connections.settings[alias] = connections.configure_settings({"default": {
         "ENGINE": "django.db.backends.postgresql", "NAME": info["dbname"],
-        "USER": info.get("user", ""), "HOST": info.get("host", ""),
+        "USER": info.get("user", ""), "PASSWORD": info.get("password", ""),
+        "HOST": info.get("host", ""),
         "PORT": str(info.get("port", ""))}})["default"]
     connection = connections[alias]
     try:
