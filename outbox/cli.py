@@ -16,7 +16,7 @@ import psycopg
 from outbox import __version__
 from outbox._cli import common
 from outbox._cli.common import EXIT_FAILURE, EXIT_USAGE, CommandFailed, UsageError
-from outbox._shared.text import first_line
+from outbox._shared.text import first_line, printable
 from outbox._shared.usage import OneLineParser, quiet_pipe, undecodable, usage_line
 from outbox.errors import OutboxError
 
@@ -61,10 +61,10 @@ def _main(argv: list[str]) -> int:
         print(usage_line(" ".join(w for w in words if w), str(exc)), end="", file=sys.stderr)
         return EXIT_USAGE
     except (CommandFailed, OutboxError) as exc:
-        print(f"outbox: {exc}", file=sys.stderr)
+        print(printable(f"outbox: {exc}"), file=sys.stderr)
         return EXIT_FAILURE
     except psycopg.Error as exc:
-        print(f"outbox: database error: {first_line(exc)}", file=sys.stderr)
+        print(printable(f"outbox: database error: {first_line(exc)}"), file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130

@@ -29,16 +29,19 @@ What is masked, in all of those spellings:
 - the payloads of the request's events (its data, which only the
   dispatcher's DEBUG log may show), plain or JSON-escaped, from 4
   characters, and the start of one cut off at the end of the text; and,
-  for a receiver that parsed the payload and wrote it again (Python's
-  ``json.dumps`` spacing, pretty-printed, a ``repr``, a form), every string
-  and number value in it (not its keys) of 4 characters or more, however
-  spelled: as it is, JSON- or double-JSON-escaped, in a Python ``repr``,
-  percent- or form-encoded, HTML-escaped, and the start of one cut off at
-  the end. Values in the first 8 KiB of the request's payloads are looked
-  for: an answer's excerpt is 4 KiB, so an echo in the request's order can
-  reach no further;
+  for a receiver that quotes a field it refused (a framework's validation
+  error) or parsed the payload and wrote it again (Python's ``json.dumps``
+  spacing, pretty-printed, a ``repr``, a form), every string and number
+  value in it (not its keys) of 4 characters or more, wherever it stands
+  in the answer and however spelled: as it is, JSON- or double-JSON-escaped,
+  in a Python ``repr``, percent- or form-encoded, HTML-escaped, and the
+  start of one cut off at the end. Values in the first 64 KiB of each
+  payload, 256 KiB of the request's in all, are looked for (see
+  ``policy.payload_values``);
 - the values of the endpoint URL's query (``?token=...``): after their
-  name, and wherever they appear from 4 characters.
+  name, and wherever they appear from 4 characters; and the path segments
+  of the URL that look like a token (a Slack-style ``/services/T0/B0/<token>``,
+  see ``outbox._shared.urls``), wherever they appear.
 
 The header values and keys are those of the endpoint the policy is already
 handed for the attempt; they are only compared with the text here and never
@@ -48,9 +51,7 @@ leave this module, so masking them adds no place where a secret is kept.
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
-import html
 import json
 import re
 from collections.abc import Iterable
@@ -58,16 +59,12 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote, quote_plus
 
+from dispatcher.policy import payload_values
 from dispatcher.policy.model import Delivery, Endpoint
-from outbox._shared.urls import query_parts
+from dispatcher.policy.payload_values import MIN_LITERAL
+from outbox._shared.urls import query_parts, token_segments
 
 REDACTED: Final = "[redacted]"
-ECHO_ROOM: Final = 8192
-"""An answer's excerpt is 4 KiB: a batch's payloads past the first 8 KiB of them cannot
-be echoed in it, so they are not looked for (a batch may carry a thousand)."""
-MIN_LITERAL: Final = 4
-"""Custom header values shorter than this are masked only after their header's name."""
-
 # '/' and '+' as JSON (PHP's "\/", "\u002b") or percent-encoding spell them.
 _ESCAPED: Final = r"(?:\\/|\\u002[bBfF]|%2[bBfF])"
 _B64: Final = rf"(?:[A-Za-z0-9+/]|{_ESCAPED})"
@@ -77,12 +74,6 @@ _PATTERNS: Final = re.compile(
     rf"v1{_COMMA}{_B64}+{_PAD}*"  # a signature, whole or cut short
     rf"|whsec_{_B64}+{_PAD}*"  # a secret
 )
-# A JSON string (with the colon after it when it is a key) or a JSON number.
-_TOKEN: Final = re.compile(r'"(?:[^"\\\r\n]|\\.)*"(?P<key>\s*:)?'
-                           r"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
-# Characters that JSON, repr, percent- and HTML-escaping all leave as they are (but space).
-_PLAIN: Final = re.compile(r"[A-Za-z0-9_.~ -]*")
-_PLAIN_START: Final = re.compile(r"[A-Za-z0-9_.~-]*")  # and spelled alike from the start
 _CREDENTIAL: Final = re.compile(
     rf"\b(?P<scheme>(?i:bearer|basic|token))(?P<sep>[ \t]+|%20|\+)"
     rf"(?P<credential>(?:[A-Za-z0-9\-._~+/]|{_ESCAPED})+{_PAD}*)"  # RFC 9110 token68
@@ -112,27 +103,33 @@ class Sent:
     names: tuple[str, ...] = ()  # custom header names, the endpoint's and the event's
     values: tuple[str, ...] = ()  # the endpoint's --header values, where credentials live
     keys: tuple[bytes, ...] = ()  # the endpoint's signing keys
-    payloads: tuple[str, ...] = ()  # the events' payloads (JSON text), one or a batch's
+    payloads: tuple[str, ...] = ()  # the events' payloads (JSON text) in the request's order
     params: tuple[str, ...] = ()  # the names in the endpoint URL's query
 
     @classmethod
     def of(cls, endpoint: Endpoint, delivery: Delivery,
            batch: Iterable[Delivery] = ()) -> Sent:
-        """What the request for ``delivery`` (and the rest of its ``batch``) carried."""
-        payloads = [delivery.event.payload]
-        room = ECHO_ROOM
-        for other in batch:  # in the order the request carried them
+        """What the request for ``delivery`` (and the rest of its ``batch``) carried.
+
+        Every delivery of one request gets an equal Sent (the payloads in the
+        order sent, as far as their values are looked for), so the text of
+        their common answer is masked once (see redact).
+        """
+        sent = list(batch)
+        if not any(other is delivery for other in sent):
+            sent.insert(0, delivery)
+        payloads: list[str] = []
+        room = payload_values.ROOM
+        for other in sent:
             if room <= 0:
                 break
-            if other is not delivery:
-                payloads.append(other.event.payload)
-            room -= len(other.event.payload)
+            payloads.append(other.event.payload)
+            room -= min(len(other.event.payload), payload_values.ROOM_EACH)
         query_names, query_values = query_parts(endpoint.url)
-        # In a canonical order: the deliveries of one request then make equal Sents,
-        # and the text of their common answer is masked once (see redact).
         return cls(_canonical((*endpoint.headers, *delivery.event.headers)),
-                   _canonical((*endpoint.headers.values(), *query_values)), endpoint.keys,
-                   _canonical(payloads), query_names)
+                   _canonical((*endpoint.headers.values(), *query_values,
+                               *token_segments(endpoint.url))),
+                   endpoint.keys, tuple(payloads), query_names)
 
 
 def _canonical(items: Iterable[str]) -> tuple[str, ...]:
@@ -144,25 +141,20 @@ def redact(text: str, sent: Sent | None = None) -> str:
     return _redact(text, sent or Sent())
 
 
-# A request's deliveries are decided one after the other, on one answer: when
-# their Sents are equal the first pays for the masking and the others find it
-# here. Small, as it holds on to the payloads.
+# A request's deliveries are decided one after the other, on one answer: their
+# Sents are equal, the first pays for the masking and the others find it here.
+# Small, as it holds on to the payloads.
 @functools.lru_cache(maxsize=4)
 def _redact(text: str, sent: Sent) -> str:
-    # No more of a payload than the text holds can appear in it: the spellings of
-    # a 1 MiB payload are made of its start only.
-    literals = _literals(sent.values, sent.keys, (p[:len(text)] for p in sent.payloads))
-    # A payload's values come in thousands of spellings: only those whose first
-    # characters the text holds at all are looked for.
-    grams = {text[i:i + MIN_LITERAL] for i in range(len(text) - MIN_LITERAL + 1)}
-    values = {spelling for payload in sent.payloads
-              for leaf in _leaves(payload[:min(len(text), ECHO_ROOM)])
-              if leaf[:MIN_LITERAL] in grams or not _PLAIN_START.fullmatch(leaf[:MIN_LITERAL])
-              for spelling in _leaf_spellings(leaf) if spelling[:MIN_LITERAL] in grams}
-    literals = sorted({*literals, *values}, key=len, reverse=True)
-    for literal in literals:
-        text = text.replace(literal, REDACTED)
-    text = _mask_cut_literal(text, literals)
+    grams = payload_values.grams(text)
+    heads = payload_values.heads(sent.payloads)
+    # An echo of a payload as sent starts where it starts: no more of it than the
+    # text holds can appear.
+    literals = {s for s in _literals(sent.values, sent.keys, (h[:len(text)] for h in heads))
+                if s[:MIN_LITERAL] in grams}
+    literals |= payload_values.spellings(heads, grams)
+    longest_first = sorted(literals, key=len, reverse=True)
+    text = _mask_cut_literal(_mask_everywhere(text, longest_first), longest_first)
     text = _named((*_SENSITIVE_NAMES, *sent.names)).sub(_mask_value, text)
     if sent.params:
         text = _param(sent.params).sub(rf"\g<name>={REDACTED}", text)
@@ -170,42 +162,31 @@ def _redact(text: str, sent: Sent) -> str:
     return _CREDENTIAL.sub(_mask_credential, text)
 
 
-@functools.lru_cache(maxsize=256)
-def _leaves(head: str) -> tuple[str, ...]:
-    """The string and number values of 4 characters or more in a payload's start.
+def _mask_everywhere(text: str, literals: Iterable[str]) -> str:
+    """``text`` with every place any of ``literals`` stands masked, once, overlaps merged.
 
-    Read by a tokenizer, not a parser: a payload cut short is no longer
-    JSON, and a megabyte one would cost a parse per failed attempt. Cached:
-    the payloads of a batch are asked for once per delivery in it.
+    All are looked for in the text as it came (not one after the other in a
+    text already part masked), so two that overlap leave nothing of either.
     """
-    leaves: set[str] = set()
-    for match in _TOKEN.finditer(head):
-        token = match[0]
-        if match["key"] is not None or len(token) < MIN_LITERAL:
-            continue
-        if token.startswith('"'):
-            with contextlib.suppress(ValueError):
-                leaves.add(json.loads(token))
-        else:  # a number, as written and as a parser writes it again
-            leaves.add(token)
-            with contextlib.suppress(ValueError, OverflowError):
-                number = float(token)
-                integral = number.is_integer() and not any(c in token for c in ".eE")
-                leaves.add(repr(int(number)) if integral else repr(number))
-    return tuple(leaf for leaf in leaves if len(leaf) >= MIN_LITERAL)
-
-
-@functools.lru_cache(maxsize=4096)
-def _leaf_spellings(value: str) -> frozenset[str]:
-    """How a serialiser may write a payload's string value again."""
-    if _PLAIN.fullmatch(value):  # the common case, spelled alike by all but for its spaces
-        return frozenset((value, value.replace(" ", "%20"), value.replace(" ", "+")))
-    escaped = json.dumps(value)[1:-1]
-    unicode = json.dumps(value, ensure_ascii=False)[1:-1]
-    return frozenset((value, escaped, unicode, escaped.replace("/", "\\/"),
-                      json.dumps(escaped)[1:-1], json.dumps(unicode, ensure_ascii=False)[1:-1],
-                      repr(value)[1:-1], quote(value, safe=""), quote(value),
-                      quote_plus(value, safe=""), html.escape(value)))
+    spans: list[tuple[int, int]] = []
+    for literal in literals:
+        start = text.find(literal)
+        while start != -1:
+            spans.append((start, start + len(literal)))
+            start = text.find(literal, start + len(literal))
+    if not spans:
+        return text
+    spans.sort()
+    parts: list[str] = []
+    shown = 0  # text[:shown] is done with
+    for start, end in spans:
+        if start > shown:
+            parts += [text[shown:start], REDACTED]
+        elif not parts:
+            parts.append(REDACTED)
+        shown = max(shown, end)
+    parts.append(text[shown:])
+    return "".join(parts)
 
 
 def _literals(values: Iterable[str], keys: Iterable[bytes],

@@ -22,7 +22,7 @@ from outbox._shared.dsn import (
     server_options,
 )
 from outbox._shared.schema import outbox_problem
-from outbox._shared.text import first_line
+from outbox._shared.text import first_line, printable
 from outbox.sql import SCHEMA_VERSION
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -93,12 +93,25 @@ def print_json(value: Any) -> None:
     sys.stdout.write("\n")
 
 
+def print_line(text: str) -> None:
+    """One line of human output; what it holds from the database cannot drive the terminal.
+
+    Every line a command prints for people that may hold a stored value (a
+    type, a name, an error) goes through here or :func:`print_table`: see
+    ``printable``. JSON output needs none of it, ``json.dumps`` escapes
+    control characters (bidi controls stay, as data).
+    """
+    print(printable(text))
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A plain aligned table; an empty one says so instead of printing bare headers."""
+    """A plain aligned table; an empty one says so instead of printing bare headers.
+
+    Cells are made printable (see :func:`print_line`) before they are measured."""
     if not rows:
         print("(none)")
         return
-    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    cells = [[printable("" if v is None else str(v)) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     print("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     for row in cells:

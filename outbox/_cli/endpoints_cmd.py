@@ -256,12 +256,12 @@ def _sync(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
         report = store.sync_endpoints(conn, specs, force=args.force)
     for name in report.added:
-        print(f"added {name}")
+        common.print_line(f"added {name}")
     for name, options in report.changed.items():
-        print(f"changed {name}: {', '.join(options)}")
+        common.print_line(f"changed {name}: {', '.join(options)}")
     for name, dead in report.removed.items():
-        print(f"removed {name}" + (f" ({dead} undelivered deliveries dead-lettered)"
-                                   if dead else ""))
+        common.print_line(f"removed {name}" + (f" ({dead} undelivered deliveries "
+                                               "dead-lettered)" if dead else ""))
     print(f"sync: {len(report.added)} added, {len(report.changed)} changed, "
           f"{len(report.removed)} removed, {len(report.unchanged)} unchanged")
     return common.EXIT_OK

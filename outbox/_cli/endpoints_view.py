@@ -30,7 +30,7 @@ def show(args: argparse.Namespace) -> int:
         text = (", ".join(map(str, value)) if isinstance(value, list)
                 else ", ".join(value) or "-" if isinstance(value, dict)
                 else "-" if value is None else str(value))
-        print(f"{key.replace('_', ' '):<{width}}  {text}")
+        common.print_line(f"{key.replace('_', ' '):<{width}}  {text}")
     return common.EXIT_OK
 
 
@@ -78,9 +78,9 @@ def as_json(e: store.StoredEndpoint) -> dict[str, Any]:
 def print_plan(report: store.SyncReport, *, force: bool) -> int:
     """sync --dry-run: what the sync would do, line by line; nothing was changed."""
     for name in report.added:
-        print(f"would add {name}")
+        common.print_line(f"would add {name}")
     for name, options in report.changed.items():
-        print(f"would change {name}: {', '.join(options)}")
+        common.print_line(f"would change {name}: {', '.join(options)}")
     busy = []
     for name, undelivered in report.removed.items():
         line = f"would remove {name}"
@@ -90,7 +90,7 @@ def print_plan(report: store.SyncReport, *, force: bool) -> int:
                      f": it has {them}, refused without --force "
                      "(forced, they become dead letters)")
             busy.append(name)
-        print(line)
+        common.print_line(line)
     print(f"sync --dry-run: {len(report.added)} to add, {len(report.changed)} to change, "
           f"{len(report.removed)} to remove, {len(report.unchanged)} unchanged; "
           "nothing changed")

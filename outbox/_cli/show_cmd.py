@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         common.print_json(as_json(story))
         return common.EXIT_OK
     for line in as_text(story):
-        print(line)
+        common.print_line(line)
     return common.EXIT_OK
 
 

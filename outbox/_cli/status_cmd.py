@@ -78,7 +78,7 @@ def _show(conn: Any, *, as_json: bool) -> None:
     )
     for e in result.endpoints:
         if e.problem:
-            print(f"endpoint {e.name}: {e.problem}")
+            common.print_line(f"endpoint {e.name}: {e.problem}")
     print(f"unrouted events: {result.unrouted}")
     if result.dispatchers:
         print(f"dispatchers alive: {result.dispatchers}")

@@ -177,6 +177,25 @@ def test_query_values_are_masked_wherever_the_url_is_shown(dsn: str) -> None:
     assert "https://hooks.example.com/in?token=***&v=***" in table
 
 
+def test_a_token_in_the_url_path_is_masked_wherever_the_url_is_shown(dsn: str) -> None:
+    """A Slack-style hook's path token is stored as given; add, show and list (table and
+    --json) show its first 4 characters and ***, and the ordinary segments as they are."""
+    token = "aB3dE6gH9jK2mN5pQ8sT1vW4"
+    url = f"https://hooks.example.com/services/T0001/B0001/{token}"
+    added = ok(outbox_cmd(dsn, "add", "slack", "--url", url))
+    ok(outbox_cmd(dsn, "add", "words", "--url",
+                  "https://hooks.example.com/api/order-created-events/v1"))
+    assert endpoint(dsn, "slack")["url"] == url
+    outputs = [added, ok(outbox_cmd(dsn, "show", "slack")),
+               ok(outbox_cmd(dsn, "show", "slack", "--json")), ok(outbox_cmd(dsn, "list")),
+               ok(outbox_cmd(dsn, "list", "--json"))]
+    shown = "https://hooks.example.com/services/T0001/B0001/aB3d***"
+    for out in outputs:
+        assert token[4:] not in out, out
+        assert shown in out, out
+    assert "https://hooks.example.com/api/order-created-events/v1" in outputs[3]
+
+
 @pytest.mark.parametrize("url", ["ftp://user:PASSW0RD@hooks.example.com/",
                                  "http://admin:PASSW0RD/", "http://xn--/",
                                  "http://" + "a" * 64 + ".example/"])

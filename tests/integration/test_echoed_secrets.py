@@ -9,6 +9,10 @@ payloads are not logged) holds the endpoint's secret, a signature, the
 and at DEBUG (where only payloads may appear), and the metrics page hold none
 of them either, nor the DSN's password, nor an event header's value, even
 after the dispatcher's database connections were killed and it logged why.
+
+A receiver that quotes the one field it refused (a framework's validation
+error) repeats a value from anywhere in the payload, and one behind a
+Slack-style hook URL repeats the token in its path: both are masked too.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from tests.support.dispatcher import (
     Dispatcher,
     add_endpoint,
     publish,
+    run_once,
     wait_for_state,
     wait_until,
 )
@@ -149,3 +154,71 @@ def test_payload_written_again_by_the_receiver_reaches_neither_last_error_nor_th
         assert "[redacted]" in shown
         for secret in (CARD, HOLDER, "Alice", QUERY_TOKEN):
             assert secret not in shown, (secret, shown)
+
+
+SSNS = {240: "078-05-1120", 1_040: "219-09-9999", 3_040: "457-55-5462"}
+
+
+def fastapi_422(request: Request) -> Response:
+    """FastAPI's 422 for a field it refused: a short body quoting the field's value."""
+    ssn = json.loads(request.body)["data"]["ssn"]
+    detail = {"detail": [{"type": "string_pattern_mismatch", "loc": ["body", "ssn"],
+                          "msg": "String should match pattern", "input": ssn}]}
+    return Response(422, {"content-type": "application/json"},
+                    json.dumps(detail, separators=(",", ":")).encode())
+
+
+def test_a_field_quoted_by_a_validation_error_is_masked_wherever_it_sits(
+        conn: psycopg.Connection[Any], dsn: str) -> None:
+    """A 422 quoting one field from 240, 1,040 or 3,040 characters into the payload: the
+    value is in none of last_error, the history, dead list, show --json, the WARNING line."""
+    with Receiver(fastapi_422) as receiver:
+        add_endpoint(conn, "validating", receiver.url)
+        ids = {}
+        for offset, ssn in SSNS.items():
+            pad = "p" * (offset - len('{"pad":"","ssn":"'))  # publish() writes compact JSON
+            ids[ssn] = publish(conn, "person.saved", {"pad": pad, "ssn": ssn})
+            [[position]] = conn.execute("SELECT strpos(payload::text, %s) - 1 "
+                                        "FROM outbox.events WHERE id = %s",
+                                        (ssn, ids[ssn])).fetchall()
+            assert position == offset
+        code, log = run_once(dsn)
+        answers = [fastapi_422(request).body.decode() for request in receiver.snapshot()]
+    assert code == 1, log
+    assert all(len(a) < min(SSNS) for a in answers)  # no answer is as long as an offset
+    assert all(any(ssn in a for a in answers) for ssn in SSNS.values())
+    listed = run_outbox(dsn, "dead", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 3
+    shown = [run_outbox(dsn, "show", "--json", str(event_id)) for event_id in ids.values()]
+    assert all(s.returncode == 0 for s in shown), [s.stderr for s in shown]
+    errors = [row[0] for row in conn.execute(
+        "SELECT last_error FROM outbox.deliveries UNION ALL SELECT error FROM outbox.attempts")]
+    assert len(errors) == 6
+    warnings = [line for line in log.splitlines() if "WARNING" in line]
+    assert len(warnings) == 3
+    for text in (*errors, listed.stdout, *(s.stdout for s in shown), *warnings):
+        assert '"input":"[redacted]"' in text.replace('\\"', '"'), text
+        for ssn in SSNS.values():
+            assert ssn not in text, (ssn, text)
+
+
+SLACK_TOKEN = "tk" + os.urandom(11).hex()  # 24 characters, as a Slack hook's token
+
+
+def test_a_token_in_the_endpoint_path_is_masked_in_an_echo(conn: psycopg.Connection[Any],
+                                                           dsn: str) -> None:
+    """A Slack-style hook whose answer repeats the request line: its path token is masked."""
+    def not_found(request: Request) -> Response:
+        return Response(404, body=f"no hook at {request.method} {request.path}".encode())
+
+    with Receiver(not_found) as receiver:
+        add_endpoint(conn, "slack", f"{receiver.url}services/T0001/B0001/{SLACK_TOKEN}")
+        event_id = publish(conn, "chat.posted", {"n": 1})
+        code, log = run_once(dsn)
+        [request] = receiver.snapshot()
+    assert code == 1, log
+    assert SLACK_TOKEN in request.path
+    dead = wait_for_state(conn, event_id, "dead")
+    assert dead["last_error"] == "HTTP 404: no hook at POST /services/T0001/B0001/[redacted]"
+    assert SLACK_TOKEN not in log

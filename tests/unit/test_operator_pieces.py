@@ -1,4 +1,5 @@
-"""Pure pieces of the operator's view: trace ids, usage lines, argument checks, counted nouns."""
+"""Pure pieces of the operator's view: trace ids, usage lines, argument checks, counted nouns,
+printable text."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from dispatcher.cli import unknown_variables
 from outbox._cli.args import MAX_COUNT, moment, positive_int, type_pattern
 from outbox._shared.dsn import InvalidDsn, check_dsn, nothing_configured
-from outbox._shared.text import counted
+from outbox._shared.text import counted, printable
 from outbox._shared.usage import undecodable, usage_line
 from outbox.history import trace_id
 
@@ -74,3 +75,12 @@ def test_counted_nouns() -> None:
     assert [counted(n, "attempt") for n in (1, 2)] == ["1 attempt", "2 attempts"]
     assert [counted(n, "delivery", "deliveries") for n in (0, 1)] == [
         "0 deliveries", "1 delivery"]
+
+
+def test_printable_escapes_controls_and_bidi_marks_visibly() -> None:
+    """C0 (tab and newline too), DEL, C1 and the bidi controls become escapes; the rest stays."""
+    assert printable("a\x1b[31mb\tc\nd\x7fe\x9bf") == "a\\x1b[31mb\\x09c\\x0ad\\x7fe\\x9bf"
+    for mark in ("\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)),
+                 *map(chr, range(0x2066, 0x206A))):
+        assert printable(f"x{mark}y") == f"x\\u{ord(mark):04x}y"
+    assert printable("café ok ✓ \u200b") == "café ok ✓ \u200b"

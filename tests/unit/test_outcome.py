@@ -307,7 +307,7 @@ def test_echoed_payloads_of_the_whole_request_are_masked(spelling: str) -> None:
 
 
 def test_a_megabyte_payload_is_masked_by_its_start() -> None:
-    """Only as much of a payload as the text holds is looked for: a 1 MiB one costs no more."""
+    """A 1 MiB payload echoed from its start, cut by the excerpt, is masked whole."""
     payload = json.dumps({"blob": "x" * (1024 * 1024)})
     error = decide(payload_delivery(payload), Endpoint(id=1, name="e", url="http://h/"),
                    status(500, "got " + payload[:4000]), NOW, middle).record.error
