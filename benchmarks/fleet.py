@@ -47,6 +47,7 @@ from typing import Any
 import psycopg
 
 import outbox
+from dispatcher.policy.quota import HELD_BYTES
 from outbox.migrate import migrate
 from outbox.sql import queries
 from outbox.testing import Receiver, Request, Response, TemporaryPostgres, free_port
@@ -222,7 +223,8 @@ def claim_costs(dsn: str, rounds: int) -> dict[str, float]:
         outbox.publish_many(conn, [outbox.Event("claims.event", {"n": i}) for i in range(300)])
         conn.commit()
         fleet = {"endpoint_ids": [endpoint], "requests": [100], "held": [0], "prefetch": [0],
-                 "rows": [100], "lease_seconds": 30, "horizon": 1000.0}
+                 "rows": [100], "lease_seconds": 30, "horizon": 1000.0,
+                 "budget": HELD_BYTES}
         old = {"endpoint_ids": [endpoint], "limits": [100], "lease_seconds": 30}
         found: dict[str, list[float]] = {"without": [], "limits": [], "rate": []}
         for _ in range(rounds):

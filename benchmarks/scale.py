@@ -41,6 +41,7 @@ import psycopg
 
 import outbox
 from dispatcher.policy.model import ClaimRow, Completed, Record
+from dispatcher.policy.quota import HELD_BYTES
 from outbox.migrate import migrate
 from outbox.sql import queries
 from outbox.testing import Receiver, TemporaryPostgres, free_port
@@ -50,7 +51,8 @@ import throughput  # the shared receiver counter and dispatcher stop
 
 DISPATCHER_OPTIONS = "-c jit=off"  # as the dispatcher's connections run (dispatcher/db.py)
 CLAIM = {"endpoint_ids": [1], "requests": [100], "held": [0], "prefetch": [0], "rows": [100],
-         "lease_seconds": 30, "horizon": 0.25}
+         "lease_seconds": 30, "horizon": 0.25,
+         "budget": HELD_BYTES}
 
 
 def timed(conn: psycopg.Connection[Any], runs: int) -> tuple[float, float]:

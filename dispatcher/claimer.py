@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from dispatcher.endpoint_view import EndpointView
 from dispatcher.flights import Flights, Group
 from dispatcher.leases import Leases
 from dispatcher.policy.model import ClaimRow, Endpoint, Slot
-from dispatcher.policy.quota import BATCH_BYTES, Quotas
+from dispatcher.policy.quota import BATCH_BYTES, HELD_BYTES, Quotas
 from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
@@ -93,6 +94,7 @@ class _Claimed:
 
     groups: list[Group] = field(default_factory=list)
     rows: dict[int, int] = field(default_factory=dict)  # per endpoint
+    size: int = 0  # payload bytes, in all
     throttled: float | None = None  # seconds until a busy rate-limited endpoint's next turn
 
 
@@ -121,6 +123,7 @@ class Claimer:
         self._walk = _Walk()
         self._throttled: float | None = None
         self._lean = False  # the last claim took fewer than LEAN_CLAIM rows
+        self._row_bytes = 0.0  # payload bytes per row of the last claim that took any
 
     async def claim_once(self) -> bool:
         """One claim; True when some endpoint filled its quota (more may be due).
@@ -128,8 +131,14 @@ class Claimer:
         Bracketed from before the walk for due work to the claim's end, so
         that slots of requests ending meanwhile wait for what the claim brings
         (``Flights.claiming``) and the plan counts them as held.
+
+        No claim while the groups held here carry HELD_BYTES of payloads: the
+        requests that end wake the next one.
         """
         flights = self._flights
+        budget = HELD_BYTES - flights.held_bytes()
+        if budget <= 0:
+            return False
         with flights.claiming():
             due, more_due = await self._due()
             running, waiting = flights.counts()
@@ -138,7 +147,8 @@ class Claimer:
                     if ep_id not in seen and (ep := self._endpoints.usable(ep_id)) is not None]
             plan = self._quotas.plan(due, busy, running=running, waiting=waiting,
                                      concurrency=self._concurrency,
-                                     batch_size=self._batch_size, more_due=more_due)
+                                     batch_size=self._rows_for(budget),
+                                     more_due=more_due)
             self._quotas.served(due, plan)
             self._throttled = None
             if not plan.endpoint_ids:
@@ -146,7 +156,7 @@ class Claimer:
             started = time.monotonic()
             rows = await self._db.fetch("claim", {
                 **plan.params(), "lease_seconds": self._leases.seconds(),
-                "horizon": RATE_HORIZON})
+                "horizon": RATE_HORIZON, "budget": budget})
             claimed = self._group(rows, started)
             for group in claimed.groups:
                 if group.slot is not None:
@@ -158,8 +168,23 @@ class Claimer:
         self._walk.ran_dry(plan.endpoint_ids, claimed.rows)
         if time.monotonic() - started > _PARK_AFTER and await self._park(plan.endpoint_ids):
             self._wake.set()  # the next claim walks past what was just parked
-        self._lean = sum(claimed.rows.values()) < LEAN_CLAIM
-        return self._quotas.claimed(plan, claimed.rows)
+        taken = sum(claimed.rows.values())
+        self._lean = taken < LEAN_CLAIM
+        if taken:
+            self._row_bytes = claimed.size / taken
+        # Cut short by the byte budget, the claim may have left due rows behind.
+        return self._quotas.claimed(plan, claimed.rows) or claimed.size >= budget
+
+    def _rows_for(self, budget: int) -> int:
+        """Rows to ask for: --batch-size, or fewer when the last claim's events were large.
+
+        The statement reads the size of every row it locks before the byte
+        budget picks those it keeps: twice the rows the budget held at the
+        last claim's sizes bounds that reading without cutting a claim short.
+        """
+        if self._row_bytes <= 0:
+            return self._batch_size
+        return max(1, min(self._batch_size, math.ceil(2 * budget / self._row_bytes)))
 
     async def _due(self) -> tuple[list[Endpoint], bool]:
         """Endpoints with due work in turn order, and whether the walk left some unseen.
@@ -194,9 +219,11 @@ class Claimer:
         """The claim's rows as groups (they come ordered by endpoint and group);
         ``started``: the claim's start on the monotonic clock.
 
-        A group's payloads are kept within BATCH_BYTES: the rest of it follows as
-        groups of its own, waiting for the slot (those beyond what its endpoint's
-        running requests can take go back at once, for a later claim).
+        A group's payloads are kept within BATCH_BYTES, counted in bytes as the
+        database measured them (not characters: UTF-8 takes up to four bytes
+        for one): the rest of it follows as groups of its own, waiting for the
+        slot (those beyond what its endpoint's running requests can take go back
+        at once, for a later claim).
         """
         claimed = _Claimed()
         current: tuple[int, int] | None = None
@@ -219,11 +246,14 @@ class Claimer:
                     turn = float(row.send_in) + 1 / endpoint.rate_limit - RATE_HORIZON
                     if claimed.throttled is None or turn < claimed.throttled:
                         claimed.throttled = turn
-            elif size + len(row.payload) > BATCH_BYTES:
+            elif size + row.size > BATCH_BYTES:
                 size = 0
                 claimed.groups.append(Group(endpoint, []))
-            size += len(row.payload)
-            claimed.groups[-1].deliveries.append(delivery)
+            size += row.size
+            claimed.size += row.size
+            group = claimed.groups[-1]
+            group.size += row.size
+            group.deliveries.append(delivery)
         return claimed
 
     async def _park(self, endpoint_ids: list[int]) -> int:

@@ -46,6 +46,7 @@ class Group:
     slot: Slot | None = None
     delay: float = 0.0  # seconds to wait for its turn under a rate limit
     sending: bool = False  # past its rate-limit wait: it may have reached the endpoint
+    size: int = 0  # its payloads' bytes (``policy.quota.HELD_BYTES`` counts them)
 
 
 @dataclass(slots=True)
@@ -97,6 +98,11 @@ class Flights:
                 running[ep] = running.get(ep, 0) + len(spare)
         waiting = {ep: len(queue) for ep, queue in self._waiting.items() if queue}
         return running, waiting
+
+    def held_bytes(self) -> int:
+        """Payload bytes of the groups running and waiting: what claims keep in memory."""
+        return (sum(group.size for group in self._tasks.values())
+                + sum(group.size for queue in self._waiting.values() for group in queue))
 
     def requests(self) -> int:
         """Requests started, over all endpoints."""

@@ -109,6 +109,7 @@ class ClaimRow(NamedTuple):
     age: float
     traceparent: str | None  # the W3C trace context the event was published in, if any
     tracestate: str | None
+    size: int  # the payload's length in bytes (UTF-8), as the database counts it
 
     def delivery(self, claimed_at: float) -> Delivery:
         """The delivery this row leases; ``claimed_at``: the claim's start, monotonic."""

@@ -46,6 +46,13 @@ PREFETCH = 2
 BATCH_BYTES = 4 * 1024 * 1024
 """Payload bytes one batched request carries at most (one event larger than this goes
 alone): a request is held in memory a few times over while it is built, signed and sent."""
+HELD_BYTES = 32 * 1024 * 1024
+"""Payload bytes the dispatcher holds at most in claimed deliveries, running or waiting:
+a claim brings what is left of it (and always one event, whatever its size, when nothing
+is held), the claim statement's byte budget. Counted in bytes, by the database, so that
+``--batch-size`` large events never come at once: 300 of 1 MiB took 618 MiB resident
+where the manifests allow 256. Small events are never cut by it: 1,000 events of 2 KiB
+are 2 MiB."""
 
 
 @dataclass(slots=True)

@@ -15,7 +15,18 @@ import psycopg
 
 import outbox
 from dispatcher.policy.model import ClaimRow, Record
-from tests.support.claiming import ENDPOINT, PROBE, SEND_IN, SLOT, claim, complete, finish
+from tests.support.claiming import (
+    ENDPOINT,
+    PAYLOAD,
+    PROBE,
+    SEND_IN,
+    SIZE,
+    SLOT,
+    claim,
+    complete,
+    finish,
+)
+from tests.support.dispatcher import add_endpoint
 
 Conn = psycopg.Connection[Any]
 
@@ -125,6 +136,35 @@ def test_prefetched_groups_hold_no_slot(conn: Conn) -> None:
                           "WHERE expires_at > now()").fetchone()
     conn.commit()
     assert leased == (2,)
+
+
+def test_a_claim_brings_its_byte_budget_taking_the_endpoints_in_turns(conn: Conn) -> None:
+    """A claim keeps rows while the payload bytes before them are under its budget, one
+    endpoint's row then the next's; the rows left out stay pending and take no slot."""
+    first = add_endpoint(conn, "first", "http://127.0.0.1:9/")
+    second = add_endpoint(conn, "second", "http://127.0.0.1:9/")
+    outbox.publish_many(conn, [outbox.Event("t", {"n": n, "blob": "é" * 50_000})
+                               for n in range(5)])
+    conn.commit()
+    rows = claim(conn, [first, second], rows=5, budget=450_000)
+    assert [r[ENDPOINT] for r in rows].count(first) == 3
+    assert [r[ENDPOINT] for r in rows].count(second) == 2
+    assert all(r[SIZE] == len(r[PAYLOAD].encode()) > 100_000 for r in rows)
+    leased = conn.execute("SELECT count(*) FROM outbox.endpoint_slots "
+                          "WHERE expires_at > now()").fetchone()
+    pending = conn.execute("SELECT count(*) FROM outbox.deliveries "
+                           "WHERE state = 'pending'").fetchone()
+    conn.commit()
+    assert leased == (5,)
+    assert pending == (5,)
+
+
+def test_a_claim_brings_one_event_larger_than_its_budget(conn: Conn) -> None:
+    """However small the budget, a claim takes the first row: nothing is stuck for its size."""
+    endpoint_id = _endpoint(conn)
+    outbox.publish_many(conn, [outbox.Event("t", {"blob": "x" * 1000}) for _ in range(3)])
+    conn.commit()
+    assert len(claim(conn, [endpoint_id], rows=3, budget=1)) == 1
 
 
 def test_rate_limit_turns_are_spaced_and_shared(conn: Conn, dsn: str) -> None:

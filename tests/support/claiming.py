@@ -8,26 +8,28 @@ from typing import Any, Literal
 import psycopg
 
 from dispatcher.policy.model import ClaimRow, Completed, Record
+from dispatcher.policy.quota import HELD_BYTES
 from outbox.sql import queries
 
 Conn = psycopg.Connection[Any]
 # Columns of a claimed row, by name: positions in ClaimRow, the one statement of its shape.
 _AT = {name: index for index, name in enumerate(ClaimRow._fields)}
-ID, ENDPOINT, ATTEMPTS, TOKEN, EVENT = (_AT[n] for n in (
-    "id", "endpoint_id", "attempts", "lease_token", "event_id"))
-GROUP, SLOT, SLOT_TOKEN, SEND_IN, PROBE = (_AT[n] for n in (
-    "grp", "slot", "slot_token", "send_in", "probe"))
+ID, ENDPOINT, ATTEMPTS, TOKEN, EVENT, PAYLOAD = (_AT[n] for n in (
+    "id", "endpoint_id", "attempts", "lease_token", "event_id", "payload"))
+GROUP, SLOT, SLOT_TOKEN, SEND_IN, PROBE, SIZE = (_AT[n] for n in (
+    "grp", "slot", "slot_token", "send_in", "probe", "size"))
 
 
 def claim(conn: Conn, endpoint_ids: list[int], rows: int = 100, *, requests: int | None = None,
           prefetch: int = 0, held: int = 0, lease_seconds: float = 30,
-          horizon: float = 0.25) -> list[tuple[Any, ...]]:
-    """One claim for these endpoints (each asking ``requests`` slots, default ``rows``)."""
+          horizon: float = 0.25, budget: int = HELD_BYTES) -> list[tuple[Any, ...]]:
+    """One claim for these endpoints (each asking ``requests`` slots, default ``rows``),
+    bringing at most ``budget`` payload bytes."""
     count = len(endpoint_ids)
     found = conn.execute(queries["claim"], {
         "endpoint_ids": endpoint_ids, "requests": [rows if requests is None else requests] * count,
         "held": [held] * count, "prefetch": [prefetch] * count, "rows": [rows] * count,
-        "lease_seconds": lease_seconds, "horizon": horizon}).fetchall()
+        "lease_seconds": lease_seconds, "horizon": horizon, "budget": budget}).fetchall()
     conn.commit()
     return found
 

@@ -6,8 +6,9 @@
 -- dispatcher could start now; held, its requests running beyond those
 -- waiting for a slot (each may take one waiting group when it ends); prefetch,
 -- how many groups it may keep waiting in memory; rows, a cap on rows. Then
--- the lease length, and horizon: how far ahead a rate-limited endpoint's
--- turns may be taken (those requests wait their turn before sending).
+-- the lease length; horizon: how far ahead a rate-limited endpoint's turns
+-- may be taken (those requests wait their turn before sending); and budget:
+-- the payload bytes the claim may bring into the dispatcher's memory.
 --
 -- * wanted drops endpoints disabled or removed since the dispatcher looked,
 --   and reads each endpoint's shared state as of this statement's snapshot.
@@ -32,7 +33,18 @@
 --   MATERIALIZED keeps the locking sub-selects evaluated once: a sub-select
 --   the planner may re-run (the `IN (SELECT ... LIMIT n)` shape) can lock and
 --   claim more than n rows (PostgreSQL bug #15715).
--- * grouped numbers the requests: grp = row number / max_batch. Groups below
+-- * sized numbers each endpoint's rows in order (rank) and reads each payload's
+--   size in bytes (octet_length of the text: what the dispatcher will hold),
+--   by a probe per row rather than a join (see claimed below).
+-- * grouped keeps the rows while the bytes before them are under the budget,
+--   counted over the endpoints in turns (each one's first row in the order
+--   asked, then each one's second, ...) so that one endpoint's large events do
+--   not crowd out the others. The first row always goes (an event larger than
+--   the budget is still sent); the rows left out stay pending, their locks go
+--   at commit. Each endpoint keeps a prefix of its rows, so the per-key order
+--   holds. Requests hold 4 MiB at most, but without a budget a claim brought
+--   up to --batch-size payloads at once (300 of 1 MiB: 618 MiB resident).
+-- * grouped numbers the requests: grp = rank / max_batch. Groups below
 --   the slots granted start now, with the slot of the same rank; the others
 --   wait. Slots beyond the groups found are left as they were (free).
 -- * The UPDATEs lease the deliveries (a token per row, every later write is
@@ -52,7 +64,7 @@
 -- * Runs in autocommit at READ COMMITTED: under REPEATABLE READ a row updated
 --   concurrently would abort the claim with 40001 instead of being skipped.
 WITH wanted AS (
-    SELECT w.endpoint_id, w.requests, w.held, w.prefetch, w.rows, e.max_batch,
+    SELECT w.endpoint_id, w.pos, w.requests, w.held, w.prefetch, w.rows, e.max_batch,
            e.rate_limit / 1.05 AS rate_limit,  -- the pace; see "Turns" above
            e.breaker_cooldown_seconds AS cooldown, s.circuit,
            s.circuit = 'closed' AND e.rate_limit IS NULL AS free_running,
@@ -60,8 +72,8 @@ WITH wanted AS (
                 + make_interval(secs => e.breaker_cooldown_seconds) <= now())
            OR (s.circuit = 'half-open' AND s.probe_until < now()) AS probe_due
     FROM unnest(%(endpoint_ids)s::bigint[], %(requests)s::int[], %(held)s::int[],
-                %(prefetch)s::int[], %(rows)s::int[])
-         AS w(endpoint_id, requests, held, prefetch, rows)
+                %(prefetch)s::int[], %(rows)s::int[]) WITH ORDINALITY
+         AS w(endpoint_id, requests, held, prefetch, rows, pos)
     JOIN outbox.endpoints e ON e.id = w.endpoint_id AND e.enabled AND e.removed_at IS NULL
     JOIN outbox.endpoint_state s ON s.endpoint_id = w.endpoint_id
 ),
@@ -77,7 +89,7 @@ gated AS MATERIALIZED (
     FOR NO KEY UPDATE OF s SKIP LOCKED
 ),
 allowance AS (
-    SELECT w.endpoint_id, w.held, w.prefetch, w.rows, w.max_batch, w.rate_limit,
+    SELECT w.endpoint_id, w.pos, w.held, w.prefetch, w.rows, w.max_batch, w.rate_limit,
            w.free_running, g.next_turn,
            g.probe_due AND NOT g.closed AS probe,
            CASE
@@ -117,10 +129,10 @@ limits AS (
            ON g.endpoint_id = a.endpoint_id
 ),
 locked AS MATERIALIZED (
-    SELECT c.id, c.endpoint_id, c.next_attempt_at, c.seq
+    SELECT c.id, c.endpoint_id, c.event_id, c.next_attempt_at, c.seq
     FROM limits l
     CROSS JOIN LATERAL (
-        SELECT d.id, d.endpoint_id, d.next_attempt_at, d.seq
+        SELECT d.id, d.endpoint_id, d.event_id, d.next_attempt_at, d.seq
         FROM outbox.deliveries d
         WHERE d.endpoint_id = l.endpoint_id
           AND d.state = 'pending'
@@ -136,12 +148,21 @@ locked AS MATERIALIZED (
         FOR UPDATE OF d SKIP LOCKED
     ) c
 ),
-grouped AS MATERIALIZED (
-    SELECT k.id, k.endpoint_id, k.seq,
-           (row_number() OVER (PARTITION BY k.endpoint_id ORDER BY k.next_attempt_at, k.seq)
-            - 1) / l.max_batch AS grp
+sized AS MATERIALIZED (
+    SELECT k.id, k.endpoint_id, k.seq, l.pos, l.max_batch,
+           row_number() OVER (PARTITION BY k.endpoint_id ORDER BY k.next_attempt_at, k.seq)
+           - 1 AS rank,
+           (SELECT octet_length(e.payload::text) FROM outbox.events e
+            WHERE e.id = k.event_id) AS size
     FROM locked k
     JOIN limits l ON l.endpoint_id = k.endpoint_id
+),
+grouped AS MATERIALIZED (
+    SELECT r.id, r.endpoint_id, r.seq, r.size, r.rank / r.max_batch AS grp
+    FROM (SELECT s.*, sum(s.size) OVER (ORDER BY s.rank, s.pos ROWS UNBOUNDED PRECEDING)
+                      - s.size AS before
+          FROM sized s) r
+    WHERE r.before < %(budget)s
 ),
 used AS MATERIALIZED (
     SELECT l.endpoint_id, l.rate_limit, l.probe,
@@ -190,7 +211,7 @@ claimed AS (
     -- An id array, not a join with locked: the planner cannot estimate the
     -- LATERAL's row count and would hash-join the whole table (seen: 900 ms
     -- with 350k rows); = ANY (ARRAY(...)) is a primary-key probe per row.
-    WHERE d.id = ANY (ARRAY(SELECT id FROM locked))
+    WHERE d.id = ANY (ARRAY(SELECT id FROM grouped))
     RETURNING d.id, d.endpoint_id, d.event_id, d.attempts, d.lease_token, d.seq
 )
 SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key,
@@ -202,7 +223,7 @@ SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key
        coalesce(u.probe, false) AS probe,
        -- The event's age now, on the database clock: the dispatcher's may be off.
        extract(epoch FROM now() - e.created_at)::float8 AS age,
-       e.traceparent, e.tracestate
+       e.traceparent, e.tracestate, g.size
 FROM claimed c
 JOIN outbox.events e ON e.id = c.event_id
 JOIN grouped g ON g.id = c.id
