@@ -84,7 +84,7 @@ def test_the_history_trigger_refuses_a_table_not_its_own(roles: Roles,
     with roles.connect(roles.application) as conn:
         conn.execute(_TRIGGER.encode())
         conn.commit()
-        with pytest.raises(psycopg.errors.RaiseException, match="outbox.deliveries only"):
+        with pytest.raises(psycopg.errors.RaiseException, match=r"outbox\.deliveries only"):
             conn.execute("DELETE FROM mine.t")
         conn.rollback()
         seen = conn.execute("SELECT who FROM mine.seen").fetchall()
@@ -107,7 +107,8 @@ def test_no_function_of_the_schema_is_definer_or_public(roles: Roles,
     assert rows, "no functions found"
     for name, definer, application, dispatcher, acl in rows:
         assert not definer, name
-        assert not application and not dispatcher, (name, acl)
+        assert not application, (name, acl)
+        assert not dispatcher, (name, acl)
         assert "=X/" not in acl.replace(f"{roles.operator}=X/", ""), (name, acl)
 
 
@@ -140,9 +141,9 @@ def test_grants_apply_and_refuse_the_owner(roles: Roles) -> None:
     assert "owns the outbox schema" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert run_outbox(op, "status").returncode == 0  # the owner keeps its rights
-    with roles.connect(roles.application) as conn:
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("SELECT 1 FROM outbox.events")  # and nothing was granted
+    with roles.connect(roles.application) as conn, \
+            pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT 1 FROM outbox.events")  # and nothing was granted
     applied = run_outbox(op, "grants", "--application", roles.application, "--dispatcher",
                          roles.dispatcher, "--apply")
     assert applied.returncode == 0, applied.stderr
@@ -150,7 +151,8 @@ def test_grants_apply_and_refuse_the_owner(roles: Roles) -> None:
         conn.execute("SELECT count(*) FROM outbox.events")
     missing = run_outbox(op, "grants", "--application", "nobody_here", "--dispatcher",
                          roles.dispatcher, "--apply")
-    assert missing.returncode == 2 and "no such role" in missing.stderr
+    assert missing.returncode == 2
+    assert "no such role" in missing.stderr
 
 
 def _psql(cluster_bindir: Path | None) -> str | None:

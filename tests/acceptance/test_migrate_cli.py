@@ -112,4 +112,5 @@ def test_migrating_as_a_superuser_warns_after_success(empty_dsn: str) -> None:
     assert result.returncode == 0, result.stderr
     assert "migrated as postgres, a superuser" in result.stderr
     again = _outbox("migrate", "--dsn", empty_dsn)  # nothing to do: nothing to say
-    assert again.returncode == 0 and again.stderr == ""
+    assert again.returncode == 0
+    assert again.stderr == ""
