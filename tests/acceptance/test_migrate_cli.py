@@ -10,7 +10,7 @@ import psycopg
 
 from outbox.migrate import SCHEMA_VERSION
 from tests.support.cli import run_outbox
-from tests.support.releases import previous, releases
+from tests.support.releases import releases
 
 
 def _outbox(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -43,8 +43,9 @@ def test_migrate_unreachable_database_exits_one(tmp_path: Path) -> None:
 
 
 def _version_2_database(dsn: str) -> None:
+    release = next(r for r in releases() if r.version == 2)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(previous().schema_sql().encode())
+        conn.execute(release.schema_sql().encode())
 
 
 def test_check_and_dry_run_change_nothing(empty_dsn: str) -> None:
