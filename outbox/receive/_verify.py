@@ -71,7 +71,7 @@ class Verifier:
 
     def __init__(self, secrets: str | Iterable[str],
                  tolerance: timedelta = DEFAULT_TOLERANCE, *,
-                 format: Format = "standard-webhooks",  # noqa: A002 - the endpoint option's name
+                 format: Format = "standard-webhooks",
                  max_body: int = DEFAULT_MAX_BODY) -> None:
         listed = [secrets] if isinstance(secrets, str) else list(secrets)
         if not listed:

@@ -14,6 +14,7 @@ from dispatcher.policy.envelope import encode
 from dispatcher.policy.model import Endpoint, EventData
 from outbox import receive
 from outbox._shared.wire import sign
+
 SECRET = "whsec_" + base64.b64encode(b"the receiver's secret, 32 bytes!").decode()
 CREATED = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
