@@ -66,6 +66,7 @@ class EndpointRow(NamedTuple):
     headers: str
     enabled: bool
     breaker_failures: int
+    send_tracestate: bool
     now: datetime  # the database's clock, for rotated secrets' overlaps
     version: str  # the row's xmin
 
@@ -158,7 +159,8 @@ class EndpointView:
             max_backoff=float(row.max_backoff_seconds), max_in_flight=row.max_in_flight,
             rate_limit=float(row.rate_limit) if row.rate_limit is not None else None,
             max_batch=row.max_batch, format=cast(Format, row.format),
-            headers=json.loads(row.headers or "{}"), breaker_failures=row.breaker_failures)
+            headers=json.loads(row.headers or "{}"), breaker_failures=row.breaker_failures,
+            send_tracestate=bool(row.send_tracestate))
         self._enabled[row.id] = bool(row.enabled)
         self._versions[row.id] = row.version
         renew = _renew_at(row.previous_secrets, row.now)

@@ -148,19 +148,33 @@ def dispatcher_rows() -> list[str]:
     return rows
 
 
-def _endpoint_options() -> dict[str, argparse.Action]:
-    """The options of ``outbox endpoints add``, by the name of what they set."""
+def _endpoint_options() -> dict[str, list[argparse.Action]]:
+    """The options of ``outbox endpoints add``, by the name of what they set.
+
+    A true-or-false setting has two flags (``--send-tracestate``,
+    ``--no-tracestate``), both setting it.
+    """
     parser = outbox_parser()
     for command in ("endpoints", "add"):
         choices = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         parser = choices.choices[command]
-    return {action.dest: action for action in parser._actions if action.option_strings}
+    options: dict[str, list[argparse.Action]] = {}
+    for action in parser._actions:
+        if action.option_strings:
+            options.setdefault(action.dest, []).append(action)
+    return options
 
 
-def _spelled(action: argparse.Action) -> str:
-    metavar = action.metavar if isinstance(action.metavar, str) else action.dest.upper()
-    repeat = "..." if isinstance(action, argparse._AppendAction) else ""
-    return f"`{action.option_strings[0]} {metavar}`{repeat}"
+def _spelled(actions: Sequence[argparse.Action]) -> str:
+    spelled = []
+    for action in actions:
+        if action.nargs == 0:  # a flag: it takes no value
+            spelled.append(f"`{action.option_strings[0]}`")
+            continue
+        metavar = action.metavar if isinstance(action.metavar, str) else action.dest.upper()
+        repeat = "..." if isinstance(action, argparse._AppendAction) else ""
+        spelled.append(f"`{action.option_strings[0]} {metavar}`{repeat}")
+    return " / ".join(spelled)
 
 
 def endpoint_rows() -> list[str]:
@@ -171,11 +185,11 @@ def endpoint_rows() -> list[str]:
     for item in dataclasses.fields(EndpointSpec):
         if item.name == "name":
             continue
-        action = options.get(_OPTION_OF_FIELD.get(item.name, item.name))
-        if action is None:
+        actions = options.get(_OPTION_OF_FIELD.get(item.name, item.name))
+        if not actions:
             raise ValueError(f"`outbox endpoints add` has no option for {item.name}")
         default = "required" if item.name == "url" else shown(_default(item))
-        rows.append(f"| {_cell(_spelled(action))} | `{item.name}` | {default} | "
+        rows.append(f"| {_cell(_spelled(actions))} | `{item.name}` | {default} | "
                     f"{_cell(docs[item.name])} |")
     return rows
 

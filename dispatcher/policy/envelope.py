@@ -32,7 +32,8 @@ def encode(
         raise ValueError(f"endpoint {endpoint.name!r} takes one event per request")
     return encode_request(events, now, keys=endpoint.keys,
                           cloudevents=endpoint.format == "cloudevents", batched=batched,
-                          endpoint_headers=endpoint.headers, trace=trace)
+                          endpoint_headers=endpoint.headers, trace=trace,
+                          send_tracestate=endpoint.send_tracestate)
 
 
 __all__ = ["CLOUDEVENTS_SOURCE", "batch_id", "encode", "rfc3339", "sign"]

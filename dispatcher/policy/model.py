@@ -53,6 +53,7 @@ class Endpoint:
     format: Format = "standard-webhooks"
     headers: Mapping[str, str] = field(default_factory=dict)
     breaker_failures: int = DEFAULT_BREAKER_FAILURES  # 0: no circuit breaker
+    send_tracestate: bool = True  # False: traceparent alone goes out
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,14 @@ from flask import Flask, request
 
 from outbox import receive
 
-verifier = receive.Verifier(os.environ["WEBHOOK_SECRETS"].split())  # new and old, when rotating
+FORMAT = os.environ.get("WEBHOOK_FORMAT", "standard-webhooks")  # the endpoint's --format
+MAX_BODY = 5 * 1024 * 1024  # bytes; a batch holds at most 4 MiB of payloads
+verifier = receive.Verifier(os.environ["WEBHOOK_SECRETS"].split(),  # new and old, when rotating
+                            format=FORMAT, max_body=MAX_BODY)
 DSN = os.environ["DATABASE_URL"]
 app = Flask(__name__)
+# Flask reads no more of a body than this (a larger Content-Length: 413 at once).
+app.config["MAX_CONTENT_LENGTH"] = MAX_BODY + 1
 
 
 def bill(conn: psycopg.Connection, event: receive.Received) -> None:
@@ -20,8 +25,11 @@ def bill(conn: psycopg.Connection, event: receive.Received) -> None:
 
 @app.post("/hooks")
 def hooks() -> tuple[str, int]:
+    body = request.get_data()
+    if len(body) > MAX_BODY:  # a body without Content-Length that went on past it
+        return "", 413
     try:
-        events = verifier.verify(request.headers, request.get_data())
+        events = verifier.verify(request.headers, body)
     except receive.InvalidSignature:
         return "", 401  # wrong secret: dead-lettered at once
     except receive.InvalidDelivery:

@@ -10,8 +10,21 @@ from starlette.routing import Route
 
 from outbox import receive
 
-verifier = receive.Verifier(os.environ["WEBHOOK_SECRETS"].split())  # new and old, when rotating
+FORMAT = os.environ.get("WEBHOOK_FORMAT", "standard-webhooks")  # the endpoint's --format
+MAX_BODY = 5 * 1024 * 1024  # bytes; a batch holds at most 4 MiB of payloads
+verifier = receive.Verifier(os.environ["WEBHOOK_SECRETS"].split(),  # new and old, when rotating
+                            format=FORMAT, max_body=MAX_BODY)
 DSN = os.environ["DATABASE_URL"]
+
+
+async def capped_body(request: Request) -> bytes | None:
+    """The body, or None as soon as it passes MAX_BODY: no more than that is held."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            return None
+    return bytes(body)
 
 
 async def ship(conn: psycopg.AsyncConnection, event: receive.Received) -> None:
@@ -21,8 +34,11 @@ async def ship(conn: psycopg.AsyncConnection, event: receive.Received) -> None:
 
 
 async def hooks(request: Request) -> Response:
+    body = await capped_body(request)
+    if body is None:
+        return Response(status_code=413)
     try:
-        events = verifier.verify(request.headers, await request.body())
+        events = verifier.verify(request.headers, body)
     except receive.InvalidSignature:
         return Response(status_code=401)  # wrong secret: dead-lettered at once
     except receive.InvalidDelivery:

@@ -33,7 +33,7 @@ _MAX_OVERLAP = timedelta(days=365)
 # Options of `add` that map one to one onto EndpointSpec fields.
 _SCALAR_OPTIONS = ("url", "secret", "max_attempts", "timeout", "min_backoff", "max_backoff",
                    "max_in_flight", "rate_limit", "max_batch", "format", "breaker_failures",
-                   "breaker_cooldown", "max_pending")
+                   "breaker_cooldown", "max_pending", "send_tracestate")
 
 
 def register(sub: Any) -> None:
@@ -107,6 +107,12 @@ def _option_arguments(parser: argparse.ArgumentParser, *, url_required: bool) ->
     parser.add_argument("--max-pending", metavar="N",
                         help="publish() refuses events for this endpoint while it holds N "
                         "undelivered deliveries; default: no bound")
+    tracestate = parser.add_mutually_exclusive_group()
+    tracestate.add_argument("--send-tracestate", dest="send_tracestate", action="store_const",
+                            const=True, help="send the event's tracestate beside its "
+                            "traceparent (the default)")
+    tracestate.add_argument("--no-tracestate", dest="send_tracestate", action="store_const",
+                            const=False, help="send traceparent alone, no tracestate")
 
 
 def _command(commands: Any, name: str, func: Any, text: str) -> argparse.ArgumentParser:

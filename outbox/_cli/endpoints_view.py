@@ -67,7 +67,7 @@ def as_json(e: store.StoredEndpoint) -> dict[str, Any]:
         "max_batch": c["max_batch"], "format": c["format"],
         "breaker_failures": c["breaker_failures"],
         "breaker_cooldown": c["breaker_cooldown_seconds"],
-        "max_pending": c["max_pending"],
+        "max_pending": c["max_pending"], "send_tracestate": c["send_tracestate"],
         # Header values are often credentials (Authorization): names only.
         "headers": dict.fromkeys(c["headers"], "(hidden)"),
         "enabled": e.enabled, "disabled_reason": e.disabled_reason,

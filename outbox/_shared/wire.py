@@ -24,7 +24,10 @@ Choices the contract leaves open, documented in docs/concepts.md ("The wire"):
 - Trace context (contract v3): ``traceparent`` and ``tracestate`` (when not
   empty) of the event, or of a batch's first event that has one; a
   ``traceparent`` among the custom headers wins. The dispatcher may pass its
-  attempt span's context instead (``trace``), a child in the same trace.
+  attempt span's context instead (``trace``), a child in the same trace. A
+  ``tracestate`` goes out within ``MAX_TRACESTATE`` characters (rows written
+  before that bound are cut here too), or not at all for an endpoint that
+  leaves it out (``send_tracestate=False``), a custom one included.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Final, Protocol
 from urllib.parse import quote
 
 from outbox._shared.headers import is_reserved
+from outbox._shared.tracecontext import bounded_tracestate
 
 CLOUDEVENTS_SOURCE: Final = "/outbox-dispatcher"
 """The CloudEvents ``source`` attribute of every event."""
@@ -171,14 +175,15 @@ def encode_request(
     events: Sequence[WireEvent], now: datetime, *, keys: Sequence[bytes] = (),
     cloudevents: bool = False, batched: bool = False,
     endpoint_headers: Mapping[str, str] | None = None,
-    trace: tuple[str, str | None] | None = None,
+    trace: tuple[str, str | None] | None = None, send_tracestate: bool = True,
 ) -> tuple[list[tuple[str, str]], bytes]:
     """Headers and body of the one request that delivers ``events``.
 
     ``now`` is the time of this attempt: it becomes ``webhook-timestamp``, so a
     retry is signed afresh while its ``webhook-id`` stays the same. ``keys``
     sign it (none: unsigned), newest first; ``batched`` sends an array.
-    ``trace`` replaces the events' own trace context on the wire.
+    ``trace`` replaces the events' own trace context on the wire;
+    ``send_tracestate=False`` sends ``traceparent`` alone.
     """
     if not events:
         raise ValueError("encode() needs at least one event")
@@ -213,10 +218,20 @@ def encode_request(
             signatures = " ".join(sign_content(key, prefix, body) for key in keys)
             headers.append(("webhook-signature", signatures))
     custom = _custom_headers(endpoint_headers or {}, event_headers)
-    context = trace or first_trace(events)
+    _append_trace(headers, trace or first_trace(events), custom, send_tracestate)
+    return headers, body
+
+
+def _append_trace(headers: list[tuple[str, str]], context: tuple[str, str | None] | None,
+                  custom: list[tuple[str, str]], send_tracestate: bool) -> None:
+    """The trace context, then the custom headers; any tracestate bounded, or left out."""
     if context is not None and not any(name == "traceparent" for name, _ in custom):
         headers.append(("traceparent", context[0]))
-        if context[1]:
-            headers.append(("tracestate", context[1]))
-    headers.extend(custom)
-    return headers, body
+        custom = [("tracestate", context[1] or ""), *custom]
+    for name, value in custom:
+        if name != "tracestate":
+            headers.append((name, value))
+            continue
+        state = bounded_tracestate(value) if send_tracestate else None
+        if state:
+            headers.append((name, state))

@@ -103,6 +103,9 @@ class EndpointSpec:
     max_pending: int | None = None
     """publish() refuses events for the endpoint while it holds this many undelivered
     deliveries; None for no bound."""
+    send_tracestate: bool = True
+    """Whether requests carry the event's W3C ``tracestate`` beside its ``traceparent``
+    (cut to 512 characters); false sends ``traceparent`` alone."""
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -142,6 +145,9 @@ class EndpointSpec:
         if self.max_pending is not None:
             put("max_pending", checks.check_int(self.max_pending, "max_pending", 1,
                                                 MAX_PENDING))
+        if not isinstance(self.send_tracestate, bool):
+            raise InvalidEndpoint(f"must be true or false, not {self.send_tracestate!r}",
+                                  "send_tracestate")
 
     @property
     def events_like(self) -> tuple[str, ...]:
@@ -159,7 +165,7 @@ class EndpointSpec:
             "max_batch": self.max_batch, "format": self.format, "headers": dict(self.headers),
             "breaker_failures": self.breaker_failures,
             "breaker_cooldown_seconds": self.breaker_cooldown,
-            "max_pending": self.max_pending,
+            "max_pending": self.max_pending, "send_tracestate": self.send_tracestate,
         }
 
     @classmethod

@@ -58,7 +58,8 @@ class SyncReport:
 _OPTION_COLUMNS = ("name", "url", "events", "events_like", "secret", "max_attempts",
                    "timeout_seconds", "min_backoff_seconds", "max_backoff_seconds",
                    "max_in_flight", "rate_limit", "max_batch", "format", "headers",
-                   "breaker_failures", "breaker_cooldown_seconds", "max_pending")
+                   "breaker_failures", "breaker_cooldown_seconds", "max_pending",
+                   "send_tracestate")
 
 
 def _lock(conn: Conn) -> None:
@@ -206,7 +207,8 @@ _FIELD_OF_COLUMN = {"url": "url", "events": "events", "secret": "secret",
                     "max_in_flight": "max_in_flight", "rate_limit": "rate_limit",
                     "max_batch": "max_batch", "format": "format", "headers": "headers",
                     "breaker_failures": "breaker_failures",
-                    "breaker_cooldown_seconds": "breaker_cooldown", "max_pending": "max_pending"}
+                    "breaker_cooldown_seconds": "breaker_cooldown", "max_pending": "max_pending",
+                    "send_tracestate": "send_tracestate"}
 
 
 def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],

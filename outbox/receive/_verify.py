@@ -1,22 +1,13 @@
-"""Verifier: a request's signature and timestamp checked, its body read into events.
+"""Verifier: a request's size, signature and timestamp checked, its body read into events.
 
 Pure: no I/O. The clock is read once per call (``time.time()``) and handed to
 :meth:`Verifier.verify_at`, which tests and benchmarks may call with a time
-of their own. The format is the one ``outbox._shared.wire`` writes for the
-dispatcher, read back here:
-
-- Standard Webhooks: a JSON object ``{"id", "type", "timestamp", "key",
-  "data"}``, or an array of them for an endpoint that takes batches;
-- CloudEvents binary mode: the event's attributes in ``ce-*`` headers, the
-  payload as the body; a batch is ``application/cloudevents-batch+json``, an
-  array of structured events (``application/cloudevents+json``, one
-  structured event, is read too).
-
-The signature covers ``webhook-id``, ``webhook-timestamp`` and the body, not
-the other headers. So in CloudEvents binary mode ``ce-id`` must equal the
-signed ``webhook-id`` (else the request is refused), while ``ce-type``,
-``ce-subject`` and ``ce-time`` are taken as sent: the Standard Webhooks
-envelope and the CloudEvents batch carry them inside the signed body.
+of their own. The checks run cheapest first, each before any work the next
+one costs: the body's size (``max_body``), then the headers' shape (a
+``webhook-timestamp`` is a decimal of at most 12 digits, read as no other
+number), then the HMAC over the body, and only then is the body parsed, in
+the one format the verifier was made for (``outbox.receive._formats``): an
+unsigned header never chooses how a signed body is read.
 """
 
 from __future__ import annotations
@@ -24,41 +15,25 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import json
+import re
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Final, Protocol
-from urllib.parse import unquote
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Final
 
-from outbox._shared.wire import CLOUDEVENTS_BATCH, keyed_hmac
+from outbox._shared.endpoint_defaults import FORMATS, Format
+from outbox._shared.wire import keyed_hmac
 from outbox.errors import InvalidDelivery, InvalidSignature
+from outbox.receive._formats import Headers, Received, header, read
 
 DEFAULT_TOLERANCE: Final = timedelta(minutes=5)
+DEFAULT_MAX_BODY: Final = 5 * 1024 * 1024
+"""Bytes of body a verifier reads by default: more than a batch of the dispatcher, whose
+payloads come to at most 4 MiB, with their envelopes."""
 _PREFIX: Final = "whsec_"
-_CE_STRUCTURED: Final = "application/cloudevents+json"
-
-
-class Headers(Protocol):
-    """What is read of the request's headers: a dict, Starlette's, Django's, Flask's..."""
-
-    def get(self, key: str, /) -> str | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Received:
-    """One event of a verified delivery."""
-
-    id: str
-    """The event id (``webhook-id`` of a single delivery, ``ce-id``): deduplicate on it."""
-    type: str
-    key: str | None
-    """The ordering key, or None."""
-    data: Any
-    """The payload, parsed from JSON."""
-    time: datetime
-    """When the event was published (aware, UTC)."""
+# Unix seconds: 12 digits reach the year 33658. A longer value is no time the
+# dispatcher writes, and int() of thousands of digits is slow or refused.
+_TIMESTAMP: Final = re.compile(r"[0-9]{1,12}")
 
 
 def _key(secret: str) -> bytes:
@@ -74,19 +49,8 @@ def _key(secret: str) -> bytes:
     return key
 
 
-def _header(headers: Headers, name: str) -> str | None:
-    value = headers.get(name)
-    if value is None and isinstance(headers, Mapping):
-        # A plain dict is case-sensitive: look for the name in another case.
-        # (Starlette's, Django's and Werkzeug's headers answer get() in any case.)
-        for other, found in headers.items():
-            if isinstance(other, str) and other.lower() == name:
-                return str(found)
-    return value
-
-
 def _required(headers: Headers, name: str) -> str:
-    value = _header(headers, name)
+    value = header(headers, name)
     if not value:
         raise InvalidSignature(f"the {name} header is missing")
     return value
@@ -97,23 +61,37 @@ class Verifier:
 
     ``tolerance`` bounds how far ``webhook-timestamp`` (the attempt's time) may
     be from the receiver's clock, in the past or the future: a request
-    captured and replayed later is refused.
+    captured and replayed later is refused. ``format`` is the one the
+    endpoint sends (``standard-webhooks`` or ``cloudevents``): a request in
+    the other, or mixing both, is refused. ``max_body`` bounds the body in
+    bytes, refused before any signature is computed over it.
     """
 
-    __slots__ = ("_keys", "_tolerance")
+    __slots__ = ("_format", "_keys", "_max_body", "_tolerance")
 
     def __init__(self, secrets: str | Iterable[str],
-                 tolerance: timedelta = DEFAULT_TOLERANCE) -> None:
+                 tolerance: timedelta = DEFAULT_TOLERANCE, *,
+                 format: Format = "standard-webhooks",
+                 max_body: int = DEFAULT_MAX_BODY) -> None:
         listed = [secrets] if isinstance(secrets, str) else list(secrets)
         if not listed:
             raise ValueError("Verifier needs at least one whsec_ secret")
         if not isinstance(tolerance, timedelta) or tolerance < timedelta(0):
             raise ValueError("tolerance must be a timedelta, not negative")
+        if format not in FORMATS:
+            raise ValueError(f"format must be {' or '.join(map(repr, FORMATS))}, "
+                             f"not {format!r}")
+        if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
+            raise ValueError(f"max_body must be a whole number of bytes, 1 or more, "
+                             f"not {max_body!r}")
         self._keys = tuple(dict.fromkeys(_key(s) for s in listed))
         self._tolerance = tolerance.total_seconds()
+        self._format: Format = format
+        self._max_body = max_body
 
     def __repr__(self) -> str:  # never the secrets
-        return f"Verifier(<{len(self._keys)} secret(s)>, tolerance={self._tolerance:g}s)"
+        return (f"Verifier(<{len(self._keys)} secret(s)>, tolerance={self._tolerance:g}s, "
+                f"format={self._format!r}, max_body={self._max_body})")
 
     def verify(self, headers: Headers, body: bytes) -> list[Received]:
         """The events of a delivery, once its signature and timestamp hold.
@@ -127,15 +105,19 @@ class Verifier:
         """:meth:`verify` with the receiver's clock given as Unix seconds."""
         if not isinstance(body, bytes | bytearray):
             body = bytes(body)
+        if len(body) > self._max_body:
+            raise InvalidDelivery(f"the body holds {len(body)} bytes, more than the "
+                                  f"verifier's max_body of {self._max_body}")
         msg_id = self._check_signature(headers, body, now)
-        return _read(headers, body, msg_id)
+        return read(self._format, headers, body, msg_id)
 
     def _check_signature(self, headers: Headers, body: bytes, now: float) -> str:
         msg_id = _required(headers, "webhook-id")
         stamp = _required(headers, "webhook-timestamp").strip()
         given = _required(headers, "webhook-signature")
-        if not stamp.isascii() or not stamp.isdigit():
-            raise InvalidSignature("webhook-timestamp is not a Unix time in whole seconds")
+        if _TIMESTAMP.fullmatch(stamp) is None:
+            raise InvalidSignature("webhook-timestamp is not a Unix time in whole seconds "
+                                   "(a decimal of at most 12 digits)")
         timestamp = int(stamp)
         if now - timestamp > self._tolerance:
             raise InvalidSignature(f"webhook-timestamp is {now - timestamp:.0f} s old, beyond "
@@ -167,98 +149,3 @@ class Verifier:
         if not matched:
             raise InvalidSignature("no signature in webhook-signature matches any secret")
         return msg_id
-
-
-def _read(headers: Headers, body: bytes, msg_id: str) -> list[Received]:
-    media = (_header(headers, "content-type") or "").split(";", 1)[0].strip().lower()
-    if media == CLOUDEVENTS_BATCH:
-        items = _json(body)
-        if not isinstance(items, list) or not items:
-            raise InvalidDelivery("a CloudEvents batch must be a non-empty JSON array")
-        return [_structured(item, f"element {n} of the batch")
-                for n, item in enumerate(items, 1)]
-    if media == _CE_STRUCTURED:
-        return [_structured(_json(body), "the structured event")]
-    if _header(headers, "ce-specversion") is not None:
-        return [_binary(headers, body, msg_id)]
-    parsed = _json(body)
-    if isinstance(parsed, list):
-        if not parsed:
-            raise InvalidDelivery("a batch must hold at least one event")
-        return [_webhook(item, f"element {n} of the batch") for n, item in enumerate(parsed, 1)]
-    event = _webhook(parsed, "the body")
-    if event.id != msg_id:
-        raise InvalidDelivery("the body's id differs from the signed webhook-id")
-    return [event]
-
-
-def _json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidDelivery(f"the body is not JSON ({type(exc).__name__})") from None
-
-
-def _text(obj: dict[str, Any], name: str, where: str) -> str:
-    value = obj.get(name)
-    if not isinstance(value, str) or not value:
-        raise InvalidDelivery(f"{where}: {name!r} is missing or not a non-empty string")
-    return value
-
-
-def _time(value: str, where: str, name: str = "") -> datetime:
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidDelivery(f"{where}{name} is not an RFC 3339 time") from None
-    if moment.tzinfo is None:
-        raise InvalidDelivery(f"{where}{name} has no time zone offset")
-    return moment
-
-
-def _optional_key(obj: dict[str, Any], name: str, where: str) -> str | None:
-    key = obj.get(name)
-    if key is not None and not isinstance(key, str):
-        raise InvalidDelivery(f"{where}: {name!r} is neither a string nor null")
-    return key
-
-
-def _webhook(obj: Any, where: str) -> Received:
-    if not isinstance(obj, dict):
-        raise InvalidDelivery(f"{where} is not a JSON object")
-    if "data" not in obj:
-        raise InvalidDelivery(f"{where}: 'data' is missing")
-    return Received(id=_text(obj, "id", where), type=_text(obj, "type", where),
-                    key=_optional_key(obj, "key", where), data=obj["data"],
-                    time=_time(_text(obj, "timestamp", where), where, ": 'timestamp'"))
-
-
-def _structured(obj: Any, where: str) -> Received:
-    if not isinstance(obj, dict):
-        raise InvalidDelivery(f"{where} is not a JSON object")
-    if obj.get("specversion") != "1.0":
-        raise InvalidDelivery(f"{where}: 'specversion' is not '1.0'")
-    return Received(id=_text(obj, "id", where), type=_text(obj, "type", where),
-                    key=_optional_key(obj, "subject", where), data=obj.get("data"),
-                    time=_time(_text(obj, "time", where), where, ": 'time'"))
-
-
-def _binary(headers: Headers, body: bytes, msg_id: str) -> Received:
-    values = {}
-    for name in ("ce-specversion", "ce-id", "ce-type", "ce-time"):
-        value = _header(headers, name)
-        if not value:
-            raise InvalidDelivery(f"the {name} header is missing")
-        values[name] = value
-    if values["ce-specversion"] != "1.0":
-        raise InvalidDelivery("ce-specversion is not 1.0")
-    if values["ce-id"] != msg_id:
-        raise InvalidDelivery("ce-id differs from the signed webhook-id")
-    subject = _header(headers, "ce-subject")
-    if subject is not None:
-        try:
-            subject = unquote(subject, errors="strict")
-        except UnicodeDecodeError:
-            raise InvalidDelivery("ce-subject is not percent-encoded UTF-8") from None
-    return Received(id=values["ce-id"], type=values["ce-type"], key=subject,
-                    data=_json(body), time=_time(values["ce-time"], "ce-time"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -322,3 +323,33 @@ def test_dsn_option_on_the_subcommand(dsn: str) -> None:
     """Every subcommand takes --dsn, with no environment variable set."""
     ok(outbox_cmd(None, "add", "hooks", "--url", URL, "--dsn", dsn))
     assert "hooks" in ok(outbox_cmd(None, "list", "--dsn", dsn))
+
+
+def test_an_endpoint_may_leave_tracestate_out(dsn: str, tmp_path: Path) -> None:
+    """--no-tracestate / --send-tracestate, TOML send_tracestate: stored, shown, changed."""
+    ok(outbox_cmd(dsn, "add", "bare", "--url", URL, "--no-tracestate"))
+    ok(outbox_cmd(dsn, "add", "full", "--url", URL))
+    assert (endpoint(dsn, "bare")["send_tracestate"], endpoint(dsn, "full")["send_tracestate"]) \
+        == (False, True)
+    assert re.search(r"^send tracestate +False$", ok(outbox_cmd(dsn, "show", "bare")), re.M)
+    assert json.loads(ok(outbox_cmd(dsn, "show", "full", "--json")))["send_tracestate"] is True
+    listed = {e["name"]: e["send_tracestate"] for e in json.loads(ok(outbox_cmd(
+        dsn, "list", "--json")))}
+    assert listed == {"bare": False, "full": True}
+    assert "unchanged" in ok(outbox_cmd(dsn, "update", "bare", "--no-tracestate"))
+    assert "send_tracestate" in ok(outbox_cmd(dsn, "update", "bare", "--send-tracestate"))
+    assert endpoint(dsn, "bare")["send_tracestate"] is True
+    ok(outbox_cmd(dsn, "update", "full", "--no-tracestate", "--max-attempts", "3"))
+    ok(outbox_cmd(dsn, "update", "full", "--unset", "send-tracestate"))
+    assert endpoint(dsn, "full")["send_tracestate"] is True
+    both = outbox_cmd(dsn, "update", "full", "--no-tracestate", "--send-tracestate")
+    assert both.returncode == 2, both.stderr
+    path = tmp_path / "endpoints.toml"
+    path.write_text(f'[endpoints.bare]\nurl = "{URL}"\nsend_tracestate = false\n'
+                    f'[endpoints.full]\nurl = "{URL}"\n')
+    assert "changed bare: send_tracestate" in ok(outbox_cmd(dsn, "sync", str(path)))
+    assert endpoint(dsn, "bare")["send_tracestate"] is False
+    path.write_text(f'[endpoints.bare]\nurl = "{URL}"\nsend_tracestate = "no"\n')
+    refused = outbox_cmd(dsn, "sync", str(path))
+    assert refused.returncode == 2
+    assert "endpoints.bare.send_tracestate must be true or false" in refused.stderr

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -30,14 +32,32 @@ APPS = {"starlette": ("receive_starlette", serve_asgi, "shipments", "shipping"),
         "flask": ("receive_flask", serve_wsgi, "invoices", "billing")}
 
 
+@dataclass(frozen=True)
+class Example:
+    """One example app: ``url(format)`` serves it for real in that format, its /hooks URL."""
+
+    url: Callable[..., str]
+    table: str
+    consumer: str
+
+
 @pytest.fixture(params=sorted(APPS))
-def app(request: pytest.FixtureRequest, receiver_db: str) -> Iterator[tuple[str, str, str]]:
-    """One example served for real: (its /hooks URL, its business table, its consumer)."""
+def example(request: pytest.FixtureRequest, receiver_db: str) -> Iterator[Example]:
+    """One example, served on demand with the environment its docs name, for the test's length."""
     module_name, serve, table, consumer = APPS[request.param]
-    module = load_example(module_name, {"WEBHOOK_SECRETS": f"{SECRET} {OLD}",
-                                        "DATABASE_URL": receiver_db})
-    with serve(module.app) as base:
-        yield f"{base}/hooks", table, consumer
+    with contextlib.ExitStack() as stack:
+        def url(fmt: str = "standard-webhooks") -> str:
+            module = load_example(module_name, {"WEBHOOK_SECRETS": f"{SECRET} {OLD}",
+                                                "WEBHOOK_FORMAT": fmt,
+                                                "DATABASE_URL": receiver_db})
+            return f"{stack.enter_context(serve(module.app))}/hooks"
+        yield Example(url, table, consumer)
+
+
+@pytest.fixture
+def app(example: Example) -> tuple[str, str, str]:
+    """The example served for a Standard Webhooks endpoint: (its /hooks URL, table, consumer)."""
+    return example.url(), example.table, example.consumer
 
 
 def post(url: str, headers: dict[str, str], body: bytes) -> int:
@@ -70,9 +90,9 @@ def test_a_delivery_is_done_once_however_often_it_arrives(
     assert inbox(receiver_db) == [(consumer, event_id)]
 
 
-def test_a_batch_does_each_event_once(app: tuple[str, str, str], receiver_db: str) -> None:
+def test_a_batch_does_each_event_once(example: Example, receiver_db: str) -> None:
     """A CloudEvents batch, then a single delivery of one of its events: each effect once."""
-    url, table, _ = app
+    url, table = example.url("cloudevents"), example.table
     one = signed_request(OLD, "order.created", {"order_id": 1}, format="cloudevents")
     two = signed_request(OLD, "order.created", {"order_id": 2})
     batch = signed_batch(SECRET, [*one.events, *two.events], format="cloudevents")
@@ -109,6 +129,54 @@ def test_a_signed_request_that_is_no_delivery_is_400(
     assert inbox(receiver_db) == []
 
 
+def test_ce_headers_added_to_a_signed_request_never_reach_the_handler(
+        example: Example, receiver_db: str) -> None:
+    """The reported forgery: ce-type and ce-subject added to a captured request: 400, no work.
+
+    Then the request as captured is done once: the forgery recorded nothing.
+    """
+    url, table = example.url(), example.table
+    captured = signed_request(SECRET, "order.created", {"order_id": 8}, key="customer-8")
+    forged = {**captured.headers, "ce-specversion": "1.0", "ce-type": "order.refunded",
+              "ce-subject": "attacker", "ce-id": captured.headers["webhook-id"],
+              "ce-source": "/outbox-dispatcher", "ce-time": "2024-05-01T12:00:00Z"}
+    assert post(url, forged, captured.body) == 400
+    assert post(url, {**captured.headers, "ce-type": "order.refunded"}, captured.body) == 400
+    assert effects(receiver_db, table) == []
+    assert inbox(receiver_db) == []
+    assert post(url, captured.headers, captured.body) == 204
+    assert effects(receiver_db, table) == [(8, captured.events[0].id)]
+    cloudevents = example.url("cloudevents")  # and a CloudEvents receiver refuses the original
+    assert post(cloudevents, captured.headers, captured.body) == 400
+
+
+def post_stream(url: str, headers: dict[str, str], chunks: Iterator[bytes]) -> int:
+    """POST with chunked transfer encoding (no Content-Length); the status, or 0 if cut off.
+
+    A server that refuses a body early may close the connection before the
+    client has written all of it: the answer is then lost to the client.
+    """
+    try:
+        return httpx.post(url, content=chunks, headers=headers, timeout=10).status_code
+    except httpx.TransportError:
+        return 0
+
+
+def test_a_body_larger_than_max_body_is_413_and_read_no_further(
+        example: Example, receiver_db: str) -> None:
+    """Above 5 MiB, with or without Content-Length: 413, nothing recorded; 5 MiB is read."""
+    url, table = example.url(), example.table
+    request = signed_request(SECRET, "order.created", {"order_id": 9})
+    limit = 5 * 1024 * 1024
+    padded = request.body + b" " * (limit + 1 - len(request.body))  # JSON allows the spaces
+    assert post(url, request.headers, padded) == 413
+    chunks = (padded[i:i + 65536] for i in range(0, len(padded), 65536))
+    assert post_stream(url, request.headers, chunks) in {413, 0}
+    assert effects(receiver_db, table) == []
+    assert post(url, request.headers, padded[:limit]) == 401  # read, then the signature fails
+    assert inbox(receiver_db) == []
+
+
 def test_a_failure_is_5xx_and_rolls_back_so_the_retry_does_the_work(
         app: tuple[str, str, str], receiver_db: str) -> None:
     """The work fails: 5xx, no record kept; once fixed, the same delivery is done, once."""
@@ -128,10 +196,10 @@ def test_a_failure_is_5xx_and_rolls_back_so_the_retry_does_the_work(
 @pytest.mark.parametrize(("fmt", "max_batch"), [("standard-webhooks", 1), ("cloudevents", 1),
                                                 ("standard-webhooks", 10), ("cloudevents", 10)])
 def test_the_real_dispatcher_delivers_to_the_examples_in_every_format(
-        app: tuple[str, str, str], receiver_db: str, dsn: str, fleet: Fleet,
+        example: Example, receiver_db: str, dsn: str, fleet: Fleet,
         fmt: str, max_batch: int) -> None:
     """The dispatcher's own requests, single or batched, either format: each order once."""
-    url, table, consumer = app
+    url, table, consumer = example.url(fmt), example.table, example.consumer
     add_endpoint(dsn, url, secret=OLD, format=fmt, max_batch=max_batch)
     with psycopg.connect(dsn) as conn:
         ids = [str(i) for i in outbox.publish_many(conn, [

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
+import pytest
 
 import outbox
 from outbox.testing import Receiver
 from outbox.testing._receiver import Response
 from tests.support.dispatcher import Dispatcher, add_endpoint, run_once, wait_for_state
 from tests.support.tracing import CONSOLE, console_spans, hex_ids, tracer
+
+trace = pytest.importorskip("opentelemetry.trace")
 
 
 def _attempts(log: str, endpoint: str) -> list[dict[str, Any]]:
@@ -40,6 +44,39 @@ def test_delivery_carries_the_publishers_trace_without_sdk(
     assert (second.header("traceparent"), second.header("tracestate")) == (given, "a=b")
     assert third.header("traceparent") is None
     assert not console_spans(log)
+
+
+def _number(request: Any) -> int:
+    """The "n" of the event a request delivers."""
+    return int(json.loads(request.body)["data"]["n"])
+
+
+def test_an_endpoint_without_tracestate_gets_traceparent_alone(
+        conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
+    """send_tracestate false: traceparent, no tracestate; another endpoint gets both, cut."""
+    members = [(f"vendor{n:02d}", "x" * 245) for n in range(32)]  # 8,159 characters
+    context = trace.SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=trace.TraceFlags(1),
+                                trace_state=trace.TraceState(members))
+    with Receiver() as bare:
+        add_endpoint(conn, "full", receiver.url)
+        add_endpoint(conn, "bare", bare.url, send_tracestate=False)
+        with trace.use_span(trace.NonRecordingSpan(context)):
+            outbox.publish(conn, "order.created", {"n": 1})
+        outbox.publish(conn, "order.created", {"n": 2}, headers={
+            "traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01", "tracestate": "a=b"})
+        conn.commit()
+        code, log = run_once(dsn)
+        assert code == 0, log
+        sent = sorted(bare.wait_for(2), key=_number)
+    full = sorted(receiver.wait_for(2), key=_number)
+    parent = f"00-{0x1234:032x}-{0x5678:016x}-01"
+    assert [r.header("traceparent") for r in sent] == [parent, f"00-{'ab' * 16}-{'cd' * 8}-01"]
+    assert [r.header("tracestate") for r in sent] == [None, None]
+    state = full[0].header("tracestate")
+    assert state is not None
+    assert 0 < len(state) <= 512
+    assert state.split(",") == [f"{k}={v}" for k, v in members][:state.count(",") + 1]
+    assert full[1].header("tracestate") == "a=b"
 
 
 def test_attempts_are_client_spans_in_the_publishers_trace(

@@ -118,3 +118,23 @@ def test_malformed_traceparent_header_is_sent_but_not_kept(
     assert _stored(dsn, event_id) == (None, None)
     [[headers]] = committed(dsn, "SELECT headers FROM outbox.events WHERE id = %s", (event_id,))
     assert headers == {"traceparent": value}
+
+
+def test_a_long_tracestate_is_cut_at_publish(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """A span with an 8 KB tracestate (32 members of 256): the event keeps 512 characters."""
+    members = [(f"vendor{n:02d}", "x" * 245) for n in range(32)]  # 8,159 characters
+    state = trace.TraceState(members)
+    assert len(state.to_header()) > 8000
+    context = trace.SpanContext(0x1234, 0x5678, is_remote=True,
+                                trace_flags=trace.TraceFlags(1), trace_state=state)
+    with trace.use_span(trace.NonRecordingSpan(context)):
+        from_span = outbox.publish(conn, "order.created", {})
+    from_headers = outbox.publish(conn, "order.created", {}, headers={
+        "traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01", "tracestate": state.to_header()})
+    conn.commit()
+    for event_id in (from_span, from_headers):
+        traceparent, stored = _stored(dsn, event_id)
+        assert traceparent is not None
+        assert stored is not None
+        assert 0 < len(stored) <= 512
+        assert stored.split(",") == [f"{k}={v}" for k, v in members][:stored.count(",") + 1]

@@ -51,7 +51,7 @@ _JSON_COLUMNS = {"headers", "previous_secrets"}
 _COLUMNS = {"secret", "max_attempts", "timeout_seconds", "min_backoff_seconds",
             "max_backoff_seconds", "max_in_flight", "rate_limit", "max_batch", "format",
             "breaker_failures", "breaker_cooldown_seconds", "max_pending",
-            "headers", "enabled", "previous_secrets", "disabled_reason"}
+            "send_tracestate", "headers", "enabled", "previous_secrets", "disabled_reason"}
 
 
 def add_endpoint(conn: psycopg.Connection[Any], name: str, url: str, *,

@@ -125,5 +125,7 @@ def test_receive_exports_the_contracts_names() -> None:
     assert inspect.iscoroutinefunction(receive.afirst_time)
     assert [f.name for f in dataclasses.fields(receive.Received)] == [
         "id", "type", "key", "data", "time"]
-    tolerance = inspect.signature(receive.Verifier).parameters["tolerance"]
-    assert tolerance.default == timedelta(minutes=5)
+    parameters = inspect.signature(receive.Verifier).parameters
+    assert parameters["tolerance"].default == timedelta(minutes=5)
+    assert parameters["format"].default == "standard-webhooks"
+    assert parameters["max_body"].default == 5 * 1024 * 1024

@@ -9,7 +9,13 @@ from datetime import UTC, datetime
 import pytest
 
 from outbox._event import Event, build_batch
-from outbox._shared.tracecontext import TraceContext, from_headers, parse_traceparent
+from outbox._shared.tracecontext import (
+    MAX_TRACESTATE,
+    TraceContext,
+    bounded_tracestate,
+    from_headers,
+    parse_traceparent,
+)
 from outbox._shared.wire import encode_request
 
 VALID = f"00-{'ab' * 16}-{'cd' * 8}-01"
@@ -23,9 +29,17 @@ VALID = f"00-{'ab' * 16}-{'cd' * 8}-01"
     (f"00-{'ab' * 16}-{'0' * 16}-01", None),
     (f"00-{'AB' * 16}-{'cd' * 8}-01", None),
     ("", None), (None, None), ("garbage", None),
+    (f"{VALID}junk", None), (f"{VALID}-", None), (f"{VALID}-00", None), (f"{VALID} ", None),
+    (f" {VALID}", None), (f"{VALID}\n", None), (VALID[:-1], None),
+    (f"00-{'ab' * 16}-{'cd' * 8}-1", None), (f"00-{'ab' * 16}-{'cd' * 8}-0g", None),
+    (f"00_{'ab' * 16}-{'cd' * 8}-01", None), (f"0-{'ab' * 16}-{'cd' * 8}-01", None),
+    (f"01-{'ab' * 16}-{'cd' * 8}-01", ("ab" * 16, "cd" * 8, 1)),
+    (f"cc-{'ab' * 16}-{'cd' * 8}-01-", ("ab" * 16, "cd" * 8, 1)),
+    (f"01-{'ab' * 16}-{'cd' * 8}-01junk", None), (f"01-{'ab' * 16}-{'cd' * 8}-01-\x00", None),
+    (f"01-{'ab' * 16}-{'cd' * 8}", None),
 ])
 def test_parse_traceparent(value: str | None, parsed: tuple[str, str, int] | None) -> None:
-    """Only a valid traceparent names a trace."""
+    """Only a traceparent of exactly the W3C form names a trace: no junk after a valid start."""
     assert parse_traceparent(value) == parsed
 
 
@@ -88,3 +102,59 @@ def test_custom_traceparent_wins_and_an_override_replaces() -> None:
     assert _sent([_Event(traceparent=VALID, headers={"traceparent": given})])[
         "traceparent"] == given
     assert _sent([_Event(traceparent=VALID)], trace=(given, None))["traceparent"] == given
+
+
+def _members(count: int, size: int, prefix: str = "v") -> list[str]:
+    """``count`` tracestate list-members of ``size`` characters each, keys numbered."""
+    return [f"{prefix}{n:02d}=" + "x" * (size - len(prefix) - 3) for n in range(count)]
+
+
+def test_a_tracestate_that_fits_is_kept_as_it_is() -> None:
+    """512 characters or fewer: unchanged, spaces and all; empty is none."""
+    exact = ",".join(_members(7, 64)) + ",k=" + "y" * 55
+    assert len(exact) == MAX_TRACESTATE == 512
+    assert bounded_tracestate(exact) == exact
+    assert bounded_tracestate("a=b , c=d") == "a=b , c=d"
+    assert bounded_tracestate("") is None
+    assert bounded_tracestate(None) is None
+
+
+def test_a_long_tracestate_loses_whole_members_from_the_right() -> None:
+    """8 KB (32 members of 256): cut to 512 characters of whole members, the leftmost kept."""
+    members = _members(32, 256)
+    value = ",".join(members)
+    assert len(value) > 8000
+    cut = bounded_tracestate(value)
+    assert cut is not None
+    assert len(cut) <= MAX_TRACESTATE
+    assert cut.split(",") == members[:len(cut.split(","))]  # members dropped, never cut
+    short = _members(40, 20)  # 40 short members, 839 characters
+    cut = bounded_tracestate(",".join(short))
+    assert cut == ",".join(short[:24])  # as many as fit, from the left
+
+
+def test_long_members_go_before_the_rightmost_short_ones() -> None:
+    """W3C: members longer than 128 characters are dropped first, then from the right."""
+    long, short = _members(3, 200, "l"), _members(10, 30, "s")
+    value = ",".join([long[0], *short[:5], long[1], *short[5:], long[2]])
+    cut = bounded_tracestate(value)
+    assert cut == ",".join([long[0], *short])  # 510 characters: two long ones left out
+    assert bounded_tracestate(",,".join(short) + "," + "x" * 600) == ",".join(short)
+    assert bounded_tracestate("k=" + "v" * 600) is None  # nothing fits: no tracestate
+
+
+def test_the_wire_cuts_a_stored_tracestate_and_leaves_it_out_when_told() -> None:
+    """A long stored tracestate goes out cut; send_tracestate=False sends traceparent alone."""
+    value = ",".join(_members(32, 256))
+    sent = _sent([_Event(traceparent=VALID, tracestate=value)])
+    assert sent["tracestate"] == bounded_tracestate(value)
+    bare = _sent([_Event(traceparent=VALID, tracestate="a=b")], send_tracestate=False)
+    assert bare["traceparent"] == VALID
+    assert "tracestate" not in bare
+    custom = {"traceparent": VALID, "tracestate": value}
+    sent = _sent([_Event(headers=custom, traceparent=VALID, tracestate=value)])
+    assert (sent["traceparent"], sent["tracestate"]) == (VALID, bounded_tracestate(value))
+    bare = _sent([_Event(headers=custom)], send_tracestate=False,
+                 trace=(VALID, "a=b"))
+    assert bare["traceparent"] == VALID
+    assert "tracestate" not in bare
