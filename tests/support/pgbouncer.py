@@ -25,7 +25,7 @@ from outbox._postgres.cluster import free_port
 
 _CONFIG = """\
 [databases]
-* = host={host} port={port}{password}
+* = host={host} port={port}
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -80,10 +80,12 @@ class PgBouncer:
 
     def start(self) -> PgBouncer:
         host, port = self._server
-        (self._dir / "userlist.txt").write_text(f'"{self.user}" ""\n', "utf-8")
+        # Clients are trusted; the server's password (the throwaway cluster's
+        # superuser has one) is what the pooler signs in to the server with.
+        (self._dir / "userlist.txt").write_text(f'"{self.user}" "{self._password}"\n', "utf-8")
         (self._dir / "pgbouncer.ini").write_text(_CONFIG.format(
             host=host, port=port, listen_port=self.port,
-            password=f" password={self._password}" if self._password else "", directory=self._dir,
+            directory=self._dir,
             pool_size=self._pool_size, extra=self._extra), "utf-8")
         command = [self.binary, str(self._dir / "pgbouncer.ini")]
         if os.geteuid() == 0:  # pgbouncer will not run as root
