@@ -77,9 +77,10 @@ class Status:
 
 
 HORIZON_MIN_AGE_XIDS = 10_000
-"""``horizon`` names a holder from this age on (about as many writes made behind it)..."""
+"""``horizon`` names a holder this many transaction ids old (about as many writes, and so
+dead versions, made behind it: the order at which claims were measured to slow)."""
 HORIZON_MIN_SECONDS = 60.0
-"""...or once its transaction is seen open this long (where this role may see the time)."""
+"""``horizon`` names a holder open this long, too, where this role may see how long."""
 
 
 @dataclass(frozen=True)
