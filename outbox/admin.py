@@ -76,11 +76,55 @@ class Status:
     lease is held (an earlier release's dispatchers write no heartbeat)."""
 
 
+HORIZON_MIN_AGE_XIDS = 10_000
+"""``horizon`` names a holder this many transaction ids old (about as many writes, and so
+dead versions, made behind it: the order at which claims were measured to slow)."""
+HORIZON_MIN_SECONDS = 60.0
+"""``horizon`` names a holder open this long, too, where this role may see how long."""
+
+
+@dataclass(frozen=True)
+class HorizonHolder:
+    """The oldest snapshot or transaction keeping vacuum from removing dead deliveries."""
+
+    source: str
+    """``backend`` (a session of this database, or a walsender relaying a standby's
+    feedback), ``slot`` (a replication slot) or ``prepared`` (a prepared transaction)."""
+    pid: int | None
+    """The session's pid (a slot's: its walsender's while one is connected)."""
+    user: str | None
+    """The role of the session, or the owner of the prepared transaction."""
+    application_name: str | None
+    name: str | None
+    """The slot's name, or the prepared transaction's gid; None for a session."""
+    age_xids: int
+    """Transaction ids begun since its snapshot or transaction id (``age()``)."""
+    held_seconds: float | None
+    """How long its transaction has been open (or prepared); None where this role may not
+    see it: another role's session, unless this role has pg_monitor (pg_read_all_stats)."""
+
+
 def key_waits(conn: psycopg.Connection[Any]) -> KeyWaits:
     """Publishers queued behind an open transaction of the same key (docs/concepts.md)."""
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         waiting, longest, holder = _row(cur.execute(queries["admin_key_waits"]))
     return KeyWaits(int(waiting), round(float(longest), 3), round(float(holder), 3))
+
+
+def horizon(conn: psycopg.Connection[Any], *, min_age_xids: int = HORIZON_MIN_AGE_XIDS,
+            min_seconds: float = HORIZON_MIN_SECONDS) -> HorizonHolder | None:
+    """Who holds back vacuum of the outbox tables (the ``horizon`` query), when it is old
+    enough to matter: ``min_age_xids`` transaction ids, or open ``min_seconds``."""
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(queries["horizon"]).fetchone()
+    if row is None:
+        return None
+    source, pid, user, application, name, _xid, age_xids, open_seconds = row
+    held = None if open_seconds is None else round(float(open_seconds), 3)
+    if age_xids < min_age_xids and (held is None or held < min_seconds):
+        return None
+    return HorizonHolder(source=source, pid=pid, user=user, application_name=application or None,
+                         name=name, age_xids=int(age_xids), held_seconds=held)
 
 
 @dataclass(frozen=True)
@@ -336,10 +380,13 @@ def _live_endpoint(cur: psycopg.Cursor[tuple[Any, ...]], name: str) -> tuple[int
 
 __all__ = [
     "DEFAULT_DEAD_LIMIT",
+    "HORIZON_MIN_AGE_XIDS",
+    "HORIZON_MIN_SECONDS",
     "DeadLetter",
     "EndpointStatus",
     "EventFilter",
     "EventsNotFound",
+    "HorizonHolder",
     "KeyWaits",
     "Moment",
     "PurgeResult",
@@ -349,6 +396,7 @@ __all__ = [
     "apurge",
     "dead_letters",
     "discard_dead",
+    "horizon",
     "key_waits",
     "purge",
     "replay",

@@ -64,7 +64,9 @@ def cluster() -> Iterator[Cluster]:
     if external:
         yield Cluster(external, None)
         return
-    with TemporaryPostgres() as server:
+    # A few prepared transactions allowed (PostgreSQL's default is none), for the test
+    # that `outbox status` names one holding the horizon.
+    with TemporaryPostgres(settings={"max_prepared_transactions": "4"}) as server:
         yield Cluster(server.dsn, server)
 
 

@@ -12,6 +12,10 @@ out once here and nowhere else. Two kinds of numbers:
   query just before each scrape, so the dispatch loop never pays for it. A
   snapshot older than ``stale_after`` is no longer reported: a frozen number
   would tell a dashboard the backlog stands still when nobody measured it.
+- The database's MVCC horizon (``outbox_db_horizon_age_xids`` and
+  ``outbox_db_horizon_held_seconds``, :mod:`dispatcher.observe.horizon`):
+  measured in the same transaction as the backlog, beyond the contract's
+  names, as ``outbox_max_pending`` and ``outbox_build_info`` are.
 
 Each :class:`Metrics` owns its :class:`~prometheus_client.CollectorRegistry`
 (never the process-global one), so tests and embedders can make many. Beside
@@ -47,6 +51,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from psycopg.rows import tuple_row
 
+from dispatcher.observe.horizon import HorizonCollector, HorizonWatch
 from outbox import __version__
 from outbox.sql import SCHEMA_VERSION, queries
 
@@ -181,6 +186,8 @@ class Metrics:
         self.registry.register(_Instruments(
             (self._delivered, self._failures, self._dead, self._duration, self._lag)))
         self.registry.register(_Backlog(self))
+        self.horizon = HorizonWatch(clock, stale_after)
+        self.registry.register(HorizonCollector(self.horizon))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
@@ -223,7 +230,8 @@ class Metrics:
     # -- the backlog, measured at scrape time --------------------------------
 
     async def refresh_backlog(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Measure the backlog with one query (``backlog`` in metrics.sql) and keep it.
+        """Measure the backlog with one query (``backlog`` in metrics.sql) and keep it;
+        the horizon too (``horizon``).
 
         Runs in a transaction of its own, so that a connection that is not in
         autocommit mode is not left idle in a transaction holding a snapshot.
@@ -231,6 +239,13 @@ class Metrics:
         async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(queries["backlog"])
             rows = await cur.fetchall()
+            await cur.execute(queries["horizon"])
+            holder = await cur.fetchone()
+        if holder is None:
+            self.horizon.observe(None, 0)
+        else:
+            _source, _pid, _role, _app, _name, xid, age_xids, _open = holder
+            self.horizon.observe(int(xid), int(age_xids))
         self.record_backlog(BacklogRow(str(name), int(pending), float(oldest), str(circuit),
                                        None if bound is None else int(bound))
                             for name, pending, oldest, circuit, bound in rows)

@@ -1,4 +1,5 @@
-"""``outbox status``: the backlog of every live endpoint, and the unrouted events."""
+"""``outbox status``: the backlog of every live endpoint, the unrouted events, and who holds
+the database's horizon back when someone does."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ def register(sub: Any) -> None:
         "circuit breaker (closed, open, half-open) and its --max-pending bound with the "
         "pending and in-flight deliveries held against it, and what stops its deliveries "
         "when something does; then the number of unrouted events (published while no "
-        "endpoint subscribed to their type) and of dispatchers alive (by their heartbeats).")
+        "endpoint subscribed to their type) and of dispatchers alive (by their heartbeats); "
+        "and the session, replication slot or prepared transaction that keeps vacuum from "
+        "removing dead deliveries, when one has for 10,000 transaction ids or 60 s.")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--watch", nargs="?", type=_interval, const=2.0, metavar="SECONDS",
                         help="redraw every SECONDS (default 2) until interrupted")
@@ -61,11 +64,13 @@ def run(args: argparse.Namespace) -> int:
 def _show(conn: Any, *, as_json: bool) -> None:
     result = admin.status(conn)
     waits = admin.key_waits(conn) if not as_json else None
+    holder = admin.horizon(conn)
     if as_json:
         common.print_json({
             "endpoints": [asdict(e) for e in result.endpoints],
             "unrouted": result.unrouted,
             "dispatchers": result.dispatchers,
+            "horizon": None if holder is None else asdict(holder),
         })
         return
     common.print_table(
@@ -89,6 +94,30 @@ def _show(conn: Any, *, as_json: bool) -> None:
         print(f"publishers waiting for a key: {waits.waiting} (longest "
               f"{format_age(waits.longest_wait_seconds)}, behind a transaction open for "
               f"{format_age(waits.oldest_holder_seconds)})")
+    if holder is not None:
+        common.print_line(describe_horizon(holder))
+
+
+def describe_horizon(h: admin.HorizonHolder) -> str:
+    """One line naming who holds the horizon back, how long, and what it costs."""
+    if h.source == "slot":
+        who = f"replication slot {h.name}" + (f" (pid {h.pid})" if h.pid is not None else "")
+    elif h.source == "prepared":
+        who = f"prepared transaction {h.name!r} (owner {h.user})"
+    else:
+        about = ", ".join(part for part in (
+            f"application {h.application_name!r}" if h.application_name else "",
+            f"user {h.user}" if h.user else "") if part)
+        who = f"pid {h.pid}" + (f" ({about})" if about else "")
+    if h.held_seconds is not None:
+        verb = "prepared" if h.source == "prepared" else "open"
+        held = f"{verb} for {format_age(h.held_seconds)}"
+    elif h.source == "backend":
+        held = "open for a time this role may not see (pg_monitor shows it)"
+    else:
+        held = "held"
+    return (f"horizon held by {who}: {held}, {h.age_xids:,} transactions old; vacuum cannot "
+            "remove dead deliveries behind it, so claims slow down")
 
 
 def _bound(e: admin.EndpointStatus) -> str:

@@ -67,6 +67,7 @@ QueryName = Literal[
     "heartbeat",
     "heartbeat_stop",
     "heartbeat_sweep",
+    "horizon",
     "inbox_purge_batch",
     "inbox_record",
     "listen",
