@@ -26,23 +26,34 @@ def peak_rss_mib(pid: int) -> float:
     raise AssertionError("no VmHWM")
 
 
-def test_a_batch_of_sixty_one_mib_events_is_split_and_held_in_bounded_memory(
-        dsn: str, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
-    """--max-batch 60 over 60 events of 1 MiB: requests of at most 4 MiB of payloads, every
-    event delivered once, and the dispatcher's peak memory under 250 MiB (it was 340)."""
-    add_endpoint(conn, "big", receiver.url, max_batch=60, max_in_flight=1)
+def _drain_large(dsn: str, conn: psycopg.Connection[Any], receiver: Receiver, count: int,
+                 **options: Any) -> float:
+    """Publish ``count`` events of 1 MiB, let a dispatcher deliver them all; its peak in MiB.
+
+    Checks on the way that every event came once, in requests of at most
+    BATCH_BYTES of payloads.
+    """
+    add_endpoint(conn, "big", receiver.url, **options)
     blob = "x" * (MiB - 100)
-    for n in range(60):
+    for n in range(count):
         outbox.publish(conn, "t", {"n": n, "blob": blob})
     conn.commit()
     with Dispatcher(dsn) as dispatcher:
-        wait_until(lambda: states(conn).get("delivered") == 60, timeout=120,
-                   dispatcher=dispatcher, what="60 large events to be delivered")
+        wait_until(lambda: states(conn).get("delivered") == count, timeout=120,
+                   dispatcher=dispatcher, what=f"{count} large events to be delivered")
         assert dispatcher.process is not None
         peak = peak_rss_mib(dispatcher.process.pid)
     bodies = [json.loads(r.body) for r in receiver.snapshot()]
     assert max(len(r.body) for r in receiver.snapshot()) <= BATCH_BYTES + 64 * 1024
-    assert sorted(e["data"]["n"] for body in bodies for e in body) == list(range(60))
+    assert sorted(e["data"]["n"] for body in bodies for e in body) == list(range(count))
+    return peak
+
+
+def test_a_batch_of_sixty_one_mib_events_is_split_and_held_in_bounded_memory(
+        dsn: str, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """--max-batch 60 over 60 events of 1 MiB: requests of at most 4 MiB of payloads, every
+    event delivered once, and the dispatcher's peak memory under 250 MiB (it was 340)."""
+    peak = _drain_large(dsn, conn, receiver, 60, max_batch=60, max_in_flight=1)
     assert peak < 250, f"peak resident memory {peak:.0f} MiB"
 
 
@@ -52,19 +63,7 @@ def test_a_backlog_of_three_hundred_one_mib_events_is_drained_in_bounded_memory(
     batches of 100: every event delivered once, in requests of at most 4 MiB of payloads,
     and the dispatcher's peak memory under the manifests' 256 MiB (it was 650: one claim
     took all 300)."""
-    add_endpoint(conn, "big", receiver.url, max_batch=100)
-    blob = "x" * (MiB - 100)
-    for n in range(300):
-        outbox.publish(conn, "t", {"n": n, "blob": blob})
-    conn.commit()
-    with Dispatcher(dsn) as dispatcher:
-        wait_until(lambda: states(conn).get("delivered") == 300, timeout=120,
-                   dispatcher=dispatcher, what="300 large events to be delivered")
-        assert dispatcher.process is not None
-        peak = peak_rss_mib(dispatcher.process.pid)
-    bodies = [json.loads(r.body) for r in receiver.snapshot()]
-    assert max(len(r.body) for r in receiver.snapshot()) <= BATCH_BYTES + 64 * 1024
-    assert sorted(e["data"]["n"] for body in bodies for e in body) == list(range(300))
+    peak = _drain_large(dsn, conn, receiver, 300, max_batch=100)
     assert peak < 256, f"peak resident memory {peak:.0f} MiB"
 
 
