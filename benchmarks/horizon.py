@@ -45,7 +45,6 @@ import outbox
 from outbox.migrate import migrate
 from outbox.testing import Receiver, Request, Response, TemporaryPostgres
 
-TICKS = os.sysconf("SC_CLK_TCK")
 PHASES = ("before", "during", "after")
 
 
@@ -64,9 +63,9 @@ def server_cpu(datadir: Path) -> float:
             continue
         pid, ppid = int(entry), int(fields[1])
         if pid == postmaster:
-            total += sum(int(f) for f in fields[11:15]) / TICKS
+            total += sum(int(f) for f in fields[11:15]) / throughput.TICKS
         elif ppid == postmaster:
-            total += (int(fields[11]) + int(fields[12])) / TICKS
+            total += (int(fields[11]) + int(fields[12])) / throughput.TICKS
     return total
 
 

@@ -227,7 +227,6 @@ class Claimer:
         """
         claimed = _Claimed()
         current: tuple[int, int] | None = None
-        size = 0
         for raw in rows:
             row = ClaimRow._make(raw)
             delivery = row.delivery(started)
@@ -237,7 +236,6 @@ class Claimer:
             endpoint = self._endpoints.by_id[endpoint_id]
             if current != (endpoint_id, row.grp):
                 current = (endpoint_id, row.grp)
-                size = 0
                 claimed.groups.append(Group(
                     endpoint, [], Slot(endpoint_id, row.slot, row.slot_token)
                     if row.slot is not None and row.slot_token is not None else None,
@@ -246,14 +244,12 @@ class Claimer:
                     turn = float(row.send_in) + 1 / endpoint.rate_limit - RATE_HORIZON
                     if claimed.throttled is None or turn < claimed.throttled:
                         claimed.throttled = turn
-            elif size + row.size > BATCH_BYTES:
-                size = 0
+            elif claimed.groups[-1].size + row.size > BATCH_BYTES:
                 claimed.groups.append(Group(endpoint, []))
-            size += row.size
-            claimed.size += row.size
             group = claimed.groups[-1]
             group.size += row.size
             group.deliveries.append(delivery)
+            claimed.size += row.size
         return claimed
 
     async def _park(self, endpoint_ids: list[int]) -> int:

@@ -9,8 +9,8 @@ a wrong password say); the caller decides whether to skip a beat or retry
 (:func:`retry_until`), and the next call reconnects. :class:`Health` remembers
 whether the database answered last, for ``/readyz``.
 
-Behind a transaction pooler (PgBouncer's ``pool_mode = transaction``, contract
-v3) a connection keeps no session: each transaction may run on another
+Behind a transaction pooler (PgBouncer's ``pool_mode = transaction``) a
+connection keeps no session: each transaction may run on another
 server connection. :func:`connect` notices one (the pooler refuses the
 startup packet's ``options``, or ignores them) and then opens connections
 without options and without prepared statements (PgBouncer before 1.21

@@ -38,7 +38,7 @@ class BacklogFull(InvalidEvent):
     """An endpoint the event is routed to holds ``bound`` or more undelivered deliveries.
 
     Raised by publish() after a look at the database, unlike the other
-    InvalidEvent cases (the contract lists it among them, hence the class),
+    InvalidEvent cases (documented among them, hence the class),
     and having written nothing: the caller's transaction goes on unharmed,
     with or without the event. ``endpoint`` is the endpoint's name, ``bound``
     its ``--max-pending``, ``backlog`` what it held.

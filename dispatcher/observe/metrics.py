@@ -1,4 +1,4 @@
-"""The dispatcher's Prometheus metrics, named, typed and labelled as the contract says.
+"""The dispatcher's Prometheus metrics, named, typed and labelled as documented.
 
 Users' dashboards and alert rules depend on these names, so they are spelled
 out once here and nowhere else. Two kinds of numbers:
@@ -14,19 +14,19 @@ out once here and nowhere else. Two kinds of numbers:
   would tell a dashboard the backlog stands still when nobody measured it.
 - The database's MVCC horizon (``outbox_db_horizon_age_xids`` and
   ``outbox_db_horizon_held_seconds``, :mod:`dispatcher.observe.horizon`):
-  measured in the same transaction as the backlog, beyond the contract's
+  measured in the same transaction as the backlog, beyond the documented
   names, as ``outbox_max_pending`` and ``outbox_build_info`` are.
 
 Each :class:`Metrics` owns its :class:`~prometheus_client.CollectorRegistry`
 (never the process-global one), so tests and embedders can make many. Beside
-the contract's series it carries what scrapers expect of every Python
+the documented series it carries what scrapers expect of every Python
 exporter: the process (``process_*``), platform (``python_info``) and garbage
 collector (``python_gc_*``) collectors, and ``outbox_build_info`` (constant
 1, labelled with the package version and the schema version it is built for).
 Labels are endpoint names and failure reasons only: bounded by configuration,
 never an event id. The ``*_created`` series prometheus_client adds to
 counters and histograms by default are left out, to keep exactly the
-contract's names.
+documented names.
 """
 
 from __future__ import annotations

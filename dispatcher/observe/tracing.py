@@ -1,6 +1,6 @@
 """Spans of delivery attempts, when OpenTelemetry's SDK is installed and configured.
 
-Configuration is OpenTelemetry's own (contract v3): the standard
+Configuration is OpenTelemetry's own: the standard
 ``OTEL_TRACES_EXPORTER`` names the exporters (``console``, ``otlp``, ...,
 found through the SDK's ``opentelemetry_traces_exporter`` entry points), and
 the SDK reads the other ``OTEL_*`` variables itself (service name and

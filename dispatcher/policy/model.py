@@ -66,7 +66,7 @@ class EventData:
     payload: str  # the producer's JSON text, byte for byte
     headers: Mapping[str, str]
     created_at: datetime
-    # The W3C trace context it was published in (contract v3), as stored; None: none.
+    # The W3C trace context it was published in, as stored; None: none.
     traceparent: str | None = None
     tracestate: str | None = None
 

@@ -3,7 +3,7 @@
 :func:`classify` reads the result; :func:`decide` adds the delivery's attempt
 count and its endpoint's backoff, and makes the :class:`Record` to write.
 
-The contract's rules, as tables a reader can check against it:
+The documented rules, as tables a reader can check against the docs:
 
 - 2xx: delivered.
 - Timeouts, connection errors, 408, 425, 429 and 5xx: retried with backoff

@@ -112,24 +112,18 @@ class Sent:
         """What the request for ``delivery`` (and the rest of its ``batch``) carried.
 
         Every delivery of one request gets an equal Sent (the payloads in the
-        order sent, as far as their values are looked for), so the text of
+        order sent, as far as ``payload_values.heads`` looks), so the text of
         their common answer is masked once (see redact).
         """
         sent = list(batch)
         if not any(other is delivery for other in sent):
             sent.insert(0, delivery)
-        payloads: list[str] = []
-        room = payload_values.ROOM
-        for other in sent:
-            if room <= 0:
-                break
-            payloads.append(other.event.payload)
-            room -= min(len(other.event.payload), payload_values.ROOM_EACH)
+        payloads = tuple(payload_values.heads(other.event.payload for other in sent))
         query_names, query_values = query_parts(endpoint.url)
         return cls(_canonical((*endpoint.headers, *delivery.event.headers)),
                    _canonical((*endpoint.headers.values(), *query_values,
                                *token_segments(endpoint.url))),
-                   endpoint.keys, tuple(payloads), query_names)
+                   endpoint.keys, payloads, query_names)
 
 
 def _canonical(items: Iterable[str]) -> tuple[str, ...]:

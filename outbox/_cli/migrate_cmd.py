@@ -54,12 +54,12 @@ def _count(text: str) -> int:
 
 
 def _role_warnings(conn: psycopg.Connection[Any]) -> list[str]:
-    """What to say when the migrating role is a superuser, or the schema is another's.
+    """What to say when the role that migrated is a superuser, or the schema is another's.
 
-    A superuser's migration makes objects a superuser owns; a schema made by
-    another role lets that role change what this one creates in it. Both
+    A superuser's migration made objects a superuser owns; a schema made by
+    another role lets that role change what this one created in it. Both
     still migrate (an administrator may mean it), and say so on stderr once
-    done (a failure keeps its one line).
+    done, and only when a step ran (a failure keeps its one line).
     """
     with conn.transaction():
         row = conn.execute(queries["migrate_role"]).fetchone()
@@ -93,10 +93,10 @@ def run(args: argparse.Namespace) -> int:
             for line in todo.describe():
                 print(f"{verb}: {line}")
             return common.EXIT_OK if args.dry_run else common.EXIT_FAILURE
-        warnings = _role_warnings(conn)
         before, after = migrate(conn, inbox_only=args.inbox_only,
                                 lock_timeout=args.lock_timeout, attempts=args.lock_attempts,
                                 on_step=print)
+        warnings = _role_warnings(conn) if before != after else []
     if before == after:
         print(f"outbox schema is up to date (version {after})")
     else:

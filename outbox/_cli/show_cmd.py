@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def as_json(story: history.EventStory) -> dict[str, Any]:
-    """The contract's shape of ``show --json``."""
+    """The documented shape of ``show --json``."""
     return {
         "event_id": story.event_id, "type": story.type, "key": story.key,
         "created_at": rfc3339(story.created_at), "trace_id": story.trace_id,

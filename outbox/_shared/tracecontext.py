@@ -1,7 +1,7 @@
 """W3C Trace Context: the current span's, read without importing OpenTelemetry.
 
 ``publish()`` keeps the trace context of the span current when it runs
-(contract v3, "Trace context"). OpenTelemetry is optional: this module never
+(docs/production.md, "Tracing"). OpenTelemetry is optional: this module never
 imports it. A span can only be current once the application has imported
 ``opentelemetry.trace`` (that is where spans are made and made current), so
 the module is looked up in ``sys.modules``: absent, there is no span, and

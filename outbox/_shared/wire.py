@@ -10,7 +10,7 @@ stored byte for byte at publish time, so the envelope is spliced around it as
 bytes; re-serialising it would cost time and could change what the producer
 wrote.
 
-Choices the contract leaves open, documented in docs/concepts.md ("The wire"):
+Choices the documented format leaves open, documented in docs/concepts.md ("The wire"):
 
 - An endpoint with ``max_batch > 1`` always gets an array, even of one event,
   so that a receiver that opted into batches sees one body shape. Its
@@ -21,7 +21,7 @@ Choices the contract leaves open, documented in docs/concepts.md ("The wire"):
   same value; the others are left out.
 - Custom headers (endpoint and event, the event winning on the same name) never
   replace a header this module writes: those are dropped from the custom set.
-- Trace context (contract v3): ``traceparent`` and ``tracestate`` (when not
+- Trace context: ``traceparent`` and ``tracestate`` (when not
   empty) of the event, or of a batch's first event that has one; a
   ``traceparent`` among the custom headers wins. The dispatcher may pass its
   attempt span's context instead (``trace``), a child in the same trace. A

@@ -24,7 +24,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,11 @@ LIMIT = 256  # the dispatcher's open files, soft and hard
 
 
 @contextlib.contextmanager
-def flooding(port: int, seconds: float = 60.0) -> Iterator[list[int]]:
-    """FLOOD idle connections to 127.0.0.1:``port``, kept up in a thread until the block
-    ends (or ``seconds``); yields [connections opened]."""
+def kept_open(count: int, dial: Callable[[], socket.socket | None], gone: int,
+              name: str, seconds: float = 60.0) -> Iterator[list[int]]:
+    """``count`` connections made by ``dial`` (None: the server turned it away for now),
+    each made again as soon as ``poll`` reports ``gone`` for it, in a thread until the
+    block ends (or ``seconds``); yields [connections opened]."""
     stop = threading.Event()
     opened = [0]
 
@@ -52,27 +54,35 @@ def flooding(port: int, seconds: float = 60.0) -> Iterator[list[int]]:
         deadline = time.monotonic() + seconds
         try:
             while not stop.is_set() and time.monotonic() < deadline:
-                while len(held) < FLOOD:
-                    sock = socket.socket()
-                    sock.setblocking(False)
-                    sock.connect_ex(("127.0.0.1", port))
+                while len(held) < count and (sock := dial()) is not None:
                     held[sock.fileno()] = sock
-                    poll.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+                    poll.register(sock, gone)
                     opened[0] += 1
-                for fd, _ in poll.poll(20):  # closed by the server: open another
+                for fd, _ in poll.poll(20):  # closed or reset by the server: open another
                     poll.unregister(fd)
                     held.pop(fd).close()
         finally:
             for sock in held.values():
                 sock.close()
-    thread = threading.Thread(target=run, daemon=True, name="flood")
+    thread = threading.Thread(target=run, daemon=True, name=name)
     thread.start()
     try:
-        time.sleep(1.0)  # the flood established
+        time.sleep(1.0)  # every slot the server gives them is taken
         yield opened
     finally:
         stop.set()
         thread.join(10)
+
+
+def flooding(port: int) -> contextlib.AbstractContextManager[list[int]]:
+    """FLOOD idle connections to 127.0.0.1:``port``, kept up until the block ends;
+    yields [connections opened]."""
+    def dial() -> socket.socket:
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        return sock
+    return kept_open(FLOOD, dial, select.POLLIN | select.POLLHUP | select.POLLERR, "flood")
 
 
 def answer(client: httpx.Client, url: str, tries: int = 5) -> httpx.Response:
@@ -124,51 +134,27 @@ ENDPOINTS = 48  # /metrics is then about 150 KB: more than a reader's and the ke
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
-@contextlib.contextmanager
-def slow_readers(port: int, seconds: float = 60.0) -> Iterator[list[int]]:
+def slow_readers(port: int) -> contextlib.AbstractContextManager[list[int]]:
     """SLOW_READERS connections to 127.0.0.1:``port`` that send ``GET /metrics`` and never
     read (a receive buffer of a few KiB, set before connecting), each reopened as soon as
-    the server closes it, in a thread until the block ends; yields [connections opened]."""
-    stop = threading.Event()
-    opened = [0]
-    gone = select.POLLRDHUP | select.POLLHUP | select.POLLERR  # not POLLIN: nothing is read
-
-    def run() -> None:
-        held: dict[int, socket.socket] = {}
-        poll = select.poll()
-        deadline = time.monotonic() + seconds
+    the server closes it, until the block ends; yields [connections opened]."""
+    def dial() -> socket.socket | None:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        # Ethernet's segment size: with loopback's 64 KiB segments the server's
+        # kernel would size its send buffer to take megabytes of the answer.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1448)
+        sock.settimeout(2)
         try:
-            while not stop.is_set() and time.monotonic() < deadline:
-                while len(held) < SLOW_READERS:
-                    sock = socket.socket()
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
-                    # Ethernet's segment size: with loopback's 64 KiB segments the server's
-                    # kernel would size its send buffer to take megabytes of the answer.
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1448)
-                    sock.settimeout(2)
-                    try:
-                        sock.connect(("127.0.0.1", port))
-                        sock.sendall(REQUEST)
-                    except OSError:
-                        sock.close()
-                        break
-                    held[sock.fileno()] = sock
-                    poll.register(sock, gone)
-                    opened[0] += 1
-                for fd, _ in poll.poll(20):  # closed or reset by the server: open another
-                    poll.unregister(fd)
-                    held.pop(fd).close()
-        finally:
-            for sock in held.values():
-                sock.close()
-    thread = threading.Thread(target=run, daemon=True, name="slow-readers")
-    thread.start()
-    try:
-        time.sleep(1.0)  # every slot the server gives them is taken
-        yield opened
-    finally:
-        stop.set()
-        thread.join(10)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(REQUEST)
+        except OSError:
+            sock.close()
+            return None
+        return sock
+    # Not POLLIN: nothing is read.
+    return kept_open(SLOW_READERS, dial, select.POLLRDHUP | select.POLLHUP | select.POLLERR,
+                     "slow-readers")
 
 
 def probe(url: str) -> float | None:

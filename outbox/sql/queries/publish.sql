@@ -8,7 +8,7 @@
 -- json_array_elements hands back each payload's text as written, so the
 -- payload is stored byte for byte as the producer serialised it.
 -- traceparent and tracestate: the W3C trace context the event was published
--- in (contract v3), or JSON null (SQL NULL) for none.
+-- in, or JSON null (SQL NULL) for none.
 -- One clock reading serves the whole statement: created_at is the same for
 -- the batch and deliver_after - created_at is exactly each event's delay.
 -- An idempotency key already present makes ON CONFLICT skip that row; the
