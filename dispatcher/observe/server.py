@@ -35,7 +35,14 @@ else is answered 503 at once. The other slots are then always held by
 connections that are not yet answered, or whose answer (a few hundred
 bytes) is handed over in the same turn of the loop: a newcomer can always
 make room, and ``/healthz`` and ``/readyz`` are answered while slow readers
-hold every scrape slot. (Once, 32 clients that asked for /metrics and never
+hold every scrape slot. A probe whose whole request has arrived is never
+the one closed for a newcomer, even before the loop has read it: with
+slow readers reconnecting as fast as they are dropped, the oldest connection
+not yet answered was once the kubelet's. While another scrape's answer is
+still on its way, a scrape is sent the text rendered for it (if less than a
+second old) rather than a new render: rendering many endpoints takes the
+loop for milliseconds, and scrapers that never read must not buy a render
+each. (Once, 32 clients that asked for /metrics and never
 read held every connection for good; the kubelet's probes went unanswered
 and it restarted the dispatcher over and over.) Keeping the metrics port to
 the scrapers and the kubelet (``deploy/kubernetes/networkpolicy.yaml``) is
@@ -87,6 +94,8 @@ _OVERDUE = 1.0  # an answer not taken after this many seconds may be dropped for
 _BACKLOG = 8  # also how many connections one turn of the loop accepts
 # Two scrapes within this many seconds (say, two Prometheus replicas) share a measurement.
 _MIN_REFRESH_INTERVAL = 1.0
+_PROBE_LINES = (b"GET /healthz", b"GET /readyz", b"HEAD /healthz", b"HEAD /readyz")
+_PROBE_PREFIX = max(map(len, _PROBE_LINES))
 _NO_LINGER = struct.pack("ii", 1, 0)  # struct linger {on, 0 s}: close() resets
 _TEXT = "text/plain; charset=utf-8"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
@@ -121,6 +130,21 @@ def _reset(transport: asyncio.Transport) -> None:
     transport.abort()
 
 
+def _peek(transport: asyncio.Transport) -> bytes:
+    """What the kernel holds of a connection's request, left where it is for the stream
+    to read (empty when nothing has arrived)."""
+    extra = transport.get_extra_info("socket")
+    if extra is None:
+        return b""
+    sock = socket.socket(fileno=extra.fileno())  # a view of the descriptor, not a copy
+    try:
+        return sock.recv(_MAX_HEAD, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return b""
+    finally:
+        sock.detach()
+
+
 def _check(probe: Callable[[], bool], what: str) -> bool:
     """A probe that raises counts as failing; the error is logged, never served."""
     try:
@@ -153,6 +177,7 @@ class HealthServer:
         self._open: dict[_Protocol, asyncio.Transport] = {}  # oldest first
         self._refresh_lock = asyncio.Lock()
         self._refresh_failing = False
+        self._rendered: tuple[float, bytes] | None = None  # when (the loop's clock), what
 
     @property
     def port(self) -> int:
@@ -228,11 +253,14 @@ class HealthServer:
         """
         if len(self._open) >= MAX_CLIENTS:
             now = asyncio.get_running_loop().time()
-            ranked = [(rank, p) for p in self._open
-                      if (rank := p.rank(now)) is not None]  # oldest first
-            if not ranked:
+            ranked = sorted((rank, age, p) for age, p in enumerate(self._open)  # oldest first
+                            if (rank := p.rank(now)) is not None)
+            # A probe whose whole request has arrived is answered within a turn or two, a
+            # few hundred bytes: it is not the one to go, whoever came after it.
+            victim = next((p for rank, _, p in ranked
+                           if rank == 0 or not p.holds_probe(self._open[p])), None)
+            if victim is None:
                 return False
-            victim = min(ranked, key=lambda pair: pair[0])[1]  # the first of the lowest rank
             _reset(self._open.pop(victim))  # its task fails; its descriptor is freed
         self._open[protocol] = transport
         return True
@@ -249,6 +277,26 @@ class HealthServer:
             _reset(self._open.pop(victim))
         protocol.scrape = True
         return True
+
+    def _render(self, protocol: _Protocol) -> bytes:
+        """The metrics as text: rendered anew, except while another scrape's answer is
+        still on its way, when one rendered within _MIN_REFRESH_INTERVAL is sent again.
+
+        A render of many endpoints takes the loop for milliseconds (about 19 ms
+        for 48): slow readers that scrape again as soon as they are dropped
+        would otherwise have it render dozens of times a second, and leave
+        deliveries and the probes to wait. A scraper that takes its answer, as
+        Prometheus does, always gets a fresh one.
+        """
+        now = asyncio.get_running_loop().time()
+        busy = any(p.scrape and p.writing_since is not None for p in self._open
+                   if p is not protocol)
+        if busy and self._rendered is not None and \
+                now - self._rendered[0] < _MIN_REFRESH_INTERVAL:
+            return self._rendered[1]
+        body = self._metrics.render()
+        self._rendered = (now, body)
+        return body
 
     def _forget(self, protocol: _Protocol) -> None:
         self._open.pop(protocol, None)
@@ -324,7 +372,7 @@ class HealthServer:
             if not self._take_scrape_slot(protocol):
                 return _Reply(503, b"too many scrapes at once\n")
             await self.on_scrape()
-            return _Reply(200, self._metrics.render(), CONTENT_TYPE_LATEST)
+            return _Reply(200, self._render(protocol), CONTENT_TYPE_LATEST)
         probe, what, failing = probes[target]
         return _Reply(200, b"ok\n") if _check(probe, what) else _Reply(503, failing)
 
@@ -342,10 +390,21 @@ class _Protocol(asyncio.StreamReaderProtocol):
         self.answering = False
         self.scrape = False  # holds one of the MAX_SCRAPES slots
         self.writing_since: float | None = None  # the loop's clock
+        self._start = b""  # the first bytes of its request
+        self._complete = False  # its whole head has arrived
 
     def overdue(self, now: float) -> bool:
         """Whether its answer has waited more than _OVERDUE for its reader."""
         return self.writing_since is not None and now - self.writing_since > _OVERDUE
+
+    def holds_probe(self, transport: asyncio.Transport) -> bool:
+        """Whether its whole request has arrived and asks /healthz or /readyz: as read so
+        far, or else still in the kernel's buffer (peeked, not taken)."""
+        head, complete = self._start, self._complete
+        if not self.spoke:
+            head = _peek(transport)
+            complete = b"\r\n\r\n" in head
+        return complete and head.startswith(_PROBE_LINES)
 
     def rank(self, now: float) -> int | None:
         """Its turn to be closed for a newcomer (lowest first); None: not to be closed."""
@@ -364,6 +423,11 @@ class _Protocol(asyncio.StreamReaderProtocol):
 
     def data_received(self, data: bytes) -> None:
         self.spoke = True
+        if not self._complete:  # what holds_probe needs: how it starts, whether it ended
+            seen = self._start[-3:] + data
+            self._complete = b"\r\n\r\n" in seen
+            if len(self._start) < _PROBE_PREFIX:
+                self._start = (self._start + data)[:_PROBE_PREFIX]
         super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:

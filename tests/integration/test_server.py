@@ -458,3 +458,66 @@ def test_slow_scrapes_leave_room_for_the_probes_and_overdue_ones_go_first() -> N
     assert seen["first reset"] is not None
     assert seen["second reset"] is not None  # the oldest overdue one, not a silent one
     assert not any(seen["silent closed"])
+
+
+def test_a_probe_already_arrived_is_not_closed_for_newcomers() -> None:
+    """With every scrape slot held by an answer in time, a /healthz whose request has
+    arrived but is not yet read, followed by a burst of scrapes that fills the other
+    slots and more, is answered 200: the newcomers close each other, not the probe."""
+    async def probe() -> tuple[bytes, int]:
+        server = HealthServer(big_metrics(), is_alive=lambda: True, is_ready=lambda: True,
+                              host="127.0.0.1", port=0)
+        async with server:
+            stuck = [await slow_reader(server.port) for _ in range(MAX_SCRAPES)]
+            # Blocking calls, the loop not turning: the kernel queues them in this order
+            # (no more than the listen backlog), and the server accepts them together.
+            kubelet = socket.create_connection(("127.0.0.1", server.port))
+            kubelet.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            burst = []
+            for _ in range(7):
+                sock = socket.create_connection(("127.0.0.1", server.port))
+                sock.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+                burst.append(sock)
+            kubelet.setblocking(False)
+            loop = asyncio.get_running_loop()
+            answer = await asyncio.wait_for(loop.sock_recv(kubelet, 1024), 5)
+            await asyncio.sleep(0.2)
+            dropped = sum(map(was_reset, burst))
+            for sock in [*stuck, *burst, kubelet]:
+                sock.close()
+        return answer, dropped
+
+    answer, dropped = run(probe())
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+    assert dropped >= 3  # the burst was past the limit: newcomers made room among themselves
+
+
+def test_scrapes_share_a_render_only_while_another_answer_is_on_its_way() -> None:
+    """Scrape after scrape, each answer taken, shows a counter moved just before; while a
+    slow reader's answer is still being sent, a scrape within the second gets the text
+    rendered before; a second later, a fresh one."""
+    async def probe() -> list[float | None]:
+        metrics = big_metrics()
+        server = HealthServer(metrics, is_alive=lambda: True, is_ready=lambda: True,
+                              host="127.0.0.1", port=0)
+        seen: list[float | None] = []
+        async with server, httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}",
+                                             trust_env=False, timeout=5) as client:
+            async def delivered() -> float | None:
+                text = (await client.get("/metrics")).text
+                return gauge(text, "outbox_delivered_total", "endpoint-00")
+
+            metrics.delivered("endpoint-00", 0.1)
+            seen.append(await delivered())  # 1: fresh
+            metrics.delivered("endpoint-00", 0.1)
+            seen.append(await delivered())  # 2: fresh again, no answer was in flight
+            stuck = await slow_reader(server.port)
+            await asyncio.sleep(0.1)  # its answer is being sent, at its pace
+            metrics.delivered("endpoint-00", 0.1)
+            seen.append(await delivered())  # shared: the stuck reader's render, 2
+            await asyncio.sleep(1.1)
+            seen.append(await delivered())  # older than a second: fresh, 3
+            stuck.close()
+        return seen
+
+    assert run(probe()) == [1.0, 2.0, 2.0, 3.0]
