@@ -33,7 +33,7 @@ from outbox.sql import queries
 from outbox.testing import TemporaryPostgres
 
 PARAMS = {"endpoint_ids": [1], "requests": [100], "held": [0], "prefetch": [0],
-          "rows": [100], "lease_seconds": 30, "horizon": 0.25,
+          "rows": [100], "floors": ["-infinity"], "lease_seconds": 30, "horizon": 0.25,
          "budget": HELD_BYTES}
 
 

@@ -51,6 +51,7 @@ import throughput  # the shared receiver counter and dispatcher stop
 
 DISPATCHER_OPTIONS = "-c jit=off"  # as the dispatcher's connections run (dispatcher/db.py)
 CLAIM = {"endpoint_ids": [1], "requests": [100], "held": [0], "prefetch": [0], "rows": [100],
+         "floors": ["-infinity"],
          "lease_seconds": 30, "horizon": 0.25,
          "budget": HELD_BYTES}
 

@@ -27,14 +27,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from dispatcher.db import Database, DatabaseDown
 from dispatcher.endpoint_view import EndpointView
 from dispatcher.flights import Flights, Group
 from dispatcher.leases import Leases
+from dispatcher.policy.floors import Floors
 from dispatcher.policy.model import ClaimRow, Endpoint, Slot
-from dispatcher.policy.quota import BATCH_BYTES, HELD_BYTES, Quotas
+from dispatcher.policy.quota import BATCH_BYTES, HELD_BYTES, Plan, Quotas
 from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
@@ -121,6 +121,7 @@ class Claimer:
         self._pass_over = pass_over
         self._quotas = Quotas()
         self._walk = _Walk()
+        self._floors = Floors()
         self._throttled: float | None = None
         self._lean = False  # the last claim took fewer than LEAN_CLAIM rows
         self._row_bytes = 0.0  # payload bytes per row of the last claim that took any
@@ -141,22 +142,19 @@ class Claimer:
             return False
         with flights.claiming():
             due, more_due = await self._due()
-            running, waiting = flights.counts()
-            seen = {ep.id for ep in due}
-            busy = [ep for ep_id in running
-                    if ep_id not in seen and (ep := self._endpoints.usable(ep_id)) is not None]
-            plan = self._quotas.plan(due, busy, running=running, waiting=waiting,
-                                     concurrency=self._concurrency,
-                                     batch_size=self._rows_for(budget),
-                                     more_due=more_due)
+            plan = self._plan(due, more_due, budget)
+            if plan.starved and flights.give_back_spares():
+                plan = self._plan(due, more_due, budget)
             self._quotas.served(due, plan)
             self._throttled = None
             if not plan.endpoint_ids:
                 return False
             started = time.monotonic()
-            rows = await self._db.fetch("claim", {
-                **plan.params(), "lease_seconds": self._leases.seconds(),
-                "horizon": RATE_HORIZON, "budget": budget})
+            floors = self._floors.for_claim(plan.endpoint_ids, started)
+            rows = [ClaimRow._make(raw) for raw in await self._db.fetch("claim", {
+                **plan.params(), "floors": floors, "lease_seconds": self._leases.seconds(),
+                "horizon": RATE_HORIZON, "budget": budget})]
+            self._floors.claimed(plan.endpoint_ids, floors, rows)
             claimed = self._group(rows, started)
             for group in claimed.groups:
                 if group.slot is not None:
@@ -174,6 +172,17 @@ class Claimer:
             self._row_bytes = claimed.size / taken
         # Cut short by the byte budget, the claim may have left due rows behind.
         return self._quotas.claimed(plan, claimed.rows) or claimed.size >= budget
+
+    def _plan(self, due: list[Endpoint], more_due: bool, budget: int) -> Plan:
+        """What to ask each endpoint for: those with due work, and those busy here."""
+        running, waiting = self._flights.counts()
+        seen = {ep.id for ep in due}
+        busy = [ep for ep_id in running
+                if ep_id not in seen and (ep := self._endpoints.usable(ep_id)) is not None]
+        return self._quotas.plan(due, busy, running=running, waiting=waiting,
+                                 concurrency=self._concurrency,
+                                 batch_size=self._rows_for(budget), more_due=more_due,
+                                 spare=self._flights.spares())
 
     def _rows_for(self, budget: int) -> int:
         """Rows to ask for: --batch-size, or fewer when the last claim's events were large.
@@ -197,10 +206,11 @@ class Claimer:
         now = time.monotonic()
         if not walk.fresh(now):
             after = self._quotas.cursor
+            floor_ids, floors = self._floors.for_walk(now)
             for _ in range(WALK_LAPS):
                 rows = await self._db.fetch("due_endpoints", {
                     "after": after, "want": self._concurrency, "budget": WALK_STEPS,
-                    "horizon": RATE_HORIZON})
+                    "horizon": RATE_HORIZON, "floor_ids": floor_ids, "floors": floors})
                 eligible = [ep_id for ep_id, ok, _ in rows if ok]
                 # Stopped at a limit, not at the end of its lap: others may be due.
                 stopped = bool(rows) and (rows[-1][2] >= WALK_STEPS
@@ -215,7 +225,7 @@ class Claimer:
             walk.found(now, found, more=stopped)
         return walk.due, walk.more
 
-    def _group(self, rows: Sequence[Sequence[Any]], started: float) -> _Claimed:
+    def _group(self, rows: Sequence[ClaimRow], started: float) -> _Claimed:
         """The claim's rows as groups (they come ordered by endpoint and group);
         ``started``: the claim's start on the monotonic clock.
 
@@ -227,8 +237,7 @@ class Claimer:
         """
         claimed = _Claimed()
         current: tuple[int, int] | None = None
-        for raw in rows:
-            row = ClaimRow._make(raw)
+        for row in rows:
             delivery = row.delivery(started)
             self._leases.hold(delivery)
             endpoint_id = row.endpoint_id

@@ -5,10 +5,12 @@ granted a request slot to starts at once (after the wait its rate limit
 asks for); the others wait here (prefetch, see ``policy.quota``), holding no
 slot: the fleet's ``--max-in-flight`` counts only requests that run. When a
 request ends, its slot goes straight to the next waiting group of its
-endpoint, without a round trip, if the endpoint answered; otherwise the slot
-is given back to the fleet, and after a retryable failure (with a circuit
-breaker on) the waiting groups are handed back too, so that nothing more is
-sent until a claim has looked at the circuit again.
+endpoint, without a round trip, if the endpoint answered, or, if none waits,
+to the next claim (which the request's end wakes: it brings a group for the
+slot, or gives the slot back to the fleet); otherwise the slot is given back,
+and after a retryable failure (with a circuit breaker on) the waiting groups
+are handed back too, so that nothing more is sent until a claim has looked at
+the circuit again.
 
 On a graceful stop, :meth:`Flights.drain` sorts what is held: requests not
 sent yet are handed back, requests running get the grace period, and those
@@ -75,9 +77,8 @@ class Flights:
         self._running: dict[int, int] = {}  # requests started, per endpoint
         self._waiting: dict[int, deque[Group]] = {}
         self._tasks: dict[asyncio.Task[None], Group] = {}
-        # Slots of requests that ended while a claim was on its way, kept for the
-        # groups it brings (see claim_started).
-        self._claiming = False
+        # Slots of requests that ended with no group waiting, kept for the groups
+        # the next claim (or the one on its way) brings.
         self._spare: dict[int, list[Slot]] = {}
         self._served: dict[Slot, int] = {}  # requests a slot served here in a row
 
@@ -98,6 +99,10 @@ class Flights:
                 running[ep] = running.get(ep, 0) + len(spare)
         waiting = {ep: len(queue) for ep, queue in self._waiting.items() if queue}
         return running, waiting
+
+    def spares(self) -> dict[int, int]:
+        """Per endpoint with any: slots held with no request in them, for the next claim."""
+        return {ep: len(spare) for ep, spare in self._spare.items() if spare}
 
     def held_bytes(self) -> int:
         """Payload bytes of the groups running and waiting: what claims keep in memory."""
@@ -126,26 +131,30 @@ class Flights:
 
     @contextlib.contextmanager
     def claiming(self) -> Iterator[None]:
-        """A claim is on its way: slots of requests ending meanwhile wait for what it brings.
+        """A claim is on its way; when it ends, :meth:`claim_ended` deals the spare slots.
 
-        See :meth:`claim_started` and :meth:`claim_ended`, which this pairs.
+        The claim asked for prefetched groups to follow the requests running
+        when it was sized, and for one group per spare slot; on a fast
+        endpoint those requests may all end before it returns. Their slots
+        are kept (see ``_pass_on``) instead of going back to the fleet and
+        leaving the new groups nothing to start in.
         """
-        self.claim_started()
         try:
             yield
         finally:
             self.claim_ended()
 
-    def claim_started(self) -> None:
-        """A claim is on its way: slots of requests ending meanwhile wait for what it brings.
-
-        The claim asked for prefetched groups to follow the requests running
-        when it was sized; on a fast endpoint those requests may all end
-        before it returns. Their slots are then kept for the claim's round
-        trip (a few milliseconds) instead of going back to the fleet and
-        leaving the new groups nothing to start in.
-        """
-        self._claiming = True
+    def give_back_spares(self) -> int:
+        """Slots kept for the next claim back to the fleet (an endpoint with due work has
+        none here: the places they take go round in turn); how many."""
+        given = 0
+        for spare in self._spare.values():
+            for slot in spare:
+                self._served.pop(slot, None)
+                self._free_slot(slot)
+                given += 1
+        self._spare.clear()
+        return given
 
     def claim_ended(self) -> None:
         """Spare slots to waiting groups, the rest back to the fleet; no group left stranded.
@@ -155,7 +164,6 @@ class Flights:
         than requests running: the surplus goes back, uncharged, for any
         dispatcher's next claim.
         """
-        self._claiming = False
         for endpoint_id, spare in self._spare.items():
             waiting = self._waiting.get(endpoint_id)
             while spare and waiting and self._accepting:
@@ -191,10 +199,14 @@ class Flights:
                 following.slot, group.slot = group.slot, None
                 self.start(following)
                 return
-            if self._claiming:
-                self._spare.setdefault(endpoint.id, []).append(group.slot)
-                group.slot = None
-                return
+            # Kept for the next claim, which this request's end wakes: it counts the
+            # slot as held and brings a group for it, or gives it back when it ends.
+            # A slot handed back and leased again costs two writes of its row per
+            # request; while a snapshot elsewhere holds the MVCC horizon back, every
+            # version stays, and each claim's look for free slots walks them all.
+            self._spare.setdefault(endpoint.id, []).append(group.slot)
+            group.slot = None
+            return
         if waiting and not healthy:
             handed = [d for g in waiting for d in g.deliveries]
             waiting.clear()

@@ -111,6 +111,13 @@ class ClaimRow(NamedTuple):
     traceparent: str | None  # the W3C trace context the event was published in, if any
     tracestate: str | None
     size: int  # the payload's length in bytes (UTF-8), as the database counts it
+    # Where the endpoint's next claim may start (dispatcher/floors.py): the earliest
+    # pending row from its floor on that this claim did not take (None: none), the
+    # claim's now() and its snapshot's xmin and xmax, the same on every row.
+    next_pending: datetime | None
+    db_now: datetime
+    xmin: int
+    xmax: int
 
     def delivery(self, claimed_at: float) -> Delivery:
         """The delivery this row leases; ``claimed_at``: the claim's start, monotonic."""

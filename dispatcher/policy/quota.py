@@ -64,6 +64,7 @@ class Plan:
     held: list[int] = field(default_factory=list)
     prefetch: list[int] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
+    starved: bool = False  # an endpoint with due work got no slot here
 
     def params(self) -> dict[str, Any]:
         """The claim query's per-endpoint parameters."""
@@ -104,12 +105,22 @@ class Quotas:
 
     def plan(self, due: Sequence[Endpoint], busy: Sequence[Endpoint], *,
              running: Mapping[int, int], waiting: Mapping[int, int], concurrency: int,
-             batch_size: int, more_due: bool = False) -> Plan:
+             batch_size: int, more_due: bool = False,
+             spare: Mapping[int, int] | None = None) -> Plan:
         """What to ask each endpoint for.
 
         ``due``: endpoints with due work, in turn order; ``busy``: others with
         requests running here; ``running`` and ``waiting`` count what is held
-        here; ``more_due``: the walk stopped at its limit, others may be due.
+        here; ``more_due``: the walk stopped at its limit, others may be due;
+        ``spare``: slots held here with no request in them (counted in
+        ``running`` too).
+
+        An endpoint with spare slots asks for no new slot, only for groups to
+        fill them (and to follow its running requests): a slot leased and given
+        back costs two writes of its row, and each write leaves a version that
+        the claims' look for free slots walks while the MVCC horizon is held
+        back. If the claim fills them, more may be due, and the next claim,
+        right after, asks for new slots as usual.
 
         While an endpoint with due work is left without any slot, no endpoint
         keeps a slot beyond one prefetched successor of a request this claim
@@ -119,11 +130,14 @@ class Quotas:
         plan = Plan()
         candidates = [*due, *busy]
         free = concurrency - sum(running.values())
-        caps = [ep.max_in_flight - running.get(ep.id, 0) for ep in candidates]
+        spare = spare or {}
+        caps = [0 if spare.get(ep.id) else ep.max_in_flight - running.get(ep.id, 0)
+                for ep in candidates]
         requests = share(free, caps)
         starved = (any(n == 0 and cap > 0 and not running.get(ep.id)
                        for ep, n, cap in zip(due, requests, caps, strict=False))
                    or (more_due and sum(requests) >= free))
+        plan.starved = starved
         room = (PREFETCH - 1) * concurrency - sum(waiting.values())
         rows_left = batch_size
         for ep, asked in zip(candidates, requests, strict=True):

@@ -29,6 +29,7 @@ def claim(conn: Conn, endpoint_ids: list[int], rows: int = 100, *, requests: int
     found = conn.execute(queries["claim"], {
         "endpoint_ids": endpoint_ids, "requests": [rows if requests is None else requests] * count,
         "held": [held] * count, "prefetch": [prefetch] * count, "rows": [rows] * count,
+        "floors": ["-infinity"] * count,
         "lease_seconds": lease_seconds, "horizon": horizon, "budget": budget}).fetchall()
     conn.commit()
     return found

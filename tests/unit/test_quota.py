@@ -95,3 +95,15 @@ def test_claimed_reports_whether_more_may_be_due() -> None:
     plan = quotas.plan([_ep(1)], [], running={}, waiting={}, concurrency=16, batch_size=100)
     assert quotas.claimed(plan, {1: 3}) is False
     assert quotas.claimed(plan, {1: plan.rows[0]}) is True
+
+
+def test_an_endpoint_with_spare_slots_asks_for_groups_to_fill_them_not_for_new_slots() -> None:
+    """Slots kept from requests that ended are filled first: no new slot is leased (each
+    lease and give-back writes the slot's row) until a claim has filled them."""
+    ep = _ep(1, max_in_flight=64)
+    plan = Quotas().plan([ep], [], running={1: 3}, waiting={}, concurrency=64,
+                         batch_size=100, spare={1: 3})
+    assert (plan.requests, plan.held, plan.rows) == ([0], [3], [3])
+    plan = Quotas().plan([ep], [], running={1: 3}, waiting={}, concurrency=64,
+                         batch_size=100)
+    assert plan.requests == [61]

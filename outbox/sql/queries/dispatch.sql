@@ -33,6 +33,21 @@
 --   MATERIALIZED keeps the locking sub-selects evaluated once: a sub-select
 --   the planner may re-run (the `IN (SELECT ... LIMIT n)` shape) can lock and
 --   claim more than n rows (PostgreSQL bug #15715).
+--   The scan starts at the endpoint's floor (floors; '-infinity': from the
+--   index's head), a lower bound the dispatcher keeps of the next_attempt_at
+--   of every pending row it has not seen claimed. While a snapshot elsewhere
+--   holds the MVCC horizon back, every row claimed since leaves an index entry
+--   here whose version no vacuum may remove, and a scan from the head walks
+--   all of them: from the floor it walks those of the last claims only. The
+--   floor cuts the scan, never the order: the key check above looks at every
+--   earlier delivery of the key wherever it lies.
+-- * next_pending: per endpoint that took rows, the earliest pending row from
+--   its floor on that this claim did not take, as of the statement's snapshot
+--   (the rows it locked are still pending there: left out by id; rows another
+--   claimer holds count as not taken, which keeps the floor behind them). The
+--   dispatcher's next floor is at most that, and at most the time before which
+--   no transaction still running can have written a row (xmin, xmax: this
+--   snapshot's, for the dispatcher to tell which claim's time that is).
 -- * sized numbers each endpoint's rows in order (rank) and reads each payload's
 --   size in bytes (octet_length of the text: what the dispatcher will hold),
 --   by a probe per row rather than a join (see claimed below).
@@ -64,7 +79,7 @@
 -- * Runs in autocommit at READ COMMITTED: under REPEATABLE READ a row updated
 --   concurrently would abort the claim with 40001 instead of being skipped.
 WITH wanted AS (
-    SELECT w.endpoint_id, w.pos, w.requests, w.held, w.prefetch, w.rows, e.max_batch,
+    SELECT w.endpoint_id, w.pos, w.requests, w.held, w.prefetch, w.rows, w.floor, e.max_batch,
            e.rate_limit / 1.05 AS rate_limit,  -- the pace; see "Turns" above
            e.breaker_cooldown_seconds AS cooldown, s.circuit,
            s.circuit = 'closed' AND e.rate_limit IS NULL AS free_running,
@@ -72,8 +87,8 @@ WITH wanted AS (
                 + make_interval(secs => e.breaker_cooldown_seconds) <= now())
            OR (s.circuit = 'half-open' AND s.probe_until < now()) AS probe_due
     FROM unnest(%(endpoint_ids)s::bigint[], %(requests)s::int[], %(held)s::int[],
-                %(prefetch)s::int[], %(rows)s::int[]) WITH ORDINALITY
-         AS w(endpoint_id, requests, held, prefetch, rows, pos)
+                %(prefetch)s::int[], %(rows)s::int[], %(floors)s::timestamptz[]) WITH ORDINALITY
+         AS w(endpoint_id, requests, held, prefetch, rows, floor, pos)
     JOIN outbox.endpoints e ON e.id = w.endpoint_id AND e.enabled AND e.removed_at IS NULL
     JOIN outbox.endpoint_state s ON s.endpoint_id = w.endpoint_id
 ),
@@ -89,8 +104,8 @@ gated AS MATERIALIZED (
     FOR NO KEY UPDATE OF s SKIP LOCKED
 ),
 allowance AS (
-    SELECT w.endpoint_id, w.pos, w.held, w.prefetch, w.rows, w.max_batch, w.rate_limit,
-           w.free_running, g.next_turn,
+    SELECT w.endpoint_id, w.pos, w.held, w.prefetch, w.rows, w.floor, w.max_batch,
+           w.rate_limit, w.free_running, g.next_turn,
            g.probe_due AND NOT g.closed AS probe,
            CASE
                WHEN w.free_running THEN w.requests
@@ -137,6 +152,7 @@ locked AS MATERIALIZED (
         WHERE d.endpoint_id = l.endpoint_id
           AND d.state = 'pending'
           AND d.next_attempt_at <= now()
+          AND d.next_attempt_at >= l.floor
           AND (d.key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM outbox.deliveries p
                 WHERE p.endpoint_id = d.endpoint_id
@@ -163,6 +179,19 @@ grouped AS MATERIALIZED (
                       - s.size AS before
           FROM sized s) r
     WHERE r.before < %(budget)s
+),
+next_pending AS MATERIALIZED (
+    SELECT l.endpoint_id,
+           (SELECT d.next_attempt_at
+            FROM outbox.deliveries d
+            WHERE d.endpoint_id = l.endpoint_id
+              AND d.state = 'pending'
+              AND d.next_attempt_at >= l.floor
+              AND d.id NOT IN (SELECT g.id FROM grouped g)  -- hashed: one probe a row
+            ORDER BY d.next_attempt_at
+            LIMIT 1) AS at
+    FROM limits l
+    WHERE l.endpoint_id IN (SELECT g.endpoint_id FROM grouped g)
 ),
 used AS MATERIALIZED (
     SELECT l.endpoint_id, l.rate_limit, l.probe,
@@ -223,11 +252,16 @@ SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key
        coalesce(u.probe, false) AS probe,
        -- The event's age now, on the database clock: the dispatcher's may be off.
        extract(epoch FROM now() - e.created_at)::float8 AS age,
-       e.traceparent, e.tracestate, g.size
+       e.traceparent, e.tracestate, g.size,
+       -- Capped at now(): never 'infinity' (rows parked behind their key).
+       least(n.at, now()) AS next_pending, now() AS db_now,
+       pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin,
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax
 FROM claimed c
 JOIN outbox.events e ON e.id = c.event_id
 JOIN grouped g ON g.id = c.id
 JOIN used u ON u.endpoint_id = c.endpoint_id
+JOIN next_pending n ON n.endpoint_id = c.endpoint_id
 LEFT JOIN handed h ON h.endpoint_id = c.endpoint_id
 ORDER BY c.endpoint_id, g.grp, c.seq;
 
@@ -248,10 +282,21 @@ ORDER BY c.endpoint_id, g.grp, c.seq;
 -- horizon), or after %(budget)s steps; the last row walked
 -- always comes back, so the claimer can tell a walk cut short by the budget
 -- (visited = budget) and go on from there.
--- The lateral's UNION ALL ... LIMIT 1 reads its second branch (back to the
--- lowest endpoint id: the walk's one wrap-around) only when the first finds
--- nothing above the current endpoint.
-WITH RECURSIVE walk (endpoint_id, lap, visited, found, eligible) AS (
+--
+-- Endpoints in %(floor_ids)s (ascending) are looked at from their floors
+-- (%(floors)s; see the claim's locked): a descent to an endpoint's first
+-- pending row walks every entry of the rows claimed since the MVCC horizon
+-- was last let go. A step goes to the first pending row of the endpoints
+-- between the current one and the next with a floor, else to that one's first
+-- row from its floor ('infinity' when it has none: visited, not eligible).
+-- The lateral's UNION ALL ... LIMIT 1 reads a branch only when those before it
+-- found nothing: the last two go back to the lowest endpoint id (the walk's
+-- one wrap-around).
+WITH RECURSIVE floors AS MATERIALIZED (
+    SELECT f.endpoint_id, f.floor
+    FROM unnest(%(floor_ids)s::bigint[], %(floors)s::timestamptz[]) AS f(endpoint_id, floor)
+),
+walk (endpoint_id, lap, visited, found, eligible) AS (
     SELECT %(after)s::bigint, 0, 0, 0, false
     UNION ALL
     SELECT n.endpoint_id, n.lap, w.visited + 1, w.found + n.eligible::int, n.eligible
@@ -269,14 +314,41 @@ WITH RECURSIVE walk (endpoint_id, lap, visited, found, eligible) AS (
         FROM ((SELECT d.endpoint_id, d.next_attempt_at, w.lap
                FROM outbox.deliveries d
                WHERE d.state = 'pending' AND d.endpoint_id > w.endpoint_id
+                 AND d.endpoint_id < coalesce((SELECT min(f.endpoint_id) FROM floors f
+                                               WHERE f.endpoint_id > w.endpoint_id),
+                                              9223372036854775807)
                ORDER BY d.endpoint_id, d.next_attempt_at
                LIMIT 1)
+              UNION ALL
+              (SELECT y.endpoint_id,
+                      coalesce((SELECT d.next_attempt_at FROM outbox.deliveries d
+                                WHERE d.state = 'pending' AND d.endpoint_id = y.endpoint_id
+                                  AND d.next_attempt_at >= y.floor
+                                ORDER BY d.next_attempt_at
+                                LIMIT 1), 'infinity'), w.lap
+               FROM (SELECT f.endpoint_id, f.floor FROM floors f
+                     WHERE f.endpoint_id > w.endpoint_id
+                     ORDER BY f.endpoint_id
+                     LIMIT 1) y)
               UNION ALL
               (SELECT d.endpoint_id, d.next_attempt_at, 1
                FROM outbox.deliveries d
                WHERE d.state = 'pending' AND w.lap = 0
+                 AND d.endpoint_id < coalesce((SELECT min(f.endpoint_id) FROM floors f),
+                                              9223372036854775807)
                ORDER BY d.endpoint_id, d.next_attempt_at
                LIMIT 1)
+              UNION ALL
+              (SELECT y.endpoint_id,
+                      coalesce((SELECT d.next_attempt_at FROM outbox.deliveries d
+                                WHERE d.state = 'pending' AND d.endpoint_id = y.endpoint_id
+                                  AND d.next_attempt_at >= y.floor
+                                ORDER BY d.next_attempt_at
+                                LIMIT 1), 'infinity'), 1
+               FROM (SELECT f.endpoint_id, f.floor FROM floors f
+                     WHERE w.lap = 0
+                     ORDER BY f.endpoint_id
+                     LIMIT 1) y)
               LIMIT 1) nx
         LEFT JOIN outbox.endpoints e ON e.id = nx.endpoint_id
         LEFT JOIN outbox.endpoint_state s ON s.endpoint_id = nx.endpoint_id
