@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from dispatcher.db import Database, DatabaseDown
 from dispatcher.endpoint_view import EndpointView
-from dispatcher.flights import Flights, Group
+from dispatcher.flights import SPARE_LINGER, Flights, Group
 from dispatcher.leases import Leases
 from dispatcher.policy.floors import Floors
 from dispatcher.policy.model import ClaimRow, Endpoint, Slot
@@ -296,6 +296,8 @@ class Claimer:
             if more and self._flights.requests() < self._concurrency:
                 continue
             wait = self._poll_interval
+            if self._flights.spares():  # back to the fleet once they have lingered
+                wait = min(wait, SPARE_LINGER)
             if self._throttled is not None:
                 wait = min(wait, max(self._throttled, 0.001))
             with contextlib.suppress(TimeoutError):

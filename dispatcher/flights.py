@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,11 @@ from outbox._shared.text import counted
 log = logging.getLogger("dispatcher")
 MAX_PASSES = 32
 """Requests a slot serves in a row in one dispatcher before it goes back to the fleet."""
+
+SPARE_LINGER = 0.25
+"""Seconds a slot with no request in it is kept for the claims that follow, at most: a
+steady trickle of events reuses it rather than leasing and giving back a slot each (two
+writes of its row), yet an idle dispatcher soon hands it back to the fleet."""
 
 Send = Callable[[Endpoint, list[Delivery]], Awaitable[bool]]
 """Makes one request for a group and hands its results on; True when the endpoint answered."""
@@ -80,6 +86,7 @@ class Flights:
         # Slots of requests that ended with no group waiting, kept for the groups
         # the next claim (or the one on its way) brings.
         self._spare: dict[int, list[Slot]] = {}
+        self._spare_since: dict[Slot, float] = {}  # when each became spare, monotonic
         self._served: dict[Slot, int] = {}  # requests a slot served here in a row
 
     def running(self, endpoint_id: int) -> int:
@@ -150,6 +157,7 @@ class Flights:
         given = 0
         for spare in self._spare.values():
             for slot in spare:
+                self._spare_since.pop(slot, None)
                 self._served.pop(slot, None)
                 self._free_slot(slot)
                 given += 1
@@ -157,23 +165,31 @@ class Flights:
         return given
 
     def claim_ended(self) -> None:
-        """Spare slots to waiting groups, the rest back to the fleet; no group left stranded.
+        """Spare slots to waiting groups, those kept SPARE_LINGER back to the fleet; no
+        group left stranded.
 
         A waiting group starts only when a running request of its endpoint
         ends and passes its slot on, so there must never be more of them
         than requests running: the surplus goes back, uncharged, for any
         dispatcher's next claim.
         """
+        now = time.monotonic()
         for endpoint_id, spare in self._spare.items():
             waiting = self._waiting.get(endpoint_id)
             while spare and waiting and self._accepting:
                 following = waiting.popleft()
                 following.slot = spare.pop()
+                self._spare_since.pop(following.slot, None)
                 self.start(following)
+            kept = []
             for slot in spare:
+                if self._accepting and now - self._spare_since[slot] < SPARE_LINGER:
+                    kept.append(slot)
+                    continue
+                self._spare_since.pop(slot, None)
                 self._served.pop(slot, None)
                 self._free_slot(slot)
-        self._spare.clear()
+            spare[:] = kept
         for endpoint_id, waiting in self._waiting.items():
             surplus = len(waiting) - self._running.get(endpoint_id, 0)
             if surplus > 0:
@@ -194,6 +210,8 @@ class Flights:
         waiting = self._waiting.get(endpoint.id)
         healthy = answered or not endpoint.breaker_failures
         if healthy and group.slot is not None and self._passes_left(group.slot):
+            if not waiting and endpoint.rate_limit is not None:
+                return  # its turns come with new requests: the slot goes back (_done)
             if waiting:
                 following = waiting.popleft()
                 following.slot, group.slot = group.slot, None
@@ -205,6 +223,7 @@ class Flights:
             # request; while a snapshot elsewhere holds the MVCC horizon back, every
             # version stays, and each claim's look for free slots walks them all.
             self._spare.setdefault(endpoint.id, []).append(group.slot)
+            self._spare_since[group.slot] = time.monotonic()
             group.slot = None
             return
         if waiting and not healthy:

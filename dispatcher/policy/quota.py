@@ -115,7 +115,8 @@ class Quotas:
         ``spare``: slots held here with no request in them (counted in
         ``running`` too).
 
-        An endpoint with spare slots asks for no new slot, only for groups to
+        An endpoint with spare slots (and no rate limit, whose turns come with
+        new requests only) asks for no new slot, only for groups to
         fill them (and to follow its running requests): a slot leased and given
         back costs two writes of its row, and each write leaves a version that
         the claims' look for free slots walks while the MVCC horizon is held
@@ -131,8 +132,8 @@ class Quotas:
         candidates = [*due, *busy]
         free = concurrency - sum(running.values())
         spare = spare or {}
-        caps = [0 if spare.get(ep.id) else ep.max_in_flight - running.get(ep.id, 0)
-                for ep in candidates]
+        caps = [0 if spare.get(ep.id) and ep.rate_limit is None
+                else ep.max_in_flight - running.get(ep.id, 0) for ep in candidates]
         requests = share(free, caps)
         starved = (any(n == 0 and cap > 0 and not running.get(ep.id)
                        for ep, n, cap in zip(due, requests, caps, strict=False))

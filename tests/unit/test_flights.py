@@ -6,6 +6,9 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
+import dispatcher.flights
 from dispatcher.flights import MAX_PASSES, Flights, Group
 from dispatcher.policy.model import Delivery, Endpoint, EventData, Slot
 
@@ -44,8 +47,10 @@ class _World:
             await asyncio.sleep(0)
 
 
-def test_an_answered_request_passes_its_slot_to_the_next_waiting_group() -> None:
+def test_an_answered_request_passes_its_slot_to_the_next_waiting_group(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The waiting group starts in the slot of the request that ended; nothing goes back."""
+    monkeypatch.setattr(dispatcher.flights, "SPARE_LINGER", 0.0)
     async def scenario() -> _World:
         world = _World()
         endpoint = Endpoint(id=1, name="e", url="http://x/")
@@ -121,9 +126,11 @@ def test_drain_sorts_unsent_and_cut_off_and_frees_every_slot() -> None:
     assert sorted(world.freed) == [0, 1]
 
 
-def test_slots_of_requests_ending_with_none_waiting_wait_for_the_next_claims_groups() -> None:
+def test_slots_of_requests_ending_with_none_waiting_wait_for_the_next_claims_groups(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A request that ends with no group waiting keeps its slot for the next claim's group:
     a slot given back and leased again costs two writes of its row per request."""
+    monkeypatch.setattr(dispatcher.flights, "SPARE_LINGER", 0.0)
     async def scenario() -> _World:
         world = _World()
         world.release.set()  # requests end at once
@@ -160,3 +167,23 @@ def test_a_slot_goes_back_to_the_fleet_after_serving_its_passes_in_a_row() -> No
     world = asyncio.run(scenario())
     assert world.sent == list(range(MAX_PASSES))  # the slot's own request and its passes
     assert world.freed == [0]
+
+
+def test_a_spare_slot_lingers_over_claims_that_bring_nothing_then_goes_back() -> None:
+    """A trickle of events reuses the slot; a dispatcher gone idle gives it back after
+    SPARE_LINGER seconds, at its next claim."""
+    async def scenario() -> tuple[list[int], list[int]]:
+        world = _World()
+        world.release.set()
+        endpoint = Endpoint(id=1, name="e", url="http://x/")
+        world.flights.start(_group(endpoint, 1, slot=7))
+        await world.settle()
+        world.flights.claim_ended()  # a claim that brought nothing, at once
+        early = list(world.freed)
+        await asyncio.sleep(dispatcher.flights.SPARE_LINGER + 0.01)
+        world.flights.claim_ended()
+        return early, world.freed
+
+    early, late = asyncio.run(scenario())
+    assert early == []
+    assert late == [7]
