@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 6.
+-- outbox-dispatcher schema: the current shape, version 7.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -49,7 +49,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 6 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 7 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -74,10 +74,10 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     secret               text,
     -- Secrets still signing during a rotation: [{"secret": ..., "expires_at": ...}].
     previous_secrets     jsonb NOT NULL DEFAULT '[]',
-    max_attempts         integer NOT NULL DEFAULT 10 CHECK (max_attempts >= 1),
+    max_attempts         integer NOT NULL DEFAULT 42 CHECK (max_attempts >= 1),
     timeout_seconds      double precision NOT NULL DEFAULT 10 CHECK (timeout_seconds > 0),
     min_backoff_seconds  double precision NOT NULL DEFAULT 1 CHECK (min_backoff_seconds >= 0),
-    max_backoff_seconds  double precision NOT NULL DEFAULT 600
+    max_backoff_seconds  double precision NOT NULL DEFAULT 3600
                          CHECK (max_backoff_seconds >= min_backoff_seconds),
     max_in_flight        integer NOT NULL DEFAULT 16 CHECK (max_in_flight >= 1),
     rate_limit           double precision CHECK (rate_limit > 0),
@@ -361,4 +361,4 @@ CREATE TABLE IF NOT EXISTS outbox.dispatchers (
 REVOKE EXECUTE ON FUNCTION outbox.endpoint_fleet_rows(), outbox.endpoint_backlog_rows(),
     outbox.attempts_follow_deliveries() FROM PUBLIC;
 
-INSERT INTO outbox.schema_version (version) VALUES (6) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (7) ON CONFLICT DO NOTHING;

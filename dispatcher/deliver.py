@@ -19,13 +19,13 @@ from datetime import UTC, datetime
 
 from dispatcher.completer import Completer
 from dispatcher.http.sender import HttpSender
+from dispatcher.observe.attempt_log import AttemptLog, fields
 from dispatcher.observe.metrics import Metrics
 from dispatcher.observe.throttle import Throttled
 from dispatcher.observe.tracing import Tracing
 from dispatcher.policy.envelope import encode
 from dispatcher.policy.model import AttemptResult, Delivery, Endpoint
 from dispatcher.policy.outcome import circuit_verdict, decide
-from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
 # Out of descriptors, every delivery fails alike: said once a minute, with the count.
@@ -64,14 +64,6 @@ async def attempt(sender: HttpSender, endpoint: Endpoint, deliveries: list[Deliv
     return result
 
 
-def fields(delivery: Delivery, endpoint: Endpoint, status: int | None,
-           reason: str | None) -> dict[str, object]:
-    """The structured fields of a log line about one attempt (JSON logs carry them as keys),
-    so that a search for an event id finds every line of its story."""
-    return {"event_id": str(delivery.event.id), "endpoint": endpoint.name,
-            "attempt": delivery.attempts, "status": status, "reason": reason}
-
-
 class Deliverer:
     """Sends a group's request and records, counts and logs what became of each delivery."""
 
@@ -84,6 +76,8 @@ class Deliverer:
         self._completer = completer
         self._metrics = metrics
         self._wake = wake
+        self._failures = AttemptLog(
+            log, lambda delay, then: asyncio.get_running_loop().call_later(delay, then))
         # What became of the deliveries this process attempted (--once sums them up).
         self.delivered = 0
         self.retried = 0
@@ -124,11 +118,8 @@ class Deliverer:
             if outcome.action == "dead":
                 self._metrics.dead(endpoint.name)
                 self.dead_lettered += 1
-                log.warning("delivery of event %s to %s dead-lettered after %s: %s",
-                            delivery.event.id, endpoint.name,
-                            counted(delivery.attempts, "attempt"), outcome.last_error,
-                            extra=fields(delivery, endpoint, outcome.last_status,
-                                         outcome.reason))
+            if outcome.action != "delivered":
+                self._failures.failed(delivery, endpoint, outcome, decision.retry_in, done)
             if decision.retry_in is not None:
                 self.retried += 1
                 asyncio.get_running_loop().call_later(decision.retry_in, self._wake)

@@ -5,9 +5,13 @@ beside a database another team has not upgraded yet). Until the schema is
 one it can work on, it claims nothing, ``/readyz`` answers 503, and the log
 says why at once and then at most every 30 s: the version found, the version
 needed and ``outbox migrate``. It starts by itself once the schema is
-upgraded. With ``--once`` (a cron or CI job) it gives up at once instead,
-as it does when the server refuses it for good (a wrong password, a
-database or role that does not exist): retrying cannot fix those.
+upgraded. A role that lacks a privilege the dispatcher uses is the same
+kind of problem, checked first and all at once (retention's DELETEs too):
+the line names each missing privilege and ``outbox grants``, where the
+first statement needing one would have failed with a traceback. With
+``--once`` (a cron or CI job) it gives up at once instead, as it does
+when the server refuses it for good (a wrong password, a database or
+role that does not exist): retrying cannot fix those.
 """
 
 from __future__ import annotations
@@ -48,6 +52,11 @@ class SchemaGate:
 
     async def problem(self) -> str | None:
         """What keeps us from dispatching here, or None; raises DatabaseDown."""
+        role, missing = (await self._db.fetch("dispatcher_privileges"))[0]
+        if missing:
+            return (f"the role {role} lacks privileges the dispatcher needs: "
+                    f"{', '.join(missing)}; as the schema's owner, run `outbox grants "
+                    f"--dispatcher {role} --application APP_ROLE --apply`")
         objects = (await self._db.fetch("schema_objects"))[0]
         versions: list[int] = []
         if objects[0]:

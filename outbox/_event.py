@@ -20,7 +20,9 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import date, datetime, timedelta
+from datetime import time as dt_time
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -40,6 +42,53 @@ _TYPE = re.compile(r"[A-Za-z0-9_\-:/]+(?:\.[A-Za-z0-9_\-:/]+)*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Compact, non-ASCII kept as is, NaN and Infinity refused (they are not JSON).
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _everyday(value: object) -> object:
+    """The JSON form of a payload value of a type applications use every day: datetime,
+    date and time as ISO 8601 (``isoformat()``: an aware one keeps its offset, a naive one
+    has none), a UUID as its canonical string, a Decimal as its exact string (as
+    Django's encoder writes it; NaN and infinities refused, as a float's are). Anything
+    else raises TypeError, as the json module does."""
+    if isinstance(value, datetime | date | dt_time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError(f"{value} is not a finite number")
+        return str(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# Payloads only: the other columns are ours, of known types.
+_PAYLOAD_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"),
+                                    default=_everyday)
+
+
+def _place(value: object, where: str = "payload", depth: int = 0) -> str | None:
+    """Where in ``value`` the first value JSON cannot hold is (``payload["items"][2]``);
+    walked only once encoding has failed, so the common path pays nothing."""
+    items: list[tuple[str, object]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                return f"{where} (a key of type {type(key).__name__})"
+            items.append((f"{where}[{json.dumps(str(key), ensure_ascii=False)}]", item))
+    elif isinstance(value, list | tuple):
+        items = [(f"{where}[{n}]", item) for n, item in enumerate(value)]
+    else:
+        try:
+            _PAYLOAD_ENCODER.encode(value)
+        except (TypeError, ValueError):
+            return where
+        return None
+    if depth < 100:
+        for place, item in items:
+            found = _place(item, place, depth + 1)
+            if found:
+                return found
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +212,12 @@ def check_type(event_type: object) -> str:
 
 def _serialize_payload(payload: object, limit: int) -> str:
     try:
-        text = _ENCODER.encode(payload)
-    except (TypeError, ValueError, RecursionError) as exc:
+        text = _PAYLOAD_ENCODER.encode(payload)
+    except (TypeError, ValueError) as exc:
+        place = _place(payload)
+        at = f" at {place}" if place and place != "payload" else ""
+        raise InvalidEvent(f"payload is not JSON-serializable{at}: {exc}") from None
+    except RecursionError as exc:
         raise InvalidEvent(f"payload is not JSON-serializable: {exc}") from None
     if text.isascii():
         size = len(text)

@@ -28,6 +28,7 @@ from outbox.retention import PurgeResult, apurge, purge, uuid7_floor
 from outbox.sql import queries
 
 DEFAULT_DEAD_LIMIT = 100
+DEFAULT_EVENTS_LIMIT = 50
 """How many dead letters ``dead list`` shows when no --limit is given."""
 
 # How far a producer's clock (which stamps the UUIDv7 ids) may lag the
@@ -138,6 +139,7 @@ class DeadLetter:
     last_error: str | None
     last_status: int | None
     failed_at: datetime | None
+    created_at: datetime | None = None  # when its event was published
 
 
 Moment = datetime | timedelta
@@ -223,8 +225,12 @@ def _problem(enabled: bool, reason: str | None, circuit: str, opened: datetime |
 
 def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,
                  limit: int = DEFAULT_DEAD_LIMIT,
-                 where: EventFilter = EventFilter()) -> list[DeadLetter]:
+                 where: EventFilter = EventFilter(),
+                 failed_since: Moment | None = None) -> list[DeadLetter]:
     """Dead deliveries, newest first, at most ``limit``.
+
+    ``where`` bounds the events' publish time; ``failed_since`` the time the
+    delivery was dead-lettered ("what died in the last hour").
 
     ``endpoint`` may name a removed endpoint too: a forced removal is exactly
     what leaves dead letters behind. A name no endpoint ever had raises
@@ -233,7 +239,8 @@ def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,
     if limit < 1:
         raise ValueError("limit must be at least 1")
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        params = {"endpoint": endpoint, "limit": limit, **_filter_params(cur, where)}
+        params = {"endpoint": endpoint, "limit": limit, **_filter_params(cur, where),
+                  "failed_since": _moment(cur, failed_since)}
         rows = cur.execute(queries["admin_dead_list"], params).fetchall()
         if not rows and endpoint is not None:
             known = cur.execute(queries["admin_endpoint_ever_existed"],
@@ -241,6 +248,30 @@ def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,
             if not known or not known[0]:
                 raise EndpointNotFound(endpoint)
     return [DeadLetter(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class EventLine:
+    """One event of :func:`events`: what it is, and where each endpoint's delivery stands."""
+
+    event_id: str
+    type: str
+    key: str | None
+    created_at: datetime
+    deliveries: dict[str, str]  # endpoint name -> state of its latest delivery
+
+
+def events(conn: psycopg.Connection[Any], *, where: EventFilter = EventFilter(),
+           key: str | None = None, limit: int = DEFAULT_EVENTS_LIMIT) -> list[EventLine]:
+    """Events newest first, at most ``limit``, narrowed as a replay is (``where``) and to
+    one ordering ``key``: how an operator finds an event without SQL."""
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        params = {"key": key, "limit": limit, **_filter_params(cur, where)}
+        params["since_id"] = _since_id(params["since"]) if params["since"] else None
+        rows = cur.execute(queries["admin_events_list"], params).fetchall()
+    return [EventLine(*row) for row in rows]
 
 
 def retry_dead(conn: psycopg.Connection[Any], *, event_ids: Sequence[uuid.UUID] | None = None,
@@ -380,11 +411,13 @@ def _live_endpoint(cur: psycopg.Cursor[tuple[Any, ...]], name: str) -> tuple[int
 
 __all__ = [
     "DEFAULT_DEAD_LIMIT",
+    "DEFAULT_EVENTS_LIMIT",
     "HORIZON_MIN_AGE_XIDS",
     "HORIZON_MIN_SECONDS",
     "DeadLetter",
     "EndpointStatus",
     "EventFilter",
+    "EventLine",
     "EventsNotFound",
     "HorizonHolder",
     "KeyWaits",
@@ -396,6 +429,7 @@ __all__ = [
     "apurge",
     "dead_letters",
     "discard_dead",
+    "events",
     "horizon",
     "key_waits",
     "purge",

@@ -20,8 +20,8 @@ from outbox._shared.text import first_line, printable
 from outbox._shared.usage import OneLineParser, quiet_pipe, undecodable, usage_line
 from outbox.errors import OutboxError
 
-_COMMANDS = ("migrate", "endpoints", "status", "show", "dead", "replay", "purge", "grants",
-             "demo")
+_COMMANDS = ("migrate", "endpoints", "status", "show", "events", "dead", "replay", "purge",
+             "grants", "demo")
 
 
 _Parser = OneLineParser

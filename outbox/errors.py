@@ -85,8 +85,8 @@ class EndpointExists(InvalidEndpoint):
     """``endpoints add`` was given a name that a live endpoint already has."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"an endpoint named {name!r} already exists; change it with "
-                         "`outbox endpoints sync` or remove it first")
+        super().__init__(f"an endpoint named {name!r} already exists; change its options "
+                         f"with `outbox endpoints update {name} ...`")
         self.name = name
 
 

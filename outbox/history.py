@@ -64,6 +64,7 @@ class EventStory:
     created_at: datetime
     trace_id: str | None
     deliveries: tuple[DeliveryStory, ...]
+    payload: str = "null"  # the event's data as JSON text, as stored
 
 
 def trace_id(traceparent: str | None) -> str | None:
@@ -97,8 +98,9 @@ def show(conn: psycopg.Connection[Any], event_id: uuid.UUID) -> EventStory:
     for row in rows:
         by_endpoint.setdefault(str(row[1]), []).append(row)
     stories = tuple(_story(name, group, by_delivery) for name, group in by_endpoint.items())
-    ev_id, ev_type, key, created_at, traceparent = event
-    return EventStory(str(ev_id), ev_type, key, created_at, trace_id(traceparent), stories)
+    ev_id, ev_type, key, created_at, traceparent, payload = event
+    return EventStory(str(ev_id), ev_type, key, created_at, trace_id(traceparent), stories,
+                      payload)
 
 
 def _story(name: str, group: Sequence[tuple[Any, ...]],

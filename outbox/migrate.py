@@ -35,7 +35,8 @@ from outbox._shared.text import first_line
 from outbox.errors import OutboxError
 from outbox.sql import SCHEMA_VERSION, QueryName, Step, queries, schema_text, steps
 
-__all__ = ["SCHEMA_VERSION", "MigrationBlocked", "Plan", "migrate", "plan", "read_state"]
+__all__ = ["SCHEMA_VERSION", "MigrationBlocked", "Plan", "known_versions", "migrate", "plan",
+           "read_state", "script"]
 
 LOCK_TIMEOUT = 0.5
 """Seconds a step waits for one lock before it gives up (and publish() goes on)."""
@@ -132,6 +133,55 @@ def migrate(conn: psycopg.Connection[Any], *, inbox_only: bool = False,
     with conn.transaction():
         after = read_state(conn).version
     return before, after
+
+
+def known_versions() -> range:
+    """The schema versions ``migrate --sql --from`` accepts: 0 (no outbox) to the current."""
+    return range(0, SCHEMA_VERSION + 1)
+
+
+def script(from_version: int, *, lock_timeout: float = LOCK_TIMEOUT) -> str:
+    """The SQL that brings a schema at ``from_version`` (0: none) to the current one, as
+    :func:`migrate` applies it, for a migration tool (Alembic, Django, Flyway) or psql.
+
+    Each step is its own transaction under ``lock_timeout``, with its row in
+    ``outbox.schema_version``; a step that cannot run in a transaction block
+    (``CREATE INDEX CONCURRENTLY``) is marked so, its statements one by one.
+    Empty for a schema already current. Unlike ``outbox migrate`` it cannot
+    retry a lock timeout or take turns with another migrator: run it once,
+    from one place, and run it again after a lock timeout (every step is
+    written to be safe to run again).
+    """
+    if from_version not in known_versions():
+        raise ValueError(f"unknown schema version {from_version}: this release knows 0 to "
+                         f"{SCHEMA_VERSION}")
+    if from_version == SCHEMA_VERSION:
+        return ""
+    timeout = f"{max(1, round(lock_timeout * 1000))}ms"
+    record = "INSERT INTO outbox.schema_version (version) VALUES ({}) ON CONFLICT DO NOTHING;\n"
+    parts = ["-- outbox-dispatcher: the outbox schema from version "
+             f"{from_version} to {SCHEMA_VERSION}, as `outbox migrate` applies it.\n"
+             "-- Run it as the schema's owner; under psql: psql -v ON_ERROR_STOP=1 -f FILE.\n"]
+    if from_version == 0:
+        parts.append(f"\n-- schema.sql: the outbox at version {SCHEMA_VERSION}\nBEGIN;\n"
+                     f"SET LOCAL lock_timeout = '{timeout}';\n{schema_text().rstrip()}\n"
+                     "COMMIT;\n")
+        return "".join(parts)
+    for step in steps():
+        if step.version <= from_version:
+            continue
+        body = step.sql.rstrip()
+        if step.transactional:
+            parts.append(f"\n-- {step.name}: version {step.version}\nBEGIN;\n"
+                         f"SET LOCAL lock_timeout = '{timeout}';\n{body}\n"
+                         f"{record.format(step.version)}COMMIT;\n")
+        else:
+            parts.append(f"\n-- {step.name}: version {step.version}\n"
+                         "-- outbox: NOT IN A TRANSACTION: the statements of this step cannot "
+                         "run inside a transaction block (run each on its own)\n"
+                         f"SET lock_timeout = '{timeout}';\n{body}\n"
+                         f"{record.format(step.version)}RESET lock_timeout;\n")
+    return "".join(parts)
 
 
 class _Runner:

@@ -107,6 +107,29 @@ def _plan(older_than: timedelta, batch_size: int, inbox: bool) -> Plan:
         cursor["after"] = last_id
 
 
+def would_purge(conn: psycopg.Connection[Any], older_than: timedelta, *,
+                inbox: bool = False) -> PurgeResult:
+    """What :func:`purge` with ``older_than`` would delete now, counted and not deleted
+    (``outbox purge --dry-run``): one read-only transaction."""
+    _check(older_than, DEFAULT_BATCH_SIZE)
+    deliveries = events = records = 0
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(queries["purge_tables"], {"older_than": older_than}).fetchone()
+        assert row is not None
+        has_events, has_inbox, cutoff = row
+        if not has_events and not has_inbox:
+            raise SchemaMissing("the outbox schema is missing: run `outbox migrate` first")
+        if inbox and has_inbox:
+            row = cur.execute(queries["inbox_would_purge"], {"cutoff": cutoff}).fetchone()
+            records = int(row[0]) if row else 0
+        if has_events:
+            row = cur.execute(queries["purge_would_delete"], {
+                "cutoff": cutoff, "bound": str(uuid7_floor(cutoff))}).fetchone()
+            assert row is not None
+            deliveries, events = int(row[0]), int(row[1])
+    return PurgeResult(deliveries=deliveries, events=events, inbox=records)
+
+
 def _check(older_than: timedelta, batch_size: int) -> None:
     if older_than < timedelta(0):
         raise ValueError("older_than must not be negative")
@@ -162,4 +185,4 @@ async def apurge(conn: psycopg.AsyncConnection[Any], older_than: timedelta,
         return done.value  # type: ignore[no-any-return]
 
 
-__all__ = ["DEFAULT_BATCH_SIZE", "PurgeResult", "apurge", "purge", "uuid7_floor"]
+__all__ = ["DEFAULT_BATCH_SIZE", "PurgeResult", "apurge", "purge", "uuid7_floor", "would_purge"]

@@ -42,7 +42,17 @@ def positive_int(text: str) -> int:
 
 
 def moment(text: str) -> datetime | timedelta:
-    """A time: an ISO 8601 timestamp (no zone means UTC) or a duration back from now."""
+    """A time: an ISO 8601 timestamp (no zone means UTC) or a duration back from now.
+
+    A bare number is neither: ``2026`` read as seconds ago and ``20261201`` as a
+    date (both are valid to the parsers) would make one option mean two kinds of
+    thing, so digits alone are refused, naming both ways to say it.
+    """
+    if text.strip().isdigit():
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: a bare number is ambiguous; give a date such as "
+            "2026-12-01 (or 2026-12-01T12:00:00Z) or a duration with its unit such as "
+            f"{text.strip()}s or 2h")
     try:
         found = datetime.fromisoformat(text.strip())
     except ValueError:

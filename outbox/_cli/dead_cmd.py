@@ -9,7 +9,7 @@ from typing import Any
 
 from outbox import admin
 from outbox._cli import common
-from outbox._cli.args import add_filters, event_id, positive_int
+from outbox._cli.args import add_filters, event_id, moment, positive_int
 from outbox._shared.text import counted
 
 __all__ = ["event_id", "positive_int", "register", "rfc3339"]
@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
         "are listed too. --json gives each whole last_error.")
     listing.add_argument("--endpoint", metavar="NAME", help="only this endpoint's")
     add_filters(listing)
+    listing.add_argument("--failed-since", type=moment, metavar="TIMESTAMP",
+                         help="only deliveries dead-lettered at or after this time (--since "
+                         "and --until bound the event's publish time)")
     listing.add_argument("--limit", type=positive_int, default=admin.DEFAULT_DEAD_LIMIT,
                          metavar="N", help=f"show at most N (default {admin.DEFAULT_DEAD_LIMIT})")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -77,17 +80,20 @@ def _where(args: argparse.Namespace) -> admin.EventFilter:
 def run_list(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
         letters = admin.dead_letters(conn, endpoint=args.endpoint, limit=args.limit,
-                                     where=_where(args))
+                                     where=_where(args), failed_since=args.failed_since)
     if args.json:
         common.print_json([{
             "event_id": d.event_id, "endpoint": d.endpoint, "type": d.type, "key": d.key,
             "attempts": d.attempts, "last_error": d.last_error, "last_status": d.last_status,
-            "failed_at": rfc3339(d.failed_at),
+            "failed_at": rfc3339(d.failed_at), "created_at": rfc3339(d.created_at),
+            "tenant": None,
         } for d in letters])
         return common.EXIT_OK
     common.print_table(
-        ["failed at", "endpoint", "event id", "type", "key", "attempts", "status", "last error"],
-        [(rfc3339(d.failed_at, seconds=True), d.endpoint + (" (removed)" * d.endpoint_removed),
+        ["failed at", "published", "endpoint", "event id", "type", "key", "attempts", "status",
+         "last error"],
+        [(rfc3339(d.failed_at, seconds=True), rfc3339(d.created_at, seconds=True),
+          d.endpoint + (" (removed)" * d.endpoint_removed),
           d.event_id, d.type, d.key, d.attempts, d.last_status, _one_line(d.last_error))
          for d in letters],
     )

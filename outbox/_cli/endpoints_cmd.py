@@ -20,6 +20,8 @@ from outbox._cli import common, endpoints_view
 from outbox._shared.urls import shown_url
 from outbox.durations import parse_duration
 from outbox.endpoints import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BACKOFF,
     EndpointSpec,
     check_secret,
     generate_secret,
@@ -88,10 +90,12 @@ def _option_arguments(parser: argparse.ArgumentParser, *, url_required: bool) ->
                         help="event type glob such as 'mail.*' (repeatable; default '*')")
     parser.add_argument("--secret", help="whsec_<base64>, or env:NAME read by the dispatcher "
                         "(not OUTBOX_* but OUTBOX_SECRET_*, DATABASE_URL, PG*)")
-    parser.add_argument("--max-attempts", metavar="N", help="default 10")
+    parser.add_argument("--max-attempts", metavar="N",
+                        help=f"default {DEFAULT_MAX_ATTEMPTS} (with the backoffs: a day)")
     parser.add_argument("--timeout", metavar="SECONDS", help="per attempt; default 10")
     parser.add_argument("--min-backoff", metavar="SECONDS", help="default 1")
-    parser.add_argument("--max-backoff", metavar="SECONDS", help="default 600")
+    parser.add_argument("--max-backoff", metavar="SECONDS",
+                        help=f"default {DEFAULT_MAX_BACKOFF:g}")
     parser.add_argument("--max-in-flight", metavar="N", help="concurrent requests; default 16")
     parser.add_argument("--rate-limit", metavar="PER_SECOND", help="default: no limit")
     parser.add_argument("--max-batch", metavar="N", help="events per request; default 1")

@@ -15,7 +15,15 @@ from typing import Any
 import psycopg
 
 from outbox._cli import common
-from outbox.migrate import LOCK_ATTEMPTS, LOCK_TIMEOUT, migrate, plan, read_state
+from outbox.migrate import (
+    LOCK_ATTEMPTS,
+    LOCK_TIMEOUT,
+    known_versions,
+    migrate,
+    plan,
+    read_state,
+    script,
+)
 from outbox.sql import queries
 
 
@@ -25,8 +33,14 @@ def register(sub: Any) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true",
                       help="print the steps that would run; change nothing")
+    mode.add_argument("--sql", action="store_true",
+                      help="print the SQL that brings the schema (of --from, or of the "
+                      "database) to the current version, for a migration tool; change nothing")
     mode.add_argument("--check", action="store_true",
                       help="exit 0 when the schema is current, 1 when steps are pending")
+    parser.add_argument("--from", type=_version, dest="from_version", metavar="VERSION",
+                        help="with --sql: the schema version to start from (0: no outbox); "
+                        "then no database is needed")
     parser.add_argument("--inbox-only", action="store_true",
                         help="only the inbox (outbox.receive), for a receiver's own database")
     parser.add_argument("--lock-timeout", type=_seconds, default=LOCK_TIMEOUT,
@@ -76,7 +90,33 @@ def _role_warnings(conn: psycopg.Connection[Any]) -> list[str]:
     return []
 
 
+def _version(text: str) -> int:
+    """argparse type for --from: a schema version this release knows (exit 2 otherwise)."""
+    known = known_versions()
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value not in known:
+        raise argparse.ArgumentTypeError(
+            f"unknown schema version {text!r}: this release knows 0 (no outbox) to "
+            f"{known[-1]}")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.from_version is not None and not args.sql:
+        raise common.UsageError("--from goes with --sql")
+    if args.sql:
+        if args.inbox_only:
+            raise common.UsageError("--sql makes the whole outbox; --inbox-only is not for it")
+        start = args.from_version
+        if start is None:
+            with common.connect(args, needs=None) as conn, conn.transaction():
+                state = read_state(conn)
+            start = state.version if state.outbox else 0
+        sys.stdout.write(script(start, lock_timeout=args.lock_timeout))
+        return common.EXIT_OK
     with common.connect(args, needs=None) as conn:
         if args.dry_run or args.check:
             with conn.transaction():

@@ -11,13 +11,22 @@ from outbox._cli import common
 from outbox._shared.text import counted
 from outbox.durations import parse_duration
 
+SHORTEST = timedelta(seconds=1)
+
 
 def duration(text: str) -> timedelta:
-    """argparse type for a duration: a malformed one is a usage error (exit 2)."""
+    """argparse type for ``--older-than``: a malformed duration, or one under a second, is
+    a usage error (exit 2). ``0`` would delete every delivered delivery at once, although
+    a retention of 0 means "never": a slip of that kind is refused, not carried out."""
     try:
-        return parse_duration(text)
+        value = parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < SHORTEST:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is under one second: purge keeps at least the last second "
+            "(to delete nearly everything, say so with a duration such as 1s)")
+    return value
 
 
 def register(sub: Any) -> None:
@@ -32,14 +41,20 @@ def register(sub: Any) -> None:
         "own database (outbox migrate --inbox-only) only the inbox is purged. Works in small "
         "batches, each its own short transaction.")
     parser.add_argument("--older-than", type=duration, required=True, metavar="DURATION",
-                        help="age to keep, such as 7d or 12h")
+                        help="age to keep, such as 7d or 12h (at least 1s)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what would be deleted and delete nothing")
     common.add_dsn_option(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     with common.connect(args, needs="outbox or inbox") as conn:
-        result = retention.purge(conn, args.older_than, inbox=True)
-    print(f"purged {counted(result.deliveries, 'delivered delivery', 'delivered deliveries')}, "
+        if args.dry_run:
+            result = retention.would_purge(conn, args.older_than, inbox=True)
+        else:
+            result = retention.purge(conn, args.older_than, inbox=True)
+    verb = "would purge" if args.dry_run else "purged"
+    print(f"{verb} {counted(result.deliveries, 'delivered delivery', 'delivered deliveries')}, "
           f"{counted(result.events, 'event')} and {counted(result.inbox, 'inbox record')}")
     return common.EXIT_OK

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from outbox import history
@@ -21,6 +22,8 @@ def register(sub: Any) -> None:
         "duration and error; the history lasts as long as its delivery.")
     parser.add_argument("event_id", type=event_id, metavar="EVENT_ID", help="the event's id")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--payload", action="store_true",
+                        help="print the event's payload too (it may hold personal data)")
     common.add_dsn_option(parser)
     parser.set_defaults(func=run)
 
@@ -32,9 +35,16 @@ def run(args: argparse.Namespace) -> int:
         except EventsNotFound:
             raise common.CommandFailed(f"no event {args.event_id} (unknown, or purged)") from None
     if args.json:
-        common.print_json(as_json(story))
+        shown = as_json(story)
+        if args.payload:
+            shown["payload"] = json.loads(story.payload)
+        common.print_json(shown)
         return common.EXIT_OK
-    for line in as_text(story):
+    lines = as_text(story)
+    if args.payload:
+        lines[5:5] = ["  payload", *("    " + line for line in json.dumps(
+            json.loads(story.payload), indent=2, ensure_ascii=False).splitlines())]
+    for line in lines:
         common.print_line(line)
     return common.EXIT_OK
 
@@ -42,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 def as_json(story: history.EventStory) -> dict[str, Any]:
     """The documented shape of ``show --json``."""
     return {
-        "event_id": story.event_id, "type": story.type, "key": story.key,
+        "event_id": story.event_id, "type": story.type, "key": story.key, "tenant": None,
         "created_at": rfc3339(story.created_at), "trace_id": story.trace_id,
         "deliveries": [{
             "endpoint": d.endpoint, "state": d.state, "attempts": d.attempts,

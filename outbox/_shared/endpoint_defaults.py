@@ -10,10 +10,10 @@ from typing import Literal
 Format = Literal["standard-webhooks", "cloudevents"]
 FORMATS: tuple[Format, ...] = ("standard-webhooks", "cloudevents")
 
-DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_MAX_ATTEMPTS = 42  # with the backoffs below: retried for more than a day
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MIN_BACKOFF = 1.0
-DEFAULT_MAX_BACKOFF = 600.0
+DEFAULT_MAX_BACKOFF = 3600.0
 DEFAULT_MAX_IN_FLIGHT = 16
 DEFAULT_MAX_BATCH = 1
 DEFAULT_BREAKER_FAILURES = 10

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,7 @@ def test_dead_list_json_and_table(dsn: str, scene: dict[str, uuid.UUID]) -> None
     assert result.returncode == 0, result.stderr
     letters = json.loads(result.stdout)
     assert [d["event_id"] for d in letters] == [str(scene["order_dead"]), str(scene["dead"])]
-    assert all(set(d) == _CONTRACT_DEAD_KEYS for d in letters)
+    assert all(set(d) == {*_CONTRACT_DEAD_KEYS, "created_at", "tenant"} for d in letters)
     mail = letters[1]
     assert (mail["endpoint"], mail["type"], mail["key"], mail["attempts"], mail["last_status"],
             mail["last_error"]) == ("mail", "mail.received", "t2", 3, 500,
@@ -109,7 +109,33 @@ def test_dead_list_json_and_table(dsn: str, scene: dict[str, uuid.UUID]) -> None
     assert table.returncode == 0
     assert str(scene["dead"]) in table.stdout
     assert table.stdout.splitlines()[0].startswith("FAILED AT")
+    assert "PUBLISHED" in table.stdout.splitlines()[0]
     assert outbox(dsn, "dead", "list", "--endpoint", "never").returncode == 1
+
+
+def test_dead_list_failed_since_bounds_when_it_died_not_when_it_was_published(
+        conn: Conn, dsn: str, scene: dict[str, uuid.UUID]) -> None:
+    """--failed-since keeps the deliveries dead-lettered since then, however old their
+    events; --since still bounds the publish time; both times are shown."""
+    old = str(age_event(conn, scene["dead"], days=3))  # published long ago, died a minute ago
+    conn.execute("UPDATE outbox.deliveries SET finished_at = now() - interval '2 hours' "
+                 "WHERE event_id = %s", (scene["order_dead"],))
+    conn.commit()
+
+    def listed(*options: str) -> list[str]:
+        result = outbox(dsn, "dead", "list", "--json", *options)
+        assert result.returncode == 0, result.stderr
+        return [d["event_id"] for d in json.loads(result.stdout)]
+
+    assert listed("--failed-since", "1h") == [old]
+    assert listed("--since", "1h") == [str(scene["order_dead"])]
+    [dead] = [d for d in json.loads(outbox(dsn, "dead", "list", "--json").stdout)
+              if d["event_id"] == old]
+    assert datetime.fromisoformat(dead["failed_at"]) - datetime.fromisoformat(
+        dead["created_at"]) > timedelta(days=2)
+    bare = outbox(dsn, "dead", "list", "--since", "2026")
+    assert bare.returncode == 2
+    assert "a bare number is ambiguous" in bare.stderr
 
 
 def test_dead_retry_by_event_id(conn: Conn, dsn: str, scene: dict[str, uuid.UUID]) -> None:
@@ -143,12 +169,18 @@ def test_dead_retry_all_then_nothing_left(conn: Conn, dsn: str,
     ("dead", "retry", "--all", "--endpoint", "mail"),
     ("dead", "retry", "--event-id", "not-a-uuid"),
     ("dead", "list", "--limit", "0"),
+    ("dead", "list", "--since", "2026"),
+    ("dead", "list", "--failed-since", "20261201"),
+    ("replay", "--endpoint", "mail", "--since", "3600"),
     ("replay", "--endpoint", "mail"),
     ("replay", "--endpoint", "mail", "--since", "yesterday-ish"),
     ("replay", "--endpoint", "mail", "--event-id", "42"),
     ("replay", "--endpoint", "mail", "--since", "2h", "--event-id", str(uuid.UUID(int=1))),
     ("purge", "--older-than", "seven days"),
     ("purge", "--older-than", "-1d"),
+    ("purge", "--older-than", "0"),
+    ("purge", "--older-than", "500ms"),
+    ("purge", "--older-than", "0", "--dry-run"),
     ("purge",),
 ])
 def test_bad_usage_exits_2_and_changes_nothing(conn: Conn, dsn: str,
@@ -226,6 +258,29 @@ def test_purge_deletes_old_delivered_and_keeps_dead_and_pending(
     assert [d[1] for d in deliveries(conn, aged["pending"])] == ["pending"]
     again = outbox(dsn, "purge", "--older-than", "7d")
     assert again.stdout.strip() == "purged 0 delivered deliveries, 0 events and 0 inbox records"
+
+
+def test_purge_dry_run_counts_what_purge_then_deletes_and_deletes_nothing(
+        conn: Conn, dsn: str, scene: dict[str, uuid.UUID]) -> None:
+    """purge --dry-run prints the counts the purge itself then reports, and changes
+    nothing; a duration under a second is refused with one line (exit 2)."""
+    set_state(conn, scene["delivered"], "mail", "delivered", finished_ago="8 days")
+    set_state(conn, scene["dead"], "mail", "dead", finished_ago="8 days")
+    for event in scene.values():
+        age_event(conn, event, days=8)
+    before = snapshot(conn)
+    dry = outbox(dsn, "purge", "--older-than", "7d", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.strip() == "would purge 1 delivered delivery, 2 events and 0 inbox records"
+    assert snapshot(conn) == before
+    zero = outbox(dsn, "purge", "--older-than", "0")
+    assert zero.returncode == 2
+    assert len(zero.stderr.strip().splitlines()) == 1, zero.stderr
+    assert "'0' is under one second: purge keeps at least the last second (to delete " \
+        "nearly everything, say so with a duration such as 1s)" in zero.stderr
+    assert snapshot(conn) == before
+    done = outbox(dsn, "purge", "--older-than", "7d")
+    assert done.stdout.strip() == "purged 1 delivered delivery, 2 events and 0 inbox records"
 
 
 def test_unreachable_database_is_exit_1_in_one_line(tmp_path: Path) -> None:

@@ -287,7 +287,7 @@ url = "http://audit.internal/"
     assert {r["name"] for r in json.loads(ok(outbox_cmd(dsn, "list", "--json")))} == \
         {"workflow", "billing", "audit"}
     billing = endpoint(dsn, "billing")
-    assert (billing["max_attempts"], billing["timeout_seconds"]) == (10, 5)
+    assert (billing["max_attempts"], billing["timeout_seconds"]) == (42, 5)  # back to defaults
     assert endpoint(dsn, "workflow")["events_like"] == ["mail.%", "order.created"]
     again = ok(outbox_cmd(dsn, "sync", str(path)))
     assert "0 added, 0 changed, 0 removed, 3 unchanged" in again

@@ -12,11 +12,11 @@ test's, while its command stays as written. The block generates the
 endpoint's signing secret itself (with the ``python3`` first on that ``PATH``);
 the test reads it back from ``outbox.endpoints`` to verify the delivery.
 
-One line is not executed: ``pip install 'outbox-dispatcher[binary]'``. It
-would fetch the project and psycopg's binary build from a package index, which
-a test run may not reach (and the project is installed already). The test
-checks instead that the line names this project's distribution and an extra it
-declares.
+One line is not executed: ``pip install '.[binary]'``. It would fetch
+psycopg's binary build from a package index, which a test run may not reach
+(and the project is installed already). The test checks instead that the line
+installs the checkout the README is in (whose pyproject.toml names this
+project) with an extra it declares.
 """
 
 from __future__ import annotations
@@ -70,11 +70,11 @@ def test_the_install_line_installs_this_project() -> None:
     line = commands(shell)[0]
     words = shlex.split(line, comments=True)
     assert words[:2] == ["pip", "install"], line
-    spec = re.fullmatch(r"([\w.-]+)\[(\w+)\]", words[2])
+    spec = re.fullmatch(r"\.\[(\w+)\]", words[2])
     assert spec, words[2]
-    name, extra = spec.groups()
+    (extra,) = spec.groups()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert name == project["name"]
+    assert project["name"] == "outbox-dispatcher"
     assert extra in project["optional-dependencies"]
 
 

@@ -8,6 +8,7 @@ disables on 410 and purges, and can make nothing new.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -16,9 +17,10 @@ import pytest
 
 import outbox
 from outbox.retention import purge
+from outbox.sql import queries
 from outbox.testing import Receiver, Request, Response, assert_published
 from tests.support.cli import run_outbox
-from tests.support.dispatcher import run_once
+from tests.support.dispatcher import Dispatcher, run_once, wait_until
 from tests.support.roles import Roles, ok, setup
 
 
@@ -108,3 +110,63 @@ def test_operator_runs_every_command_and_nothing_more(roles: Roles, receiver: Re
     with roles.connect(roles.operator) as conn:
         _denied(conn, "SELECT * FROM public.orders")
         _denied(conn, "CREATE SCHEMA elsewhere")
+
+
+def test_a_dispatcher_without_its_grants_waits_not_ready_naming_what_is_missing(
+        roles: Roles, receiver: Receiver) -> None:
+    """A dispatcher role with no grants: --once exits 1 with one line naming USAGE on the
+    schema and `outbox grants`, no traceback; a running one answers /readyz 503 and says
+    which privileges are missing (retention's DELETE too), then starts by itself once
+    they are granted."""
+    op = roles.dsn(roles.operator)
+    ok(run_outbox(op, "migrate"))
+    dsn = roles.dsn(roles.dispatcher)
+    code, log = run_once(dsn)
+    assert code == 1, log
+    assert "Traceback" not in log, log
+    [line] = [x for x in log.splitlines() if "lacks privileges" in x]
+    assert f"the role {roles.dispatcher} lacks privileges the dispatcher needs: USAGE on " \
+        "schema outbox; as the schema's owner, run `outbox grants" in line, line
+    grants = ok(run_outbox(None, "grants", "--application", roles.application,
+                            "--dispatcher", roles.dispatcher))
+    with psycopg.connect(op, autocommit=True) as conn:
+        conn.execute(grants.encode())
+        conn.execute(f"REVOKE DELETE ON outbox.events FROM {roles.dispatcher}".encode())
+    with Dispatcher(dsn) as dispatcher:
+        wait_until(lambda: "DELETE on outbox.events" in dispatcher.log(), dispatcher=dispatcher,
+                   what="the missing privilege named")
+        assert dispatcher.get("/readyz").status_code == 503
+        with psycopg.connect(op, autocommit=True) as conn:
+            conn.execute(f"GRANT DELETE ON outbox.events TO {roles.dispatcher}".encode())
+        wait_until(lambda: dispatcher.get("/readyz").status_code == 200, timeout=60,
+                   dispatcher=dispatcher, what="ready once granted")
+        log = dispatcher.log()
+    assert "Traceback" not in log, log
+    assert "DELETE on outbox.events" in log
+    assert "USAGE on schema" not in log.split("DELETE on outbox.events")[0]
+
+
+def test_the_start_check_asks_for_exactly_what_outbox_grants_gives_the_dispatcher(
+        roles: Roles) -> None:
+    """With USAGE only, the dispatcher's start check names every privilege that
+    `outbox grants` gives its role, and nothing else."""
+    op = roles.dsn(roles.operator)
+    ok(run_outbox(op, "migrate"))
+    grants = ok(run_outbox(None, "grants", "--application", roles.application,
+                            "--dispatcher", roles.dispatcher))
+    granted = set()
+    statement = re.compile(r"GRANT (?P<what>.+?) ON (?P<tables>.+?) TO (?P<role>\S+);",
+                           re.DOTALL)
+    for found in statement.finditer(grants):
+        if found["role"].strip('"') != roles.dispatcher or "SCHEMA" in found["tables"]:
+            continue
+        privileges = re.findall(r"\w+(?: \([^)]*\))?", found["what"])
+        for table in re.split(r",\s*", found["tables"].strip()):
+            granted |= {f"{privilege} on {table}" for privilege in privileges}
+    with psycopg.connect(op, autocommit=True) as conn:
+        conn.execute(f"GRANT USAGE ON SCHEMA outbox TO {roles.dispatcher}".encode())
+    with roles.connect(roles.dispatcher) as conn:
+        row = conn.execute(queries["dispatcher_privileges"]).fetchone()
+    assert row is not None
+    assert set(row[1]) == granted
+    assert len(granted) > 20

@@ -219,7 +219,7 @@ def test_sync_adds_changes_removes(conn: Conn) -> None:
     names = [e.name for e in store.list_endpoints(conn)]
     assert names == ["change", "keep", "new"]
     r = row(conn, "change")
-    assert (r["max_attempts"], r["timeout_seconds"], r["headers"]) == (10, 10, {})
+    assert (r["max_attempts"], r["timeout_seconds"], r["headers"]) == (42, 10, {})
     assert r["events_like"] == ["mail.%"]
     assert not r["enabled"]  # enabled is not an option: a sync leaves it alone
 

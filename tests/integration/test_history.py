@@ -29,7 +29,7 @@ from tests.support.dispatcher import (
 )
 
 Conn = psycopg.Connection[Any]
-_EVENT_KEYS = {"event_id", "type", "key", "created_at", "trace_id", "deliveries"}
+_EVENT_KEYS = {"event_id", "type", "key", "tenant", "created_at", "trace_id", "deliveries"}
 _DELIVERY_KEYS = {"endpoint", "state", "attempts", "next_attempt_at", "last_error",
                   "last_status", "history"}
 _ATTEMPT_KEYS = {"attempt", "at", "status", "reason", "duration_seconds", "error"}
@@ -184,3 +184,62 @@ def test_show_names_the_trace_the_event_was_published_in(conn: Conn, dsn: str) -
     conn.commit()
     assert show(dsn, traced)["trace_id"] == trace
     assert show(dsn, plain)["trace_id"] is None
+
+
+def test_show_payload_prints_the_payload_only_when_asked(conn: Conn, dsn: str) -> None:
+    """show --payload adds the payload (text: indented JSON after the trace line; --json:
+    the key "payload", the value as published); without it, neither has it."""
+    data = {"order_id": 7, "note": "für\u202e", "items": [1, 2]}
+    event_id = outbox.publish(conn, "order.created", data)
+    conn.commit()
+    assert "payload" not in show(dsn, event_id)
+    shown = outbox_cli(dsn, "show", str(event_id), "--json", "--payload")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["payload"] == data
+    text = outbox_cli(dsn, "show", str(event_id), "--payload")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[5] == "  payload"
+    assert lines[6:8] == ["    {", '      "order_id": 7,']
+    assert "\u202e" not in text.stdout  # a bidi control cannot reorder the terminal's line
+    assert "payload" not in outbox_cli(dsn, "show", str(event_id)).stdout
+
+
+def test_events_list_finds_events_newest_first_with_their_deliveries(
+        conn: Conn, dsn: str) -> None:
+    """events list: newest first, each endpoint's delivery state, narrowed by --type, --key
+    and --since as replay narrows, --limit; --json in its documented shape; a bad
+    --limit is a usage error."""
+    add_endpoint(conn, "mail", "http://127.0.0.1:9/", events=("mail.*",))
+    add_endpoint(conn, "audit", "http://127.0.0.1:9/")
+    first = publish(conn, "mail.received", {"n": 1}, key="thread-7")
+    second = publish(conn, "order.created", {"n": 2})
+    third = publish(conn, "mail.sent", {"n": 3}, key="thread-7")
+    conn.execute("UPDATE outbox.events SET created_at = now() - interval '3 hours' "
+                 "WHERE id = %s", (first,))
+    conn.commit()
+    listed = outbox_cli(dsn, "events", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    shown = json.loads(listed.stdout)
+    assert [e["event_id"] for e in shown] == [str(third), str(second), str(first)]
+    assert set(shown[0]) == {"event_id", "type", "key", "tenant", "created_at", "deliveries"}
+    assert shown[0]["deliveries"] == {"mail": "pending", "audit": "pending"}
+    assert shown[1]["deliveries"] == {"audit": "pending"}
+    assert _RFC3339.match(shown[0]["created_at"])
+    assert shown[0]["tenant"] is None
+
+    def ids(*options: str) -> list[str]:
+        result = outbox_cli(dsn, "events", "list", "--json", *options)
+        assert result.returncode == 0, result.stderr
+        return [e["event_id"] for e in json.loads(result.stdout)]
+
+    assert ids("--type", "mail.*") == [str(third), str(first)]
+    assert ids("--key", "thread-7", "--since", "1h") == [str(third)]
+    assert ids("--limit", "1") == [str(third)]
+    text = outbox_cli(dsn, "events", "list", "--type", "order.*")
+    assert text.returncode == 0, text.stderr
+    assert str(second) in text.stdout
+    assert "audit pending" in text.stdout
+    bad = outbox_cli(dsn, "events", "list", "--limit", "0")
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -48,3 +49,21 @@ def test_json_logs_carry_fields_once(conn: Conn, dsn: str, receiver: Receiver) -
     assert "after 1 attempt:" in dead["message"]
     messages = [e["message"] for e in entries]
     assert len(messages) == len(set(messages)), messages
+
+
+def test_a_failed_attempt_is_a_warning_saying_when_it_is_tried_again(
+        conn: Conn, dsn: str, receiver: Receiver) -> None:
+    """The attempt answered 503 is a WARNING line with its event, endpoint, attempt,
+    status and reason, and the time of its next attempt (300 to 360 s on)."""
+    ids = scene(conn, receiver)
+    code, log = run_once(dsn, "--log-format", "json")
+    assert code == 1, log
+    entries = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    [failed] = [e for e in entries if e.get("endpoint") == "later"]
+    assert failed["level"] == "warning", failed
+    assert (failed["event_id"], failed["attempt"], failed["status"], failed["reason"]) == (
+        str(ids["c"]), 1, 503, "http_5xx")
+    assert failed["message"].startswith(f"attempt 1 of event {ids['c']} to later failed: "
+                                        "HTTP 503"), failed
+    assert "; next attempt in " in failed["message"]
+    assert datetime.fromisoformat(failed["next"]) > datetime.now(UTC)

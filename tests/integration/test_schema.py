@@ -15,8 +15,10 @@ import outbox
 from outbox.migrate import SCHEMA_VERSION, migrate
 from outbox.sql import steps
 from tests.conftest import Cluster
+from tests.support.catalogue import catalogue, differences
+from tests.support.cli import run_outbox
 from tests.support.publishing import add_endpoint, committed
-from tests.support.releases import releases
+from tests.support.releases import Release, releases
 
 ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
 
@@ -144,3 +146,51 @@ def test_endpoint_column_defaults_match_the_option_defaults(conn: psycopg.Connec
     assert row == (spec.max_attempts, spec.timeout, spec.min_backoff, spec.max_backoff,
                    spec.max_in_flight, spec.rate_limit, spec.max_batch, spec.format,
                    list(spec.events))
+
+
+def _psql_script(cluster: Cluster, script: str, dsn: str) -> None:
+    psql = _psql(cluster)
+    if psql is None:
+        pytest.skip("no psql that runs here")
+    applied = subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn],
+                             input=script, capture_output=True, text=True, timeout=120,
+                             check=False)
+    assert applied.returncode == 0, applied.stderr
+
+
+def _current_as_fresh(target: str, fresh: str) -> None:
+    assert differences(catalogue(target), catalogue(fresh)) == []
+    again = run_outbox(target, "migrate", "--sql")
+    assert (again.returncode, again.stdout) == (0, "")  # current: no statement
+    assert run_outbox(target, "migrate", "--check").returncode == 0
+
+
+@pytest.mark.parametrize("release", releases(), ids=str)
+def test_migrate_sql_run_by_psql_upgrades_every_release_as_migrate_does(
+        cluster: Cluster, release: Release, empty_dsn: str, dsn: str) -> None:
+    """`outbox migrate --sql`, reading the database's version, run by `psql -v
+    ON_ERROR_STOP=1`, brings a database of every earlier release to the whole catalogue
+    of a fresh one, one transaction per step; then its script is empty."""
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute(release.schema_sql().encode())
+    sql = run_outbox(empty_dsn, "migrate", "--sql")
+    assert sql.returncode == 0, sql.stderr
+    wanted = [s for s in steps() if s.version > release.version]
+    assert sql.stdout.count("BEGIN;") == sql.stdout.count("COMMIT;") == len(wanted)
+    _psql_script(cluster, sql.stdout, empty_dsn)
+    _current_as_fresh(empty_dsn, dsn)
+
+
+def test_migrate_sql_from_0_needs_no_database_and_makes_the_outbox(
+        cluster: Cluster, empty_dsn: str, dsn: str) -> None:
+    """`migrate --sql --from 0` with no database to reach prints schema.sql in one
+    transaction; run by psql it makes the outbox as migrate does. An unknown --from is
+    a usage error."""
+    sql = run_outbox("postgresql://nobody@127.0.0.1:9/none?connect_timeout=1",
+                     "migrate", "--sql", "--from", "0")
+    assert sql.returncode == 0, sql.stderr
+    _psql_script(cluster, sql.stdout, empty_dsn)
+    _current_as_fresh(empty_dsn, dsn)
+    unknown = run_outbox(None, "migrate", "--sql", "--from", str(SCHEMA_VERSION + 1))
+    assert unknown.returncode == 2
+    assert "unknown schema version" in unknown.stderr

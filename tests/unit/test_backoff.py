@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -14,6 +15,7 @@ from dispatcher.policy.backoff import (
     parse_retry_after,
 )
 from dispatcher.policy.model import Endpoint
+from outbox.endpoints import EndpointSpec
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 ENDPOINT = Endpoint(id=1, name="e", url="http://127.0.0.1:9/", min_backoff=2.0, max_backoff=60.0)
@@ -114,3 +116,21 @@ def test_without_retry_after_the_schedule_applies() -> None:
     """No Retry-After: the endpoint's exponential schedule with jitter."""
     assert next_attempt_delay(3, ENDPOINT, None, middle) == 8.0
     assert next_attempt_delay(30, ENDPOINT, None, highest) == 60.0
+
+
+def test_the_default_options_retry_a_failing_delivery_for_more_than_a_day() -> None:
+    """With the default options, the waits between the attempts before a delivery is
+    dead-lettered add up to more than 24 hours nominally and with the shortest jitter
+    (and to no more than two days with the longest), as the schedule's table says."""
+    defaults = EndpointSpec(name="e", url="http://127.0.0.1:9/")
+    waits = range(1, defaults.max_attempts)  # after each attempt but the last
+
+    def total(rand: Callable[[], float]) -> float:
+        return sum(backoff_seconds(n, defaults.min_backoff, defaults.max_backoff, rand)
+                   for n in waits)
+
+    day = 24 * 3600.0
+    assert total(middle) >= day
+    assert total(lowest) >= day
+    assert total(highest) <= 2 * day
+    assert round(total(middle) / 3600, 2) == 30.14  # docs/concepts.md's table

@@ -22,7 +22,7 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is part of the test extras")
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
-IMAGE = "registry.example.com/shop/outbox-dispatcher:0.1.0"
+IMAGE = "registry.example.com/shop/outbox-dispatcher:0.2.0"
 # PodMonitor is a custom resource (Prometheus Operator): the fields of monitoring.coreos.com/v1
 # this project uses, checked here since no Kubernetes schema knows them.
 PODMONITOR_FIELDS = {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel"}

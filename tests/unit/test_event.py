@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
+from datetime import time as day_time
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -175,3 +178,33 @@ def test_batch_ids_match_uuids() -> None:
     batch = build_batch([Event("a", 1), Event("b", 2)])
     assert batch.ids == [str(u) for u in batch.uuids]
     assert json.loads(batch.params()["ids"]) == batch.ids
+
+
+def test_everyday_payload_values_are_encoded_as_documented() -> None:
+    """datetime (aware: its offset; naive: none), date, time, UUID, Decimal (its exact
+    string) and tuples are written, not refused."""
+    payload = {"at": datetime(2026, 12, 1, 12, 30, tzinfo=timezone(timedelta(hours=1))),
+               "utc": datetime(2026, 12, 1, 11, 30, 0, 250000, tzinfo=UTC),
+               "naive": datetime(2026, 1, 1, 8, 0), "day": date(2026, 1, 2),
+               "opens": day_time(9, 15), "id": uuid.UUID(int=1),
+               "amount": Decimal("10.50"), "tiny": Decimal("1E-30"), "pair": (1, "two")}
+    [text] = json.loads(_one(payload=payload)["payloads"])
+    assert text == {"at": "2026-12-01T12:30:00+01:00", "utc": "2026-12-01T11:30:00.250000+00:00",
+                    "naive": "2026-01-01T08:00:00", "day": "2026-01-02", "opens": "09:15:00",
+                    "id": "00000000-0000-0000-0000-000000000001", "amount": "10.50",
+                    "tiny": "1E-30", "pair": [1, "two"]}
+
+
+@pytest.mark.parametrize(("payload", "place"), [
+    ({"items": [1, 2, {3}]}, 'payload["items"][2]'),
+    ({"x": {"y": b"bytes"}}, 'payload["x"]["y"]'),
+    ({"amount": Decimal("NaN")}, 'payload["amount"]'),
+    ({"ratio": float("inf")}, 'payload["ratio"]'),
+    ([1, object()], "payload[1]"),
+])
+def test_values_json_cannot_hold_are_refused_naming_their_place(payload: Any,
+                                                                place: str) -> None:
+    """Sets, bytes, objects, NaN and infinities (float or Decimal) raise InvalidEvent
+    naming where in the payload the value is."""
+    with pytest.raises(outbox.InvalidEvent, match=re.escape(f"not JSON-serializable at {place}:")):
+        _one(payload=payload)

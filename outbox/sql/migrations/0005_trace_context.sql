@@ -1,4 +1,4 @@
--- Version 5: the W3C trace context an event was published in (contract v3,
+-- Version 5: the W3C trace context an event was published in (docs/production.md,
 -- "Trace context"): traceparent and tracestate as the producer's span had
 -- them, sent with every delivery of the event. NULL when the producer had no
 -- current span, or was of an earlier release (which does not fill them).

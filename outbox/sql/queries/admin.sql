@@ -85,10 +85,11 @@ SELECT EXISTS (SELECT 1 FROM outbox.endpoints WHERE name = %(name)s);
 -- name: admin_dead_list
 -- Dead rows are read through deliveries_finished (state leads it) and sorted
 -- newest first; the LEFT JOIN keeps a row whose endpoint row was deleted by hand.
--- The filters are dead retry's (--type, --since and --until on the event).
+-- The filters are dead retry's (--type, --since and --until on the event),
+-- and --failed-since on the time the delivery died.
 SELECT d.event_id::text, coalesce(e.name, '#' || d.endpoint_id::text),
        e.removed_at IS NOT NULL AS removed, ev.type, d.key, d.attempts, d.last_error,
-       d.last_status, d.finished_at
+       d.last_status, d.finished_at, ev.created_at
 FROM outbox.deliveries d
 JOIN outbox.events ev ON ev.id = d.event_id
 LEFT JOIN outbox.endpoints e ON e.id = d.endpoint_id
@@ -97,7 +98,34 @@ WHERE d.state = 'dead'
   AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
   AND (%(since)s::timestamptz IS NULL OR ev.created_at >= %(since)s::timestamptz)
   AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
+  AND (%(failed_since)s::timestamptz IS NULL
+       OR d.finished_at >= %(failed_since)s::timestamptz)
 ORDER BY d.finished_at DESC NULLS LAST, d.id DESC
+LIMIT %(limit)s;
+
+-- name: admin_events_list
+-- `outbox events list`: events newest first (the primary key backwards: ids
+-- are UUIDv7, in publish order; no index on created_at is needed), with the
+-- state of each endpoint's latest delivery of the event (a replay makes a
+-- second one). The filters are replay's (--type as LIKE patterns, --since and
+-- --until on created_at, the database clock) and --key; since_id bounds the
+-- scan from below as replay's does (ids carry the producer's clock, so with a
+-- slack for it), and created_at decides.
+SELECT ev.id::text, ev.type, ev.key, ev.created_at,
+       coalesce((SELECT jsonb_object_agg(x.name, x.state)
+                 FROM (SELECT DISTINCT ON (d.endpoint_id)
+                              coalesce(e.name, '#' || d.endpoint_id::text) AS name, d.state
+                       FROM outbox.deliveries d
+                       LEFT JOIN outbox.endpoints e ON e.id = d.endpoint_id
+                       WHERE d.event_id = ev.id
+                       ORDER BY d.endpoint_id, d.id DESC) x), '{}'::jsonb)
+FROM outbox.events ev
+WHERE (%(since_id)s::uuid IS NULL OR ev.id >= %(since_id)s::uuid)
+  AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
+  AND (%(key)s::text IS NULL OR ev.key = %(key)s::text)
+  AND (%(since)s::timestamptz IS NULL OR ev.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
+ORDER BY ev.id DESC
 LIMIT %(limit)s;
 
 -- name: admin_retry_dead
@@ -287,6 +315,19 @@ SELECT (SELECT count(*) FROM chosen),
 -- The cutoff on the database clock, fixed once so that every batch agrees, and
 -- the endpoints whose delivered rows to visit (removed ones too).
 SELECT now() - %(older_than)s::interval, ARRAY(SELECT id FROM outbox.endpoints ORDER BY id);
+
+-- name: purge_would_delete
+-- What `outbox purge --dry-run` reports, deleting nothing: with purge_start's
+-- cutoff, the delivered deliveries finished before it, and the events
+-- published before it (by id bound and by created_at, as purge_events_batch
+-- judges) whose every delivery is one of those.
+SELECT (SELECT count(*) FROM outbox.deliveries d
+        WHERE d.state = 'delivered' AND d.finished_at < %(cutoff)s),
+       (SELECT count(*) FROM outbox.events ev
+        WHERE ev.id < %(bound)s::uuid AND ev.created_at < %(cutoff)s
+          AND NOT EXISTS (SELECT 1 FROM outbox.deliveries d
+                          WHERE d.event_id = ev.id
+                            AND NOT (d.state = 'delivered' AND d.finished_at < %(cutoff)s)));
 
 -- name: purge_delivered_batch
 -- One endpoint at a time: deliveries_finished is (state, endpoint_id,

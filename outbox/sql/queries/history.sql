@@ -1,8 +1,9 @@
 -- Queries of `outbox show`: one event's whole story. Used by outbox/history.py.
 
 -- name: show_event
--- The event itself, with the W3C trace context it was published in (if any).
-SELECT ev.id::text, ev.type, ev.key, ev.created_at, ev.traceparent
+-- The event itself, with the W3C trace context it was published in (if any),
+-- and its payload as stored (json keeps the producer's text; `show --payload`).
+SELECT ev.id::text, ev.type, ev.key, ev.created_at, ev.traceparent, ev.payload::text
 FROM outbox.events ev
 WHERE ev.id = %(event_id)s;
 

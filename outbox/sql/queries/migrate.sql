@@ -43,6 +43,51 @@ SELECT to_regclass('outbox.schema_version') IS NOT NULL AS versions,
        to_regclass('outbox.endpoints') IS NOT NULL AS outbox,
        to_regclass('outbox.inbox') IS NOT NULL AS inbox;
 
+-- name: dispatcher_privileges
+-- What the dispatcher's role lacks of the privileges it uses, one text per
+-- privilege (empty: nothing; also empty without a schema outbox, which the
+-- schema check then reports). The same list as the dispatcher's part of
+-- grants.sql (a test keeps them equal), retention's DELETEs included: checked
+-- at start, so that a role without its grants waits, not ready, naming them,
+-- instead of failing at the first statement that needs one. Tables are found
+-- in the catalogue (no lookup through a schema we may not use); tables of
+-- later versions that are not there yet are the schema check's to report.
+WITH needed (relname, privilege, columns) AS (VALUES
+    ('schema_version', 'SELECT', NULL::text[]),
+    ('endpoints', 'SELECT', NULL),
+    ('endpoints', 'UPDATE', ARRAY['enabled', 'disabled_reason', 'updated_at']),
+    ('events', 'SELECT', NULL), ('events', 'DELETE', NULL),
+    ('deliveries', 'SELECT', NULL), ('deliveries', 'UPDATE', NULL),
+    ('deliveries', 'DELETE', NULL),
+    ('attempts', 'SELECT', NULL), ('attempts', 'INSERT', NULL), ('attempts', 'DELETE', NULL),
+    ('dispatchers', 'SELECT', NULL), ('dispatchers', 'INSERT', NULL),
+    ('dispatchers', 'UPDATE', NULL), ('dispatchers', 'DELETE', NULL),
+    ('endpoint_state', 'SELECT', NULL), ('endpoint_state', 'UPDATE', NULL),
+    ('endpoint_slots', 'SELECT', NULL), ('endpoint_slots', 'UPDATE', NULL),
+    ('endpoint_backlog', 'SELECT', NULL), ('endpoint_backlog', 'UPDATE', NULL),
+    ('maintainer', 'SELECT', NULL), ('maintainer', 'UPDATE', NULL)
+),
+schema AS (
+    SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = 'outbox'
+)
+SELECT current_user::text,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM schema) THEN ARRAY[]::text[]
+            WHEN NOT has_schema_privilege((SELECT oid FROM schema), 'USAGE')
+                THEN ARRAY['USAGE on schema outbox']
+            ELSE ARRAY(
+                SELECT w.privilege || coalesce(' (' || array_to_string(w.columns, ', ') || ')', '')
+                       || ' on outbox.' || w.relname
+                FROM needed w
+                JOIN pg_catalog.pg_class c
+                  ON c.relname = w.relname AND c.relnamespace = (SELECT oid FROM schema)
+                WHERE CASE WHEN w.columns IS NULL
+                           THEN NOT has_table_privilege(c.oid, w.privilege)
+                           ELSE EXISTS (SELECT 1 FROM unnest(w.columns) AS col(name)
+                                        WHERE NOT has_column_privilege(c.oid, col.name,
+                                                                       w.privilege))
+                      END)
+       END;
+
 -- name: schema_version
 SELECT coalesce(max(version), 0) FROM outbox.schema_version;
 

@@ -32,6 +32,10 @@ gone AS (
 )
 SELECT count(*) FROM gone;
 
+-- name: inbox_would_purge
+-- What `outbox purge --dry-run` reports of the inbox: records older than the cutoff.
+SELECT count(*) FROM outbox.inbox WHERE processed_at < %(cutoff)s;
+
 -- name: purge_tables
 -- Which halves of the schema this database holds: a receiver's own database
 -- (outbox migrate --inbox-only) has the inbox and no events.
