@@ -7,12 +7,12 @@ failure reason (the label of ``outbox_delivery_failures_total``), what the
 receiver answered (masked as ``last_error`` is) and what comes next: the
 next attempt's time, or the dead letter.
 
-An endpoint that fails faster than one attempt a second (a receiver down
-under a backlog fails hundreds a second) gets at most one line a second:
-the first failure of a second is said in full, the others are counted, and
-the line at the end of that second gives the last of them and says how
-many more it stands for (and how many of those were dead-lettered): one line
-a second per failing endpoint, whatever the rate.
+An endpoint whose attempts fail faster than one a second (a receiver down
+under a backlog fails hundreds a second) gets at most one retry line a
+second: the first failure of a second is said in full, the others are
+counted, and the line at the end of that second gives the last of them and
+says how many more it stands for. A dead letter is always a line of its own:
+each delivery dies once, and that line is the one operators search for.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ Schedule = Callable[[float, Callable[[], None]], object]
 class _Folded:
     said_at: float  # when its last line was written, monotonic
     count: int = 0  # failures since then, not said
-    dead: int = 0  # of those, dead-lettered
     flushing: bool = False  # a line for them is scheduled
     last: _Line | None = None  # the latest of them
 
@@ -68,6 +67,11 @@ class AttemptLog:
         """One failed attempt of ``delivery``: retried in ``retry_in`` seconds, or, with
         None, dead-lettered; ``now``: when it ended (UTC)."""
         line = _line(delivery, endpoint, outcome, retry_in, now)
+        if outcome.action == "dead" or retry_in is None:
+            # A dead letter is said on its own line, always: each delivery dies once,
+            # and it is the line operators search for.
+            self._log.warning(line.message, *line.args, extra=line.extra)
+            return
         clock = self._clock()
         folded = self._folded.get(endpoint.name)
         if folded is None or clock - folded.said_at >= FOLD_SECONDS:
@@ -75,7 +79,6 @@ class AttemptLog:
             self._log.warning(line.message, *line.args, extra=line.extra)
             return
         folded.count += 1
-        folded.dead += outcome.action == "dead"
         folded.last = line
         if not folded.flushing:
             folded.flushing = True
@@ -92,9 +95,8 @@ class AttemptLog:
         message = line.message
         args = line.args
         if more:
-            dead = f", {folded.dead} dead-lettered" if folded.dead else ""
-            message += " (and %s to %s in the last %g s%s, folded into this line)"
-            args += (counted(more, "more failed attempt"), name, FOLD_SECONDS, dead)
+            message += " (and %s to %s in the last %g s, folded into this line)"
+            args += (counted(more, "more failed attempt"), name, FOLD_SECONDS)
         self._log.warning(message, *args, extra={**line.extra, "folded": folded.count})
         self._folded[name] = _Folded(said_at=self._clock())
 

@@ -76,22 +76,22 @@ def test_each_failed_attempt_says_its_event_status_reason_and_next_attempt(
 def test_a_flood_of_failures_is_one_line_a_second_per_endpoint_saying_how_many(
         caplog: pytest.LogCaptureFixture) -> None:
     """500 failures of one endpoint in a second: the first line, then one at the second's
-    end with the last of them and the count of the rest (dead letters counted apart);
-    another endpoint is not folded with it; once the flood ends, a failure is said alone."""
+    end with the last of them and the count of the rest; dead letters each on a line of
+    their own; another endpoint is not folded with it; once the flood ends, a failure is
+    said alone."""
     scene = Scene(caplog)
     for n in range(500):
         scene.log.failed(delivery(), BILLING, DEAD if n % 100 == 0 else RETRY, 1.0, NOW)
         scene.advance(0.0019)  # 500 within 0.95 s
     scene.log.failed(delivery(), MAIL, RETRY, 1.0, NOW)
-    assert len(scene.lines()) == 2  # billing's first, mail's first
+    assert len(scene.lines()) == 5 + 1 + 1  # 5 dead letters, billing's first retry, mail's
     scene.advance(0.1)  # billing's second is over
     lines = scene.lines()
-    assert len(lines) == 3
-    assert lines[2].getMessage().endswith(
-        "(and 498 more failed attempts to billing in the last 1 s, 4 dead-lettered, "
-        "folded into this line)")
-    assert lines[2].__dict__["folded"] == 499
+    assert len(lines) == 8
+    assert lines[7].getMessage().endswith(
+        "(and 493 more failed attempts to billing in the last 1 s, folded into this line)")
+    assert lines[7].__dict__["folded"] == 494
     scene.advance(5.0)
     scene.log.failed(delivery(), BILLING, RETRY, 1.0, NOW)
-    assert len(scene.lines()) == 4  # billing's new one, said at once
+    assert len(scene.lines()) == 9  # billing's new one, said at once
     assert "folded" not in scene.lines()[-1].getMessage()
