@@ -157,8 +157,7 @@ def script(from_version: int, *, lock_timeout: float = LOCK_TIMEOUT) -> str:
                          f"{SCHEMA_VERSION}")
     if from_version == SCHEMA_VERSION:
         return ""
-    timeout = f"{max(1, round(lock_timeout * 1000))}ms"
-    record = "INSERT INTO outbox.schema_version (version) VALUES ({}) ON CONFLICT DO NOTHING;\n"
+    timeout = _lock_timeout_setting(lock_timeout)
     parts = ["-- outbox-dispatcher: the outbox schema from version "
              f"{from_version} to {SCHEMA_VERSION}, as `outbox migrate` applies it.\n"
              "-- Run it as the schema's owner; under psql: psql -v ON_ERROR_STOP=1 -f FILE.\n"]
@@ -174,14 +173,25 @@ def script(from_version: int, *, lock_timeout: float = LOCK_TIMEOUT) -> str:
         if step.transactional:
             parts.append(f"\n-- {step.name}: version {step.version}\nBEGIN;\n"
                          f"SET LOCAL lock_timeout = '{timeout}';\n{body}\n"
-                         f"{record.format(step.version)}COMMIT;\n")
+                         f"{_record(step.version)}\nCOMMIT;\n")
         else:
             parts.append(f"\n-- {step.name}: version {step.version}\n"
                          "-- outbox: NOT IN A TRANSACTION: the statements of this step cannot "
                          "run inside a transaction block (run each on its own)\n"
                          f"SET lock_timeout = '{timeout}';\n{body}\n"
-                         f"{record.format(step.version)}RESET lock_timeout;\n")
+                         f"{_record(step.version)}\nRESET lock_timeout;\n")
     return "".join(parts)
+
+
+def _lock_timeout_setting(seconds: float) -> str:
+    """``lock_timeout`` as PostgreSQL takes it: whole milliseconds, at least 1."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _record(version: int) -> str:
+    """The statement recording a step's version: ``record_version``, its parameter filled
+    in (a script has no parameters)."""
+    return queries["record_version"] % {"version": int(version)}
 
 
 class _Runner:
@@ -191,7 +201,7 @@ class _Runner:
                  attempts: int, turn_wait: float) -> None:
         self._conn = conn
         self._turn_wait = turn_wait
-        self._timeout = f"{max(1, round(lock_timeout * 1000))}ms"
+        self._timeout = _lock_timeout_setting(lock_timeout)
         self._pause = lock_timeout
         self._attempts = max(1, attempts)
 
