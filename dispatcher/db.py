@@ -38,7 +38,9 @@ from outbox.sql import QueryName, queries
 log = logging.getLogger("dispatcher.db")
 T = TypeVar("T")
 
-# Dead peers are noticed within ~25 s even when no statement is running.
+# Dead peers are noticed within ~25 s even when no statement is running
+# (keepalives), and within 30 s when a statement sent is never acknowledged
+# (tcp_user_timeout: without it Linux retransmits for about 15 minutes).
 _CONNECT_OPTIONS: dict[str, Any] = {
     "autocommit": True,
     "connect_timeout": 5,
@@ -46,7 +48,15 @@ _CONNECT_OPTIONS: dict[str, Any] = {
     "keepalives_idle": 10,
     "keepalives_interval": 5,
     "keepalives_count": 3,
+    "tcp_user_timeout": 30000,
 }
+ANSWER_TIMEOUT = 90.0
+"""Seconds a statement may go unanswered before its connection counts as dead.
+
+The server cancels any statement after 60 s (statement_timeout), so a longer
+silence means the connection carries nothing: a half-open link whose packets
+are acknowledged by something in between (a proxy, a NAT, a pooler whose own
+server connection died), which neither keepalives nor tcp_user_timeout see."""
 # Added to the DSN's own options. jit=off: the claim's row estimates are guesses
 # (its LIMITs come from other CTEs), so with a million pending rows its cost
 # passes jit_above_cost and PostgreSQL spent about 900 ms compiling a statement
@@ -145,7 +155,11 @@ async def connect(dsn: str, role: str) -> psycopg.AsyncConnection[Any]:
             if _POOLER_REFUSAL not in str(exc):
                 raise
         else:
-            row = await (await conn.execute(_APPLIED)).fetchone()
+            try:
+                row = await (await conn.execute(_APPLIED)).fetchone()
+            except BaseException:  # cut off or given up on: never leave the socket behind
+                await conn.close()
+                raise
             if row is not None and row[0]:
                 return conn
             await conn.close()  # options ignored (ignore_startup_parameters): a pooler
@@ -161,24 +175,25 @@ async def connect(dsn: str, role: str) -> psycopg.AsyncConnection[Any]:
 class Database:
     """One autocommit connection, reopened on demand after a failure."""
 
-    def __init__(self, dsn: str, health: Health, role: str) -> None:
+    def __init__(self, dsn: str, health: Health, role: str, *,
+                 answer_timeout: float = ANSWER_TIMEOUT) -> None:
         self._dsn = dsn
         self._health = health
         self._role = role
+        self._answer_timeout = answer_timeout
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def fetch(self, name: QueryName, params: dict[str, Any] | None = None,
                     ) -> Sequence[tuple[Any, ...]]:
         """Run the named query; its rows (empty for statements without RETURNING)."""
         try:
-            if self._conn is None or self._conn.closed:
-                self._conn = await connect(self._dsn, self._role)
-            async with self._conn.cursor() as cur:
-                if pooled(self._dsn):
-                    rows = await _in_own_transaction(cur, name, params)
-                else:
-                    await cur.execute(queries[name], params)
-                    rows = await cur.fetchall() if cur.description else []
+            async with asyncio.timeout(self._answer_timeout):
+                rows = await self._run(name, params)
+        except TimeoutError as exc:
+            await self.close()
+            why = f"no answer from the database within {self._answer_timeout:g}s"
+            self._health.down(why)
+            raise DatabaseDown(why) from exc
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
             # Not migrated yet (a migration job may still be on its way): wait
             # as for an outage, not ready, rather than exit.
@@ -193,6 +208,16 @@ class Database:
             raise DatabaseDown(why) from exc
         self._health.up()
         return rows
+
+    async def _run(self, name: QueryName, params: dict[str, Any] | None,
+                   ) -> Sequence[tuple[Any, ...]]:
+        if self._conn is None or self._conn.closed:
+            self._conn = await connect(self._dsn, self._role)
+        async with self._conn.cursor() as cur:
+            if pooled(self._dsn):
+                return await _in_own_transaction(cur, name, params)
+            await cur.execute(queries[name], params)
+            return await cur.fetchall() if cur.description else []
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

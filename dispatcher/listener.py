@@ -4,7 +4,9 @@ The claim query decides what is due; a notification only says "look now"
 instead of at the next poll. Listener connections can die silently (a
 half-open TCP connection delivers nothing and raises nothing), so between
 notifications the listener probes its own session with a round trip under a
-deadline; a probe that fails or hangs replaces the connection. While it is
+deadline; a probe that fails or hangs replaces the connection, and so does
+a connection that is not listening within ``setup_timeout`` of its start
+(cut while it was set up: LISTEN unanswered for ever). While it is
 down the dispatcher keeps delivering by polling, and after every reconnect
 it wakes the claimer once, for whatever was committed in between.
 
@@ -40,7 +42,7 @@ class Listener:
     def __init__(self, dsn: str, wake: Callable[[], None], *, probe_interval: float = 10.0,
                  probe_timeout: float = 5.0, notify_dsn: str | None = None,
                  direct: bool = False, round_trip_timeout: float = 5.0,
-                 recheck_interval: float = 300.0,
+                 recheck_interval: float = 300.0, setup_timeout: float = 20.0,
                  endpoints_changed: Callable[[], None] = lambda: None) -> None:
         """``dsn`` is LISTENed on; ``notify_dsn`` (default ``dsn``) is where publishers
         notify; ``direct``: ``dsn`` was named by --listen-dsn."""
@@ -53,6 +55,7 @@ class Listener:
         self._probe_timeout = probe_timeout
         self._round_trip_timeout = round_trip_timeout
         self._recheck_interval = recheck_interval
+        self._setup_timeout = setup_timeout
         self._warned = False
         self.connected = False
         self.working: bool | None = None  # the last round trip's verdict; None: not yet
@@ -63,10 +66,13 @@ class Listener:
         while True:
             conn: psycopg.AsyncConnection[object] | None = None
             pause = delay
+            setup = asyncio.timeout(self._setup_timeout)
             try:
-                conn = await connect(self._dsn, "listener")
-                await conn.execute(queries["listen"])
-                if await self._round_trip(conn):
+                async with setup:
+                    conn = await connect(self._dsn, "listener")
+                    await conn.execute(queries["listen"])
+                    works = await self._round_trip(conn)
+                if works:
                     self.connected = True
                     delay = 0.2
                     self._endpoints_changed()  # changes made while it was away
@@ -78,6 +84,9 @@ class Listener:
                 if self.connected:
                     log.warning("listener connection lost, polling meanwhile: %s",
                                 first_line(exc))
+                elif setup.expired():
+                    log.warning("listener connection lost while it was set up (not listening "
+                                "within %gs), polling meanwhile", self._setup_timeout)
             finally:
                 self.connected = False
                 if conn is not None:

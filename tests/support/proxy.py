@@ -11,6 +11,8 @@ until told to misbehave:
 - ``reset(match)``: the links are closed with a TCP reset (RST) at once;
 - ``close_after``: each new link is closed after that many bytes from the
   target (a connection cut in the middle of an answer);
+- ``stall_after``: each new link is blackholed once that many bytes came
+  from the target (a connection cut silently after its first exchanges);
 - ``refuse``: new connections are reset as soon as they arrive (the target
   is "down");
 - ``heal()``: new links are forwarded normally again (links already
@@ -70,6 +72,7 @@ class FaultProxy(LoopServer):
         self.target = (target_host, target_port)
         self.latency = 0.0
         self.close_after: int | None = None
+        self.stall_after: int | None = None
         self.refuse = False
         self._blackhole_new = False
         self.links: list[Link] = []
@@ -103,6 +106,7 @@ class FaultProxy(LoopServer):
             self._blackhole_new = False
             self.refuse = False
             self.close_after = None
+            self.stall_after = None
             self.latency = 0.0
         self._call(apply)
 
@@ -150,9 +154,12 @@ class FaultProxy(LoopServer):
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     link: Link, from_target: bool) -> None:
         limit = self.close_after if from_target else None
+        stall = self.stall_after if from_target else None
         try:
             while True:
                 data = await reader.read(_CHUNK)
+                if stall is not None and link.from_target >= stall:
+                    link.stalled.set()
                 if link.stalled.is_set():
                     await asyncio.Event().wait()  # swallowed, and never anything again
                 if not data:
