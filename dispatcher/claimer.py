@@ -137,6 +137,13 @@ class Claimer:
         requests that end wake the next one.
         """
         flights = self._flights
+        if self._walk.more and flights.requests() >= self._concurrency:
+            # Every request slot of this process busy, and more endpoints with work
+            # than it can serve: the plan would give no slot and prefetch nothing (see
+            # ``Quotas.plan``), so no walk either. A request ending with a successor
+            # waiting wakes the claimer and changes none of that; one that ends
+            # without frees a place, and the claim after it looks again.
+            return False
         budget = HELD_BYTES - flights.held_bytes()
         if budget <= 0:
             return False

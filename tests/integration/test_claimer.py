@@ -149,3 +149,27 @@ def test_a_claim_with_nothing_due_sends_no_claim_statement(
     more, ran = run(dsn, scenario)
     assert more is False
     assert ran == ["due_endpoints"]
+
+
+def test_with_every_slot_busy_and_more_endpoints_waiting_a_wake_up_sends_nothing(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """Two request slots busy, four endpoints with work: a request's end that hands its slot
+    to a successor wakes the claimer, and that claim can grant nothing: no walk, no claim."""
+    for name in ("a", "b", "c", "d"):
+        add_endpoint(conn, name, f"http://127.0.0.1/{name}", events=(f"t.{name}",))
+        outbox.publish_many(conn, [outbox.Event(f"t.{name}", {"n": n}) for n in range(3)])
+    conn.commit()
+
+    async def scenario(parts: _Parts) -> tuple[list[str], list[str], bool]:
+        parts.db.ran.clear()
+        await parts.claimer.claim_once()
+        await asyncio.sleep(0.05)
+        first = list(parts.db.ran)
+        parts.db.ran.clear()
+        more = await parts.claimer.claim_once()
+        return first, list(parts.db.ran), more
+
+    first, busy, more = run(dsn, scenario, concurrency=2)
+    assert first == ["due_endpoints", "claim"]
+    assert busy == []
+    assert more is False
