@@ -179,6 +179,7 @@ class TemporaryPostgres:
         return self.dsn_for("postgres")
 
     def dsn_for(self, dbname: str) -> str:
+        """A DSN for another database of the same server (create it first)."""
         return f"postgresql://{self.user}:{self.password}@127.0.0.1:{self.port}/{dbname}"
 
     def _command(self, args: list[str]) -> list[str]:
@@ -231,6 +232,7 @@ class TemporaryPostgres:
         raise PostgresNotFound(problem + hint)
 
     def initdb(self) -> None:
+        """Create the data directory (``start`` and ``with`` call it)."""
         server_user = self._server_user()
         if self._as_root:
             if server_user is None:
@@ -256,6 +258,7 @@ class TemporaryPostgres:
             os.chown(hba, server_user.pw_uid, server_user.pw_gid)
 
     def start(self) -> None:
+        """Start the server on its port, after ``initdb`` (again after ``stop``)."""
         options = {
             "listen_addresses": "127.0.0.1",
             "port": str(self.port),
@@ -272,12 +275,15 @@ class TemporaryPostgres:
         self._running = True
 
     def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``pg_ctl stop -m MODE``); the data directory stays until ``close``."""
         if self._running:
             self._run([str(self.bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D",
                        str(self.datadir)])
             self._running = False
 
     def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until the server accepts connections; after ``timeout`` seconds, the
+        connection error (psycopg.OperationalError)."""
         import psycopg
         deadline = time.monotonic() + timeout
         while True:
@@ -299,6 +305,7 @@ class TemporaryPostgres:
         return self
 
     def close(self) -> None:
+        """Stop the server at once and remove its data directory; ``with`` calls it."""
         try:
             self.stop("immediate")
         except (RuntimeError, subprocess.SubprocessError, OSError):

@@ -50,7 +50,8 @@ _CE_ATTRIBUTES: Final = tuple(f"ce-{name}" for name in (
 class Headers(Protocol):
     """What is read of the request's headers: a dict, Starlette's, Django's, Flask's..."""
 
-    def get(self, key: str, /) -> str | None: ...
+    def get(self, key: str, /) -> str | None:
+        """The header's value, or None; ``key`` is lower case (``webhook-id``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ class Request:
     received_at: float  # time.time() on arrival
 
     def header(self, name: str) -> str | None:
+        """The header's value (names compared in lower case), or None."""
         return self.headers.get(name.lower())
 
     @classmethod
@@ -86,9 +87,11 @@ class Receiver:
 
     @property
     def url(self) -> str:
+        """Where to point an endpoint: ``http://127.0.0.1:PORT/``."""
         return f"http://127.0.0.1:{self.port}/"
 
     def start(self) -> Receiver:
+        """Listen on a free port of 127.0.0.1, on a thread of its own; ``with`` calls it."""
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
         future.result(timeout=10)
@@ -99,6 +102,7 @@ class Receiver:
         self.port = self._server.sockets[0].getsockname()[1]
 
     def close(self) -> None:
+        """Stop listening, close the connections, end the thread; ``with`` calls it."""
         async def stop() -> None:
             if self._server:
                 self._server.close()
@@ -124,6 +128,7 @@ class Receiver:
         self.close()
 
     def snapshot(self) -> list[Request]:
+        """A copy of the requests received so far (``requests`` grows meanwhile)."""
         with self._lock:
             return list(self.requests)
 
