@@ -1,4 +1,13 @@
-"""A Flask receiver: verify the delivery, then do its work once, in one transaction."""
+"""A Flask receiver: verify the delivery, then do its work once, in one transaction.
+
+It keeps the quick start's ``mail.*`` events in ``mail_archive``. Its own
+database needs the inbox and that table, once::
+
+    outbox migrate --inbox-only --dsn "$DATABASE_URL"
+    psql "$DATABASE_URL" -c 'CREATE TABLE mail_archive (message_id bigint NOT NULL, event_id text NOT NULL)'
+
+Then: ``WEBHOOK_SECRETS=whsec_... DATABASE_URL=... flask --app receive_flask run``.
+"""
 
 import os
 
@@ -17,10 +26,10 @@ app = Flask(__name__)
 app.config["MAX_CONTENT_LENGTH"] = MAX_BODY + 1
 
 
-def bill(conn: psycopg.Connection, event: receive.Received) -> None:
+def archive(conn: psycopg.Connection, event: receive.Received) -> None:
     """The receiver's own work, in the same transaction as its inbox record."""
-    conn.execute("INSERT INTO invoices (order_id, event_id) VALUES (%s, %s)",
-                 (event.data["order_id"], event.id))
+    conn.execute("INSERT INTO mail_archive (message_id, event_id) VALUES (%s, %s)",
+                 (event.data["message_id"], event.id))
 
 
 @app.post("/hooks")
@@ -37,6 +46,6 @@ def hooks() -> tuple[str, int]:
     # An exception below is a 500: nothing was committed, the dispatcher retries.
     with psycopg.connect(DSN) as conn:  # commits when the block ends without an error
         for event in events:
-            if receive.first_time(conn, event.id, consumer="billing"):
-                bill(conn, event)
+            if receive.first_time(conn, event.id, consumer="archive"):
+                archive(conn, event)
     return "", 204  # committed: done, or skipped as a duplicate

@@ -1,4 +1,13 @@
-"""A Starlette receiver: verify the delivery, then do its work once, in one transaction."""
+"""A Starlette receiver: verify the delivery, then do its work once, in one transaction.
+
+It notes the quick start's ``mail.*`` events in ``mail_notices``. Its own
+database needs the inbox and that table, once::
+
+    outbox migrate --inbox-only --dsn "$DATABASE_URL"
+    psql "$DATABASE_URL" -c 'CREATE TABLE mail_notices (message_id bigint NOT NULL, event_id text NOT NULL)'
+
+Then: ``WEBHOOK_SECRETS=whsec_... DATABASE_URL=... uvicorn receive_starlette:app``.
+"""
 
 import os
 
@@ -27,10 +36,10 @@ async def capped_body(request: Request) -> bytes | None:
     return bytes(body)
 
 
-async def ship(conn: psycopg.AsyncConnection, event: receive.Received) -> None:
+async def notify(conn: psycopg.AsyncConnection, event: receive.Received) -> None:
     """The receiver's own work, in the same transaction as its inbox record."""
-    await conn.execute("INSERT INTO shipments (order_id, event_id) VALUES (%s, %s)",
-                       (event.data["order_id"], event.id))
+    await conn.execute("INSERT INTO mail_notices (message_id, event_id) VALUES (%s, %s)",
+                       (event.data["message_id"], event.id))
 
 
 async def hooks(request: Request) -> Response:
@@ -46,8 +55,8 @@ async def hooks(request: Request) -> Response:
     # An exception below is a 500: nothing was committed, the dispatcher retries.
     async with await psycopg.AsyncConnection.connect(DSN) as conn, conn.transaction():
         for event in events:
-            if await receive.afirst_time(conn, event.id, consumer="shipping"):
-                await ship(conn, event)
+            if await receive.afirst_time(conn, event.id, consumer="notify"):
+                await notify(conn, event)
     return Response(status_code=204)  # committed: done, or skipped as a duplicate
 
 

@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
@@ -34,6 +35,23 @@ class UsageError(Exception):
 
 class CommandFailed(Exception):
     """The command could not do its work at run time: exit 1."""
+
+
+def check_window(args: argparse.Namespace) -> None:
+    """A time window that holds nothing is a mistake, said as one (exit 2), not ``(none)``.
+
+    ``--since`` and ``--until`` are each a timestamp or a duration back from
+    now (``args.moment``), compared on one clock.
+    """
+    since, until = getattr(args, "since", None), getattr(args, "until", None)
+    if since is None or until is None:
+        return
+    now = datetime.now(UTC)
+    start = now - since if isinstance(since, timedelta) else since
+    end = now - until if isinstance(until, timedelta) else until
+    if start >= end:
+        raise UsageError(f"argument --until: {end.isoformat(timespec='seconds')} is not after "
+                         f"--since {start.isoformat(timespec='seconds')}: the window is empty")
 
 
 def add_dsn_option(parser: argparse.ArgumentParser) -> None:

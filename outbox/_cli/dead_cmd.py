@@ -74,6 +74,7 @@ def _selectors(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def _where(args: argparse.Namespace) -> admin.EventFilter:
+    common.check_window(args)
     return admin.EventFilter(tuple(args.types), args.since, args.until)
 
 

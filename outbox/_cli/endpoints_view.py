@@ -27,11 +27,24 @@ def show(args: argparse.Namespace) -> int:
         return common.EXIT_OK
     width = max(len(key) for key in doc)
     for key, value in doc.items():
-        text = (", ".join(map(str, value)) if isinstance(value, list)
-                else ", ".join(value) or "-" if isinstance(value, dict)
-                else "-" if value is None else str(value))
-        common.print_line(f"{key.replace('_', ' '):<{width}}  {text}")
+        common.print_line(f"{key.replace('_', ' '):<{width}}  {_shown(key, value)}")
     return common.EXIT_OK
+
+
+_SECONDS = {"timeout", "min_backoff", "max_backoff", "breaker_cooldown"}
+"""Options ``show`` prints with their unit (the JSON gives them as numbers of seconds)."""
+
+
+def _shown(key: str, value: Any) -> str:
+    """One value of ``show`` as the table of ``list`` spells it: yes/no, units, - for none."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | dict):
+        return ", ".join(map(str, value)) or "-"
+    if value is None:
+        return "-"
+    unit = "s" if key in _SECONDS else "/s" if key == "rate_limit" else None
+    return str(value) if unit is None else f"{float(value):g}{unit}"
 
 
 def list_endpoints(args: argparse.Namespace) -> int:

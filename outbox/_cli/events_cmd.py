@@ -34,6 +34,7 @@ def register(sub: Any) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    common.check_window(args)
     where = admin.EventFilter(tuple(args.types), args.since, args.until)
     with common.connect(args) as conn:
         found = admin.events(conn, where=where, key=args.key, limit=args.limit)

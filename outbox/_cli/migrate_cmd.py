@@ -139,8 +139,11 @@ def run(args: argparse.Namespace) -> int:
         warnings = _role_warnings(conn) if before != after else []
     if before == after:
         print(f"outbox schema is up to date (version {after})")
+    elif args.inbox_only and before == 0:
+        print(f"inbox made (schema version {after}): the inbox and the version table "
+              "only, no outbox; `outbox migrate` without --inbox-only adds it later")
     else:
         print(f"outbox schema migrated from version {before} to {after}")
-        for warning in warnings:
-            print(warning, file=sys.stderr)
+    for warning in warnings:
+        print(warning, file=sys.stderr)
     return common.EXIT_OK

@@ -46,6 +46,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.until is not None and args.since is None:
         raise common.UsageError("argument --until: goes with --since")
+    common.check_window(args)
     with common.connect(args) as conn:
         result = admin.replay(conn, args.endpoint, since=args.since, event_ids=args.event_ids,
                               until=args.until, types=args.types, dry_run=args.dry_run)

@@ -4,7 +4,7 @@
 >>> events = verifier.verify(request.headers, raw_body)      # list[receive.Received]
 >>> with psycopg.connect(dsn) as conn:
 ...     for ev in events:
-...         if receive.first_time(conn, ev.id, consumer="billing"):
+...         if receive.first_time(conn, ev.id, consumer="archive"):
 ...             apply_change(conn, ev.data)                  # once per event and consumer
 
 A verifier reads the one format its endpoint sends (``standard-webhooks``, the

@@ -71,6 +71,7 @@ def test_status_table_and_json(dsn: str, scene: dict[str, uuid.UUID]) -> None:
     assert table.stdout.splitlines()[0].split()[:4] == ["ENDPOINT", "STATE", "CIRCUIT", "PENDING"]
     assert "BOUND" in table.stdout.splitlines()[0]
     assert "unrouted events: 1" in table.stdout
+    assert "delivered: the deliveries retention still keeps" in table.stdout
 
     result = outbox(dsn, "status", "--json")
     assert result.returncode == 0, result.stderr

@@ -100,6 +100,29 @@ def test_a_closed_pipe_ends_quietly(conn: psycopg.Connection[Any], dsn: str,
     assert (result.returncode, result.stderr) == (0, "")
 
 
+@pytest.mark.parametrize("args", [("status",), ("dead", "list"), ("migrate",)])
+def test_a_closed_or_full_standard_output_is_one_line_and_exit_one(
+        conn: psycopg.Connection[Any], dsn: str, args: tuple[str, ...]) -> None:
+    """`outbox status >&-` does nothing and says so; `> /dev/full` says what failed."""
+    add_endpoint(conn, "mail")
+    set_state(conn, publish(conn), "mail", "dead", error="HTTP 500", status=500)
+    environ = clean_environment({"OUTBOX_DSN": dsn})
+    closed = subprocess.run([*COMMAND, *args], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=environ, timeout=60, check=False,
+                            preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 1, closed.stderr
+    assert closed.stderr.splitlines() == [
+        "outbox: error: standard output is closed; nothing was done (point it at /dev/null "
+        "to drop what the command prints)"]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([*COMMAND, *args], stdout=full, stderr=subprocess.PIPE,
+                                text=True, env=environ, timeout=60, check=False)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "outbox: error: cannot write to standard output: No space left on device")
+    assert "Traceback" not in result.stderr
+
+
 def test_non_utf8_arguments_are_usage_errors(dsn: str) -> None:
     """An endpoint name in Latin-1 bytes: exit 2 naming the argument, no UnicodeEncodeError."""
     environ = clean_environment({"OUTBOX_DSN": dsn})

@@ -331,7 +331,12 @@ def test_an_endpoint_may_leave_tracestate_out(dsn: str, tmp_path: Path) -> None:
     ok(outbox_cmd(dsn, "add", "full", "--url", URL))
     assert (endpoint(dsn, "bare")["send_tracestate"], endpoint(dsn, "full")["send_tracestate"]) \
         == (False, True)
-    assert re.search(r"^send tracestate +False$", ok(outbox_cmd(dsn, "show", "bare")), re.M)
+    shown = ok(outbox_cmd(dsn, "show", "bare"))
+    assert re.search(r"^send tracestate +no$", shown, re.M)
+    # As `list` spells them: yes/no, and durations with their unit.
+    assert re.search(r"^enabled +yes$", shown, re.M)
+    assert re.search(r"^timeout +10s$", shown, re.M), shown
+    assert re.search(r"^max backoff +\d+s$", shown, re.M), shown
     assert json.loads(ok(outbox_cmd(dsn, "show", "full", "--json")))["send_tracestate"] is True
     listed = {e["name"]: e["send_tracestate"] for e in json.loads(ok(outbox_cmd(
         dsn, "list", "--json")))}

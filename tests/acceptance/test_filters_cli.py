@@ -143,3 +143,21 @@ def test_bad_values_are_usage_errors(dsn: str, args: tuple[str, ...]) -> None:
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ("dead", "list", "--since", "1h", "--until", "2h"),
+    ("dead", "retry", "--all", "--since", "2026-12-02T10:00:00Z",
+     "--until", "2026-12-02T10:00:00Z"),
+    ("events", "list", "--since", "1d", "--until", "2d"),
+    ("replay", "--endpoint", "mail", "--since", "1h", "--until", "1d"),
+])
+def test_an_empty_time_window_is_a_usage_error(conn: Conn, dsn: str,
+                                               args: tuple[str, ...]) -> None:
+    """--until not after --since holds nothing: said in one line (exit 2), not `(none)`."""
+    add_endpoint(conn, "mail")
+    result = outbox(dsn, *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "the window is empty" in line
+    assert result.stdout == ""

@@ -88,6 +88,9 @@ def test_inbox_only_database(empty_dsn: str) -> None:
     """--inbox-only: the inbox alone, judged alone by --check; other commands: outbox missing."""
     made = _outbox("migrate", "--inbox-only", "--dsn", empty_dsn)
     assert made.returncode == 0, made.stderr
+    assert made.stdout.splitlines()[-1].startswith("inbox made (schema version ")
+    again = _outbox("migrate", "--inbox-only", "--dsn", empty_dsn)
+    assert again.stdout.splitlines()[-1].startswith("outbox schema is up to date (version ")
     for args in (("--check",), ("--check", "--inbox-only")):
         check = _outbox("migrate", *args, "--dsn", empty_dsn)
         assert check.returncode == 0, check.stdout + check.stderr

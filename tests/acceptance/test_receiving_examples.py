@@ -28,8 +28,8 @@ DOC = EXAMPLES.parent / "receiving.md"
 
 Serve = Callable[[Any], AbstractContextManager[str]]
 # (example module, how to serve its app, its business table, its consumer name)
-APPS = {"starlette": ("receive_starlette", serve_asgi, "shipments", "shipping"),
-        "flask": ("receive_flask", serve_wsgi, "invoices", "billing")}
+APPS = {"starlette": ("receive_starlette", serve_asgi, "mail_notices", "notify"),
+        "flask": ("receive_flask", serve_wsgi, "mail_archive", "archive")}
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def test_a_delivery_is_done_once_however_often_it_arrives(
         app: tuple[str, str, str], receiver_db: str) -> None:
     """The same delivery three times: 204 each time, one effect, one inbox record."""
     url, table, consumer = app
-    request = signed_request(SECRET, "order.created", {"order_id": 7})
+    request = signed_request(SECRET, "mail.received", {"message_id": 7})
     for _ in range(3):
         assert post(url, request.headers, request.body) == 204
     event_id = request.events[0].id
@@ -93,8 +93,8 @@ def test_a_delivery_is_done_once_however_often_it_arrives(
 def test_a_batch_does_each_event_once(example: Example, receiver_db: str) -> None:
     """A CloudEvents batch, then a single delivery of one of its events: each effect once."""
     url, table = example.url("cloudevents"), example.table
-    one = signed_request(OLD, "order.created", {"order_id": 1}, format="cloudevents")
-    two = signed_request(OLD, "order.created", {"order_id": 2})
+    one = signed_request(OLD, "mail.received", {"message_id": 1}, format="cloudevents")
+    two = signed_request(OLD, "mail.received", {"message_id": 2})
     batch = signed_batch(SECRET, [*one.events, *two.events], format="cloudevents")
     assert post(url, batch.headers, batch.body) == 204
     assert post(url, one.headers, one.body) == 204
@@ -105,11 +105,11 @@ def test_a_bad_signature_is_401_and_changes_nothing(
         app: tuple[str, str, str], receiver_db: str) -> None:
     """Wrong secret, no signature, or a stale timestamp: 401, no effect, no record."""
     url, table, _ = app
-    wrong = signed_request(WRONG, "order.created", {"order_id": 3})
+    wrong = signed_request(WRONG, "mail.received", {"message_id": 3})
     assert post(url, wrong.headers, wrong.body) == 401
     unsigned = {k: v for k, v in wrong.headers.items() if k != "webhook-signature"}
     assert post(url, unsigned, wrong.body) == 401
-    stale = signed_request(SECRET, "order.created", {"order_id": 3}, timestamp=0)
+    stale = signed_request(SECRET, "mail.received", {"message_id": 3}, timestamp=0)
     assert post(url, stale.headers, stale.body) == 401
     assert effects(receiver_db, table) == []
     assert inbox(receiver_db) == []
@@ -119,7 +119,7 @@ def test_a_signed_request_that_is_no_delivery_is_400(
         app: tuple[str, str, str], receiver_db: str) -> None:
     """Correctly signed but not an event: 400 (a 4xx: dead-lettered), nothing recorded."""
     url, _, _ = app
-    good = signed_request(SECRET, "order.created", {"order_id": 4})
+    good = signed_request(SECRET, "mail.received", {"message_id": 4})
     body = json.dumps({"hello": "world"}).encode()
     stamp = int(good.headers["webhook-timestamp"])
     key = base64.b64decode(SECRET.removeprefix("whsec_"))
@@ -136,12 +136,12 @@ def test_ce_headers_added_to_a_signed_request_never_reach_the_handler(
     Then the request as captured is done once: the forgery recorded nothing.
     """
     url, table = example.url(), example.table
-    captured = signed_request(SECRET, "order.created", {"order_id": 8}, key="customer-8")
-    forged = {**captured.headers, "ce-specversion": "1.0", "ce-type": "order.refunded",
+    captured = signed_request(SECRET, "mail.received", {"message_id": 8}, key="customer-8")
+    forged = {**captured.headers, "ce-specversion": "1.0", "ce-type": "mail.deleted",
               "ce-subject": "attacker", "ce-id": captured.headers["webhook-id"],
               "ce-source": "/outbox-dispatcher", "ce-time": "2024-05-01T12:00:00Z"}
     assert post(url, forged, captured.body) == 400
-    assert post(url, {**captured.headers, "ce-type": "order.refunded"}, captured.body) == 400
+    assert post(url, {**captured.headers, "ce-type": "mail.deleted"}, captured.body) == 400
     assert effects(receiver_db, table) == []
     assert inbox(receiver_db) == []
     assert post(url, captured.headers, captured.body) == 204
@@ -166,7 +166,7 @@ def test_a_body_larger_than_max_body_is_413_and_read_no_further(
         example: Example, receiver_db: str) -> None:
     """Above 5 MiB, with or without Content-Length: 413, nothing recorded; 5 MiB is read."""
     url, table = example.url(), example.table
-    request = signed_request(SECRET, "order.created", {"order_id": 9})
+    request = signed_request(SECRET, "mail.received", {"message_id": 9})
     limit = 5 * 1024 * 1024
     padded = request.body + b" " * (limit + 1 - len(request.body))  # JSON allows the spaces
     assert post(url, request.headers, padded) == 413
@@ -181,7 +181,7 @@ def test_a_failure_is_5xx_and_rolls_back_so_the_retry_does_the_work(
         app: tuple[str, str, str], receiver_db: str) -> None:
     """The work fails: 5xx, no record kept; once fixed, the same delivery is done, once."""
     url, table, consumer = app
-    request = signed_request(SECRET, "order.created", {"order_id": 5})
+    request = signed_request(SECRET, "mail.received", {"message_id": 5})
     with psycopg.connect(receiver_db, autocommit=True) as conn:
         conn.execute(f"ALTER TABLE {table} RENAME TO {table}_away")
         assert post(url, request.headers, request.body) == 500
@@ -198,12 +198,12 @@ def test_a_failure_is_5xx_and_rolls_back_so_the_retry_does_the_work(
 def test_the_real_dispatcher_delivers_to_the_examples_in_every_format(
         example: Example, receiver_db: str, dsn: str, fleet: Fleet,
         fmt: str, max_batch: int) -> None:
-    """The dispatcher's own requests, single or batched, either format: each order once."""
+    """The dispatcher's own requests, single or batched, either format: each event once."""
     url, table, consumer = example.url(fmt), example.table, example.consumer
     add_endpoint(dsn, url, secret=OLD, format=fmt, max_batch=max_batch)
     with psycopg.connect(dsn) as conn:
         ids = [str(i) for i in outbox.publish_many(conn, [
-            outbox.Event("order.created", {"order_id": n}, key="caf\u00e9 %" if n % 2 else None)
+            outbox.Event("mail.received", {"message_id": n}, key="caf\u00e9 %" if n % 2 else None)
             for n in range(1, 8)])]
         conn.commit()
     fleet.start()

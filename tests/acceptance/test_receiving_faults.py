@@ -92,9 +92,9 @@ def example(name: str, receiver_db: str) -> Any:
 
 
 def publish_orders(dsn: str, count: int) -> list[str]:
-    """``count`` order.created events with order ids 1..count, committed; their ids."""
+    """``count`` mail.received events with message ids 1..count, committed; their ids."""
     with psycopg.connect(dsn) as conn:
-        ids = outbox.publish_many(conn, [outbox.Event("order.created", {"order_id": n})
+        ids = outbox.publish_many(conn, [outbox.Event("mail.received", {"message_id": n})
                                          for n in range(1, count + 1)])
         conn.commit()
     return [str(i) for i in ids]
@@ -126,8 +126,8 @@ def test_answer_lost_after_the_commit_the_retry_is_absorbed(
             fleet.start()
             wait_until(lambda: all_delivered(dsn, 5), 30, "every event delivered")
     assert {i: arrivals.counts[i] for i in ids} == dict.fromkeys(ids, 2)
-    assert effects(receiver_db, "shipments") == [(n, i) for n, i in enumerate(ids, 1)]
-    assert inbox(receiver_db) == Counter(("shipping", i) for i in ids)
+    assert effects(receiver_db, "mail_notices") == [(n, i) for n, i in enumerate(ids, 1)]
+    assert inbox(receiver_db) == Counter(("notify", i) for i in ids)
     assert all(delivery_row(dsn, i)["attempts"] == 2 for i in ids)
 
 
@@ -146,9 +146,9 @@ def test_dispatcher_killed_after_its_post_each_consumer_works_once(
     starlette = asgi_saboteur(example("receive_starlette", receiver_db), arrivals["starlette"],
                               freeze)
     flask = wsgi_saboteur(example("receive_flask", receiver_db), arrivals["flask"], freeze)
-    with serve_asgi(starlette) as shipping, serve_wsgi(flask) as billing:
-        add_endpoint(dsn, f"{shipping}/hooks", "shipping", secret=SECRET, timeout_seconds=2.0)
-        add_endpoint(dsn, f"{billing}/hooks", "billing", secret=SECRET, timeout_seconds=2.0)
+    with serve_asgi(starlette) as notify, serve_wsgi(flask) as archive:
+        add_endpoint(dsn, f"{notify}/hooks", "notify", secret=SECRET, timeout_seconds=2.0)
+        add_endpoint(dsn, f"{archive}/hooks", "archive", secret=SECRET, timeout_seconds=2.0)
         first.append(fleet.start())
         ids = publish_orders(dsn, 3)
         assert stopped.wait(20), "no request reached a receiver"
@@ -158,7 +158,7 @@ def test_dispatcher_killed_after_its_post_each_consumer_works_once(
         wait_until(lambda: all_delivered(dsn, 6), 30, "every event delivered to both")
     repeats = sum(c - 1 for a in arrivals.values() for c in a.counts.values())
     assert repeats >= 1  # the killed dispatcher's delivery really arrived twice
-    assert effects(receiver_db, "shipments") == [(n, i) for n, i in enumerate(ids, 1)]
-    assert effects(receiver_db, "invoices") == [(n, i) for n, i in enumerate(ids, 1)]
-    assert inbox(receiver_db) == Counter([("shipping", i) for i in ids] +
-                                         [("billing", i) for i in ids])
+    assert effects(receiver_db, "mail_notices") == [(n, i) for n, i in enumerate(ids, 1)]
+    assert effects(receiver_db, "mail_archive") == [(n, i) for n, i in enumerate(ids, 1)]
+    assert inbox(receiver_db) == Counter([("notify", i) for i in ids] +
+                                         [("archive", i) for i in ids])

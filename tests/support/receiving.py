@@ -5,7 +5,7 @@
 - ``serve_asgi`` / ``serve_wsgi``: an app under uvicorn or Werkzeug's server,
   each on its own thread, for the length of a block;
 - ``receiver_db``: a receiver's own database holding only the inbox and the
-  example's business tables (``shipments``, ``invoices``: no unique key, so a
+  example's business tables (``mail_notices``, ``mail_archive``: no unique key, so a
   duplicate effect would show as a second row).
 """
 
@@ -31,8 +31,8 @@ from tests.support.dispatcher import wait_until
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 BUSINESS = """
-CREATE TABLE shipments (order_id int NOT NULL, event_id text NOT NULL);
-CREATE TABLE invoices (order_id int NOT NULL, event_id text NOT NULL);
+CREATE TABLE mail_notices (message_id int NOT NULL, event_id text NOT NULL);
+CREATE TABLE mail_archive (message_id int NOT NULL, event_id text NOT NULL);
 """
 
 
@@ -91,11 +91,13 @@ def serve_wsgi(app: Any) -> Iterator[str]:
 
 
 def effects(dsn: str, table: str) -> list[tuple[int, str]]:
-    """(order_id, event_id) of every row of ``shipments`` or ``invoices``."""
-    assert table in {"shipments", "invoices"}
+    """(message_id, event_id) of every row of ``mail_notices`` or ``mail_archive``."""
+    assert table in {"mail_notices", "mail_archive"}
     with psycopg.connect(dsn, autocommit=True) as conn:
-        query = {"shipments": "SELECT order_id, event_id FROM shipments ORDER BY 1, 2",
-                 "invoices": "SELECT order_id, event_id FROM invoices ORDER BY 1, 2"}[table]
+        query = {
+            "mail_notices": "SELECT message_id, event_id FROM mail_notices ORDER BY 1, 2",
+            "mail_archive": "SELECT message_id, event_id FROM mail_archive ORDER BY 1, 2",
+        }[table]
         return [(int(o), str(e)) for o, e in conn.execute(query)]
 
 
