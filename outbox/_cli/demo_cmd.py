@@ -1,4 +1,4 @@
-"""``outbox demo [--events N]``: the whole path on a throwaway cluster, no configuration.
+"""``outbox demo [--events N] [--keep]``: the whole path on a throwaway cluster.
 
 The work is in :mod:`outbox.demo`, imported only when the command runs (the
 producer library never loads it); this module parses the one option,
@@ -6,7 +6,9 @@ draws the progress (a bar on a terminal, a plain line a second otherwise,
 both on stderr) and prints the summary on stdout. Exit 0 when every
 committed event arrived and every check held, 1 otherwise, 2 for a bad
 ``--events``; after SIGINT or SIGTERM, 128 + the signal number, once
-everything has been removed.
+everything has been removed. With ``--keep`` the cluster stays after the
+summary, with the commands to look at it, until SIGINT or SIGTERM: then the
+exit code is the summary's.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--events", type=_event_count, default=DEFAULT_EVENTS, metavar="N",
                         help=f"committed events to publish, 1 to {MAX_EVENTS} "
                         f"(default {DEFAULT_EVENTS})")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the PostgreSQL after the summary, for `outbox status`, "
+                        "`outbox show` and `outbox dead list`, until Ctrl-C")
     parser.set_defaults(func=run)
 
 
@@ -58,6 +63,7 @@ class _Reporter:
 
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
+        self.summary: Summary | None = None  # printed already (--keep)
         self._next_line = 0.0
         self._last: Progress | None = None
         self._drawn = False
@@ -74,6 +80,20 @@ class _Reporter:
         elif time.monotonic() >= self._next_line:
             self._next_line = time.monotonic() + 1.0
             print("progress: " + self._line(progress), file=sys.stderr, flush=True)
+
+    def kept(self, summary: Summary, dsn: str) -> None:
+        self.finish()
+        self.summary = summary
+        _print_summary(summary)
+        refused = summary.publisher.refused_id
+        print("the cluster is kept; in another terminal:")
+        print(f"  export OUTBOX_DSN='{dsn}'")
+        print("  outbox status")
+        print("  outbox dead list")
+        if refused is not None:
+            print(f"  outbox show {refused}")
+        print("  outbox events list --limit 5")
+        print("Ctrl-C here removes everything", flush=True)
 
     def finish(self) -> None:
         if self.tty and self._drawn:
@@ -103,6 +123,8 @@ def _percentile(values: list[float], share: float) -> float:
 
 
 def _print_summary(s: Summary) -> None:
+    from outbox.demo.receiver import REFUSED_TYPE
+
     ep, pub = s.endpoint, s.publisher
     missing = s.total - ep.accepted
     rows = [
@@ -113,7 +135,9 @@ def _print_summary(s: Summary) -> None:
          f"first_time; demo_shipments holds {s.shipments} shipments"),
         ("retried", f"{ep.retries} attempts beyond the first ({ep.answered_503} answered 503, "
          f"{ep.timed_out} timed out)"),
-        ("dead-lettered", str(s.dead)),
+        ("dead-lettered", f"{s.dead}: the {REFUSED_TYPE} event, refused with 422 by the "
+         "receiver (a 4xx other than 408, 425 and 429 is not retried); `outbox dead "
+         "list` shows it, `outbox dead retry` sends it again"),
         ("rolled back", f"{pub.rollbacks} transactions: {ep.rolled_back_arrived} of their "
          f"events arrived; demo_orders holds {s.orders} orders"),
         ("ordering", f"{pub.keyed} keyed events over {pub.keys} customers: "
@@ -128,8 +152,9 @@ def _print_summary(s: Summary) -> None:
          f"ms, p99 {_percentile(ep.first_try_latencies, 0.99) * 1000:.0f} ms; with the "
          f"retried ones, p99 {_percentile(ep.latencies, 0.99) * 1000:.0f} ms"),
         ("signatures", f"{ep.verified} of {ep.requests} requests verified ({ep.verifier})"),
-        ("cleanup", f"dispatcher stopped (exit {s.dispatcher_exit}), receiver and cluster "
-         "stopped, temporary files removed"),
+        ("cleanup", f"dispatcher stopped (exit {s.dispatcher_exit}), "
+         + ("the cluster kept until Ctrl-C" if s.kept else
+            "receiver and cluster stopped, temporary files removed")),
     ]
     print("summary")
     for name, text in rows:
@@ -155,8 +180,12 @@ def run(args: argparse.Namespace) -> int:
 
     reporter = _Reporter()
     try:
-        summary = run_demo(args.events, reporter)
+        summary = run_demo(args.events, reporter, keep=args.keep)
     except Interrupted as exc:
+        if reporter.summary is not None:  # --keep, ended as it should be
+            print("outbox demo: the receiver and cluster were stopped and removed",
+                  file=sys.stderr)
+            return _verdict(reporter.summary)
         reporter.finish()
         print(f"outbox demo: interrupted by {exc}; the dispatcher, receiver and cluster "
               "were stopped and removed", file=sys.stderr)
@@ -169,6 +198,10 @@ def run(args: argparse.Namespace) -> int:
         raise common.CommandFailed(f"demo failed: {exc}") from exc
     reporter.finish()
     _print_summary(summary)
+    return _verdict(summary)
+
+
+def _verdict(summary: Summary) -> int:
     if not summary.ok:
         print(f"outbox demo: {summary.total - summary.endpoint.accepted} of {summary.total} "
               "events did not arrive or a check failed", file=sys.stderr)

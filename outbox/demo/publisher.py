@@ -7,7 +7,8 @@ Each transaction inserts a row into ``demo_orders`` and publishes its
 receiver can check the order). One extra transaction in
 :data:`ROLLBACK_EVERY` is rolled back after publishing: its order and its
 event vanish together, and the receiver is told their ids so that it can
-prove none of them arrives.
+prove none of them arrives. After the orders, one event the receiver
+refuses (``receiver.REFUSED_TYPE``): the demo's dead letter.
 
 It runs in a thread with its own connection so that the main thread stays
 free to draw progress and to react to signals.
@@ -24,6 +25,7 @@ import psycopg
 
 import outbox
 from outbox._shared.text import first_line
+from outbox.demo.receiver import REFUSED_TYPE
 from outbox.sql import queries
 
 KEYED_EVERY = 5
@@ -44,6 +46,8 @@ class Publisher:
         self._rollback_at = set(range(min(middle, total - 1), total, ROLLBACK_EVERY))
         self.rollbacks = len(self._rollback_at)
         self.committed = 0
+        self.refused_id: str | None = None
+        """The event the receiver refuses, published after the orders (not in ``total``)."""
         self.started_at = 0.0
         self.finished_at = 0.0
         self.done = False
@@ -90,6 +94,10 @@ class Publisher:
             else:
                 self._order(conn, f"guest-{i}", keyed=False, n=None)
             self.committed += 1
+        if not self._stop.is_set():
+            with conn.transaction():
+                self.refused_id = str(outbox.publish(conn, REFUSED_TYPE, {
+                    "order_id": 1, "reason": "a request the receiver will never take"}))
 
     def _order(self, conn: psycopg.Connection[tuple[object, ...]], customer: str, *,
                keyed: bool, n: int | None, rollback: bool = False) -> str:

@@ -10,7 +10,9 @@ It answers a share of first attempts with 503 (before doing anything), or
 ships and then answers too slowly for the endpoint's timeout, so that the
 dispatcher's retries show, and the second kind comes back as a duplicate;
 from an event's :data:`CLEAN_ATTEMPT`-th attempt on it always answers in
-time, so that the demo ends without dead letters however the dice fall. For
+time, so that the demo's orders all arrive however the dice fall. One event
+of :data:`REFUSED_TYPE` is refused with 422 at every attempt, so that the
+demo shows a dead letter too. For
 each event shipped it records the latency from its publish time to arrival,
 and checks that the events of one key arrive in publish order.
 
@@ -46,6 +48,8 @@ SLOW_DELAY = 0.25
 CLEAN_ATTEMPT = 4
 """From this attempt of an event on, the receiver answers in time whatever the dice say."""
 CONSUMER = "demo-shipping"
+REFUSED_TYPE = "order.refund_requested"
+"""The type the receiver never takes (422: not retried, a dead letter at once)."""
 CONNECTIONS = 8
 
 
@@ -109,6 +113,8 @@ class FlakyEndpoint:
         self.duplicates = 0
         """Deliveries that arrived again after their event was shipped: absorbed."""
         self.answered_503 = 0
+        self.refused = 0
+        """Requests answered 422 (the :data:`REFUSED_TYPE` event)."""
         self.timed_out = 0
         self.verified = 0
         self.bad_signatures = 0
@@ -168,6 +174,9 @@ class FlakyEndpoint:
             self.attempts[event.id] = attempt = self.attempts.get(event.id, 0) + 1
             if event.id in self.rolled_back:
                 self.rolled_back_arrived += 1
+        if any(event.type == REFUSED_TYPE for event in events):
+            self.refused += 1
+            return Response(422), 0.0
         dice = self._rng.random()
         if attempt < CLEAN_ATTEMPT and dice < FAIL_SHARE:
             self.answered_503 += 1

@@ -4,7 +4,10 @@ With nothing configured it starts a private PostgreSQL
 (:class:`outbox._postgres.TemporaryPostgres`), migrates it, adds one endpoint
 pointing at a flaky local receiver (:mod:`outbox.demo.receiver`), publishes
 orders in real transactions (a few rolled back on purpose) and runs the real
-dispatcher until every committed event has arrived.
+dispatcher until every committed event has arrived, and the one event the
+receiver refuses is a dead letter. With ``keep``, the cluster stays until
+SIGINT or SIGTERM once the summary is out, for ``outbox status`` and
+``outbox show`` to look at.
 
 The dispatcher runs as a child process in a session of its own, not inside
 this process: it keeps its own signal handling, and a Ctrl-C in the terminal
@@ -82,11 +85,14 @@ class Summary:
     """Seconds from the first publish to the last arrival."""
     dispatcher_exit: int | None
     """The dispatcher's exit code after SIGTERM (0: a graceful stop)."""
+    kept: bool = False
+    """The cluster stays until SIGINT or SIGTERM (``--keep``)."""
 
     @property
     def ok(self) -> bool:
         ep = self.endpoint
         return (ep.accepted == self.total and self.orders == self.total
+                and self.dead == (self.publisher.refused_id is not None)
                 and self.shipments == self.total and ep.rolled_back_arrived == 0
                 and ep.bad_signatures == 0 and ep.out_of_order == 0)
 
@@ -94,6 +100,8 @@ class Summary:
 class Reporter(Protocol):
     def step(self, text: str) -> None: ...
     def progress(self, progress: Progress) -> None: ...
+    def kept(self, summary: Summary, dsn: str) -> None:
+        """The summary is ready and the cluster stays (``keep``): say how to look at it."""
 
 
 @contextlib.contextmanager
@@ -114,20 +122,22 @@ def _signals() -> Iterator[list[bool]]:
             signal.signal(sig, previous)
 
 
-def run_demo(total: int, reporter: Reporter) -> Summary:
-    """Run the demo with ``total`` committed events; raises DemoFailed or Interrupted."""
+def run_demo(total: int, reporter: Reporter, *, keep: bool = False) -> Summary:
+    """Run the demo with ``total`` committed events; raises DemoFailed or Interrupted
+    (with ``keep``, Interrupted is how it ends, after ``reporter.kept``)."""
     with _signals() as cleaning, ExitStack() as stack:
         try:
-            return _run(total, reporter, stack)
+            return _run(total, reporter, stack, keep=keep)
         finally:
             cleaning[0] = True  # the ExitStack unwinds with signals ignored
 
 
-def _run(total: int, reporter: Reporter, stack: ExitStack) -> Summary:
+def _run(total: int, reporter: Reporter, stack: ExitStack, *, keep: bool) -> Summary:
     server = stack.enter_context(TemporaryPostgres())
     version = _server_version(server.bindir)
     reporter.step(f"PostgreSQL {version} on 127.0.0.1:{server.port} "
-                  f"(data in {server.base}, removed at the end)")
+                  f"(data in {server.base}, removed at the end"
+                  + (", after Ctrl-C)" if keep else ")"))
     workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="outbox-demo-")))
     conn = stack.enter_context(psycopg.connect(server.dsn, autocommit=True,
                                                application_name="outbox-demo"))
@@ -173,11 +183,21 @@ def _run(total: int, reporter: Reporter, stack: ExitStack) -> Summary:
     exit_code = dispatcher.stop()
     recorded = sum(e.delivered for e in admin.status(conn).endpoints)
     dead = _count(conn, "demo_dead_count")
+    # The last progress line and the summary give one rate: to the last arrival.
+    reporter.progress(Progress(published=publisher.committed, total=total,
+                               delivered=endpoint.accepted, retries=endpoint.retries,
+                               dead=dead, elapsed=elapsed))
     orders = _count(conn, "demo_order_count")
     shipments = _count(conn, "demo_shipment_count")
-    return Summary(total=total, publisher=publisher, endpoint=endpoint,
-                   recorded_delivered=recorded, dead=dead, orders=orders, shipments=shipments,
-                   elapsed=elapsed, dispatcher_exit=exit_code)
+    summary = Summary(total=total, publisher=publisher, endpoint=endpoint,
+                      recorded_delivered=recorded, dead=dead, orders=orders,
+                      shipments=shipments, elapsed=elapsed, dispatcher_exit=exit_code,
+                      kept=keep)
+    if keep:
+        reporter.kept(summary, server.dsn)
+        while True:  # until SIGINT or SIGTERM raises Interrupted; then all is removed
+            time.sleep(1)
+    return summary
 
 
 def _wait(total: int, *, publisher: Publisher, endpoint: FlakyEndpoint,
@@ -206,8 +226,9 @@ def _wait(total: int, *, publisher: Publisher, endpoint: FlakyEndpoint,
             published=publisher.committed, total=total, delivered=endpoint.accepted,
             retries=endpoint.retries, dead=dead,
             elapsed=time.time() - publisher.started_at if publisher.started_at else 0.0))
-        if (publisher.done and endpoint.accepted + dead >= publisher.committed
-                and recorded + dead >= publisher.committed):
+        expected = publisher.committed + (publisher.refused_id is not None)
+        if (publisher.done and endpoint.accepted + dead >= expected
+                and recorded + dead >= expected):
             return
         if endpoint.accepted + recorded != seen or not publisher.done:
             seen, last_change = endpoint.accepted + recorded, now

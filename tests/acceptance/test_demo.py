@@ -84,7 +84,7 @@ def test_demo_delivers_everything_and_cleans_up(
                             text=True, timeout=120, check=False, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "200 of 200 events arrived" in result.stdout
-    assert "dead-lettered  0" in result.stdout
+    assert "dead-lettered  1: the order.refund_requested event, refused with 422" in result.stdout
     assert re.search(r"rolled back\s+\d+ transactions: 0 of their events arrived",
                      result.stdout)
     assert "all in publish order" in result.stdout
@@ -93,8 +93,57 @@ def test_demo_delivers_everything_and_cleans_up(
     assert re.search(r"signatures\s+(\d+) of \1 requests verified", result.stdout)
     assert "result: OK" in result.stdout
     assert "progress: 200/200 delivered" in result.stderr
+    # One rate: the last progress line's is the summary's (to the last arrival).
+    [last] = re.findall(r"^progress: 200/200 delivered, (\d+) events/s", result.stderr,
+                        re.MULTILINE)[-1:]
+    assert re.search(rf"delivered/s\s+{last} events a second", result.stdout), result.stdout
     assert "Traceback" not in result.stderr
     _assert_nothing_left(result.stdout, tmp)
+
+
+def test_demo_keep_leaves_the_cluster_until_interrupted(
+        demo_env: tuple[dict[str, str], Path]) -> None:
+    """--keep: after the summary, the commands it prints work on the cluster (the dead
+    letter included); Ctrl-C then removes everything and the exit code is the summary's."""
+    env, tmp = demo_env
+    proc = subprocess.Popen(_command("demo", "--events", "50", "--keep"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    try:
+        out = ""
+        deadline = time.monotonic() + 120
+        while "Ctrl-C here removes everything" not in out:
+            assert time.monotonic() < deadline, out
+            assert proc.poll() is None, out
+            out += proc.stdout.readline()
+        dsn = re.search(r"export OUTBOX_DSN='([^']+)'", out)
+        shown = re.search(r"outbox show (\S+)", out)
+        assert dsn, out
+        assert shown, out
+        looked = {**env, "OUTBOX_DSN": dsn.group(1)}
+        status = subprocess.run(_command("status"), capture_output=True, text=True,
+                                env=looked, timeout=60, check=False)
+        assert status.returncode == 0, status.stderr
+        assert re.search(r"^demo-receiver\s+enabled\s+\S+\s+0\s+0", status.stdout, re.M)
+        dead = subprocess.run(_command("dead", "list"), capture_output=True, text=True,
+                              env=looked, timeout=60, check=False)
+        assert "order.refund_requested" in dead.stdout, dead
+        assert "HTTP 422" in dead.stdout, dead
+        story = subprocess.run(_command("show", shown.group(1)), capture_output=True,
+                               text=True, env=looked, timeout=60, check=False)
+        assert story.returncode == 0, story
+        assert "dead" in story.stdout, story
+        proc.send_signal(signal.SIGINT)
+        rest, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "result: OK" in out
+    assert "stopped and removed" in stderr
+    assert "Traceback" not in stderr
+    _assert_nothing_left(out + rest, tmp)
 
 
 @pytest.mark.parametrize("value", ["0", "abc", "1000001", "-5"])
