@@ -240,10 +240,15 @@ def _rotate(args: argparse.Namespace) -> int:
     except InvalidEndpoint as exc:
         raise _usage(exc) from None
     with common.connect(args) as conn:
-        ends = store.rotate_secret(conn, args.name, secret, overlap)
+        rotation = store.rotate_secret(conn, args.name, secret, overlap)
     note = f"rotated the secret of endpoint {args.name}"
-    if ends is not None:
-        note += f"; the previous one keeps signing too until {ends.isoformat(timespec='seconds')}"
+    retired, older = rotation.retired_until, rotation.signs_until
+    if retired is not None:
+        note += ("; the previous one keeps signing too until "
+                 f"{retired.isoformat(timespec='seconds')}")
+    if older is not None and (retired is None or older > retired):
+        note += (f"; {'older ones' if retired is not None else 'earlier secrets'} keep signing "
+                 f"until {older.isoformat(timespec='seconds')}")
     if generated:
         # The secret alone on stdout, once, for the operator to hand to the receiver.
         print(f"{note}; the new secret follows, give it to the receiver:", file=sys.stderr)

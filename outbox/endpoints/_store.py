@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.rows import dict_row
@@ -141,8 +141,17 @@ def _remove(conn: Conn, ids: dict[str, int], *, force: bool, reason: str) -> dic
     return undelivered
 
 
-def rotate_secret(conn: Conn, name: str, secret: str, overlap: timedelta) -> datetime | None:
-    """Install ``secret``; returns until when older secrets still sign (None: none do).
+class Rotation(NamedTuple):
+    """What a rotation left signing besides the new secret."""
+
+    retired_until: datetime | None
+    """Until when the secret it replaced still signs (None: not kept, or there was none)."""
+    signs_until: datetime | None
+    """Until when any older secret still signs, earlier rotations' included (None: none)."""
+
+
+def rotate_secret(conn: Conn, name: str, secret: str, overlap: timedelta) -> Rotation:
+    """Install ``secret``; says until when the retired and any older secrets still sign.
 
     ``secret`` must already be checked (``whsec_...`` or ``env:NAME``).
     Entries of earlier rotations whose overlap has ended are pruned.
@@ -152,8 +161,7 @@ def rotate_secret(conn: Conn, name: str, secret: str, overlap: timedelta) -> dat
     row = conn.execute(queries["endpoint_rotate_secret"], params).fetchone()
     if row is None:
         raise EndpointNotFound(name)
-    ends: datetime | None = row[1]
-    return ends
+    return Rotation(retired_until=row[2], signs_until=row[1])
 
 
 def sync_endpoints(conn: Conn, specs: Sequence[EndpointSpec], *, force: bool) -> SyncReport:

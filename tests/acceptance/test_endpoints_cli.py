@@ -218,11 +218,16 @@ def test_rotate_secret_generates_prints_once_and_keeps_the_old(dsn: str) -> None
     row = endpoint(dsn, "hooks")
     assert row["secret"] == printed
     assert [p["secret"] for p in row["previous_secrets"]] == [SECRET]
-    out = ok(outbox_cmd(dsn, "rotate-secret", "hooks", "--secret", "env:OUTBOX_SECRET_HOOK"))
+    out = ok(outbox_cmd(dsn, "rotate-secret", "hooks", "--secret", "env:OUTBOX_SECRET_HOOK",
+                        "--overlap", "10m"))
     assert "whsec_" not in out
     row = endpoint(dsn, "hooks")
     assert row["secret"] == "env:OUTBOX_SECRET_HOOK"
     assert [p["secret"] for p in row["previous_secrets"]] == [printed, SECRET]
+    # The secret just retired signs for its 10 minutes; the first one for its 2 hours.
+    ends = {p["secret"]: p["expires_at"][:19] for p in row["previous_secrets"]}
+    assert f"the previous one keeps signing too until {ends[printed]}" in out, out
+    assert f"; older ones keep signing until {ends[SECRET]}" in out, out
 
 
 @pytest.mark.parametrize("args", [["--secret", "nope"], ["--overlap", "soon"],

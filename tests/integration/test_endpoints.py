@@ -179,7 +179,10 @@ def test_rotate_keeps_old_secrets_newest_first_and_prunes(conn: Conn) -> None:
     assert ends == (True,)
     until = store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_3", timedelta(hours=1))
     conn.commit()
-    assert until is not None
+    # The secret just retired signs for the hour; the one before it for longer (2 h).
+    assert until.retired_until is not None
+    assert until.signs_until is not None
+    assert until.signs_until - until.retired_until > timedelta(minutes=59)
     assert [p["secret"] for p in row(conn, "hooks")["previous_secrets"]] == \
         ["env:OUTBOX_SECRET_2", SECRET]
     conn.execute("UPDATE outbox.endpoints SET previous_secrets = jsonb_set(previous_secrets, "
@@ -193,8 +196,8 @@ def test_rotate_keeps_old_secrets_newest_first_and_prunes(conn: Conn) -> None:
 def test_rotate_from_unsigned_or_with_zero_overlap_keeps_nothing(conn: Conn) -> None:
     """An endpoint without a secret, or a zero overlap, leaves no previous secret."""
     add(conn, "hooks")
-    assert store.rotate_secret(conn, "hooks", SECRET, timedelta(hours=1)) is None
-    assert store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_N", timedelta(0)) is None
+    assert store.rotate_secret(conn, "hooks", SECRET, timedelta(hours=1)) == (None, None)
+    assert store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_N", timedelta(0)) == (None, None)
     conn.commit()
     assert row(conn, "hooks")["previous_secrets"] == []
 

@@ -130,6 +130,11 @@ UPDATE outbox.endpoints SET
     secret = %(secret)s::text,
     updated_at = now()
 WHERE name = %(name)s AND removed_at IS NULL
--- RETURNING sees the new row: the last moment an old secret still signs.
+-- RETURNING sees the new row: the last moment an old secret still signs, and
+-- until when the secret just retired does (its entry is the first, stamped
+-- now() + the overlap; now() is the transaction's: no older entry equals it).
 RETURNING id, (SELECT max((e.entry ->> 'expires_at')::timestamptz)
-               FROM jsonb_array_elements(previous_secrets) AS e(entry)) AS old_signs_until;
+               FROM jsonb_array_elements(previous_secrets) AS e(entry)) AS old_signs_until,
+          CASE WHEN (previous_secrets -> 0 ->> 'expires_at')::timestamptz
+                    = now() + make_interval(secs => %(overlap)s::float8)
+               THEN (previous_secrets -> 0 ->> 'expires_at')::timestamptz END AS retired_until;
