@@ -142,7 +142,9 @@ class Claimer:
             # than it can serve: the plan would give no slot and prefetch nothing (see
             # ``Quotas.plan``), so no walk either. A request ending with a successor
             # waiting wakes the claimer and changes none of that; one that ends
-            # without frees a place, and the claim after it looks again.
+            # without frees a place, and the claim after it looks again. Slots kept
+            # spare for SPARE_LINGER go back to the fleet meanwhile, as after a claim.
+            flights.claim_ended()
             return False
         budget = HELD_BYTES - flights.held_bytes()
         if budget <= 0:
