@@ -22,9 +22,13 @@ verifier = receive.Verifier([os.environ["WEBHOOK_SECRET"]], max_body=MAX_BODY)
 
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        if length > MAX_BODY:
-            self.answer(413)
+        try:
+            length = int(self.headers.get("content-length") or 0)
+        except ValueError:
+            self.answer(400)
+            return
+        if not 0 <= length <= MAX_BODY:
+            self.answer(413 if length > MAX_BODY else 400)
             return
         body = self.rfile.read(length)
         headers = {name.lower(): value for name, value in self.headers.items()}
