@@ -120,13 +120,9 @@ def measure(admin_dsn: str, logfile: Path, url: str, arrivals: throughput.Arriva
     cpu_at_first: list[float] = []
     arrivals.on_first = lambda: cpu_at_first.append(throughput.cpu_seconds(proc.pid))
     try:
-        deadline = time.monotonic() + 900
-        while arrivals.count < events:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"delivered {arrivals.count} of {events}")
-            time.sleep(0.005)
+        arrivals.wait_for(events, [proc], 900)
         drain_cpu = throughput.cpu_seconds(proc.pid) - cpu_at_first[0]
-        rate = (arrivals.count - 1) / (arrivals.last - arrivals.first)
+        rate = arrivals.rate()
         time.sleep(3)  # results written, leases dropped: idle from here
         with StatementLog(admin_dsn, logfile) as statements:
             cpu0, t0 = cpu_ns(proc.pid), time.monotonic()

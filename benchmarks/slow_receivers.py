@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -64,16 +62,6 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-def start(dsn: str, concurrency: int, tree: str | None) -> subprocess.Popen[bytes]:
-    if tree is None:
-        return throughput.start_dispatcher(dsn, "--concurrency", str(concurrency))
-    env = {**throughput.ENV, "PYTHONPATH": tree}
-    return subprocess.Popen(
-        [sys.executable, *throughput.DISPATCHER, "--dsn", dsn, "--metrics-port",
-         str(throughput.free_port()), "--log-level", "WARNING", "--retention", "0",
-         "--concurrency", str(concurrency)], env=env, cwd=tree)
-
-
 def drain(pg: TemporaryPostgres, url: str, slow: Slow, concurrency: int, endpoints: int,
           events: int, tree: str | None) -> dict[str, float]:
     dsn = prepare(pg.dsn, "slow", url, endpoints, events, MAX_IN_FLIGHT)
@@ -81,21 +69,17 @@ def drain(pg: TemporaryPostgres, url: str, slow: Slow, concurrency: int, endpoin
         conn.execute("CHECKPOINT")
     arrivals = slow.arrivals
     arrivals.reset()
-    proc = start(dsn, concurrency, tree)
+    proc = throughput.start_dispatcher(dsn, "--concurrency", str(concurrency), tree=tree)
     at_first: list[tuple[float, float]] = []
     arrivals.on_first = lambda: at_first.append(
         (throughput.cpu_seconds(proc.pid), server_cpu(pg.datadir)))
     try:
-        deadline = time.monotonic() + 1800
-        while arrivals.count < events:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"delivered {arrivals.count} of {events}")
-            time.sleep(0.005)
+        arrivals.wait_for(events, [proc], 1800)
         time.sleep(slow.delay + 0.05)  # the last answers, and their results written
         cpu = throughput.cpu_seconds(proc.pid) - at_first[0][0]
         server = server_cpu(pg.datadir) - at_first[0][1]
         rss = peak_rss_mb(proc.pid)
-        rate = (arrivals.count - 1) / (arrivals.last - arrivals.first)
+        rate = arrivals.rate()
     finally:
         arrivals.on_first = lambda: None
         throughput.stop(proc)

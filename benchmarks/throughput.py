@@ -47,7 +47,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,19 @@ class Arrivals:
             elif self.track_ids:
                 self.by_id[request.headers.get("webhook-id", "")] = now
         return Response(204)
+
+    def wait_for(self, events: int, procs: Sequence[subprocess.Popen[bytes]],
+                 timeout: float) -> None:
+        """Until ``events`` arrived; RuntimeError when a dispatcher exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while self.count < events:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"dispatchers delivered {self.count} of {events}")
+            time.sleep(0.005)
+
+    def rate(self) -> float:
+        """Events a second from the first arrival to the last."""
+        return (self.count - 1) / (self.last - self.first)
 
     def reset(self) -> None:
         with self.lock:
@@ -182,10 +195,12 @@ AS_POOLED = ["-c", "import runpy, sys; import dispatcher.db as db; "
 
 
 def start_dispatcher(dsn: str, *extra: str, command: list[str] | None = None,
-                     ) -> subprocess.Popen[bytes]:
+                     tree: str | None = None) -> subprocess.Popen[bytes]:
+    """The dispatcher on ``dsn``; ``tree``: another checkout's, run from there."""
     return subprocess.Popen(
         [sys.executable, *(command or DISPATCHER), "--dsn", dsn, "--metrics-port", str(free_port()),
-         "--log-level", "WARNING", "--retention", "0", *extra], env=ENV)
+         "--log-level", "WARNING", "--retention", "0", *extra],
+        env=ENV if tree is None else {**ENV, "PYTHONPATH": tree}, cwd=tree)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -218,17 +233,13 @@ def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str],
     cpu_at_first: list[float] = []
     arrivals.on_first = lambda: cpu_at_first.append(sum(cpu_seconds(p.pid) for p in procs))
     try:
-        deadline = time.monotonic() + 600
-        while arrivals.count < events:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError(f"dispatchers delivered {arrivals.count} of {events}")
-            time.sleep(0.005)
+        arrivals.wait_for(events, procs, 600)
         cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_at_first[0]
     finally:
         arrivals.on_first = lambda: None
         for proc in procs:
             stop(proc)
-    return (arrivals.count - 1) / (arrivals.last - arrivals.first), cpu / events * 1000
+    return arrivals.rate(), cpu / events * 1000
 
 
 def idle_latency(dsn: str, arrivals: Arrivals, samples: int, extra: list[str]) -> list[float]:

@@ -86,7 +86,7 @@ def _show(conn: Any, *, as_json: bool) -> None:
             common.print_line(f"endpoint {e.name}: {e.problem}")
     if any(e.delivered for e in result.endpoints):
         print("delivered: the deliveries retention still keeps (the dispatcher purges them "
-              "after --retention, 7d by default); outbox_delivered_total counts them all")
+              "after its --retention); outbox_delivered_total counts them all")
     print(f"unrouted events: {result.unrouted}")
     if result.dispatchers:
         print(f"dispatchers alive: {result.dispatchers}")

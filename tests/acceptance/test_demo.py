@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import selectors
@@ -40,6 +41,19 @@ def demo_env() -> Iterator[tuple[dict[str, str], Path]]:
         yield env, tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _demo(env: dict[str, str], *args: str) -> Iterator[subprocess.Popen[str]]:
+    """`outbox demo ARGS` running, its output piped; killed if still running after the block."""
+    proc = subprocess.Popen(_command("demo", *args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def _cluster_of(stdout: str) -> tuple[Path, int]:
@@ -106,10 +120,8 @@ def test_demo_keep_leaves_the_cluster_until_interrupted(
     """--keep: after the summary, the commands it prints work on the cluster (the dead
     letter included); Ctrl-C then removes everything and the exit code is the summary's."""
     env, tmp = demo_env
-    proc = subprocess.Popen(_command("demo", "--events", "50", "--keep"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout is not None
-    try:
+    with _demo(env, "--events", "50", "--keep") as proc:
+        assert proc.stdout is not None
         out = ""
         deadline = time.monotonic() + 120
         while "Ctrl-C here removes everything" not in out:
@@ -135,10 +147,6 @@ def test_demo_keep_leaves_the_cluster_until_interrupted(
         assert "dead" in story.stdout, story
         proc.send_signal(signal.SIGINT)
         rest, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, stderr
     assert "result: OK" in out
     assert "stopped and removed" in stderr
@@ -178,16 +186,10 @@ def test_demo_interrupted_exits_nonzero_and_cleans_up(
         demo_env: tuple[dict[str, str], Path]) -> None:
     """SIGINT while the demo runs: it exits non-zero promptly and removes everything."""
     env, tmp = demo_env
-    proc = subprocess.Popen(_command("demo", "--events", "100000"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
+    with _demo(env, "--events", "100000") as proc:
         _read_until_progress(proc, timeout=90)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
     assert "Traceback" not in stderr
