@@ -27,14 +27,14 @@ from typing import Any
 import psycopg
 
 import outbox
-from dispatcher.policy.quota import HELD_BYTES
+from dispatcher.limits.quota import HELD_BYTES
 from outbox.migrate import migrate
 from outbox.sql import queries
 from outbox.testing import TemporaryPostgres
 
 PARAMS = {"endpoint_ids": [1], "requests": [100], "held": [0], "prefetch": [0],
           "rows": [100], "floors": ["-infinity"], "lease_seconds": 30, "horizon": 0.25,
-         "budget": HELD_BYTES}
+          "pace": 1.05, "budget": HELD_BYTES}
 
 
 def claim_ms(conn: psycopg.Connection[Any], runs: int = 15) -> float:

@@ -47,7 +47,7 @@ from typing import Any
 import psycopg
 
 import outbox
-from dispatcher.policy.quota import HELD_BYTES
+from dispatcher.limits.quota import HELD_BYTES
 from outbox.migrate import migrate
 from outbox.sql import queries
 from outbox.testing import Receiver, Request, Response, TemporaryPostgres, free_port
@@ -224,7 +224,7 @@ def claim_costs(dsn: str, rounds: int) -> dict[str, float]:
         conn.commit()
         fleet = {"endpoint_ids": [endpoint], "requests": [100], "held": [0], "prefetch": [0],
                  "rows": [100], "floors": ["-infinity"], "lease_seconds": 30, "horizon": 1000.0,
-                 "budget": HELD_BYTES}
+                 "pace": 1.05, "budget": HELD_BYTES}
         old = {"endpoint_ids": [endpoint], "limits": [100], "lease_seconds": 30}
         found: dict[str, list[float]] = {"without": [], "limits": [], "rate": []}
         for _ in range(rounds):

@@ -40,8 +40,8 @@ from typing import Any
 import psycopg
 
 import outbox
+from dispatcher.limits.quota import HELD_BYTES
 from dispatcher.policy.model import ClaimRow, Completed, Record
-from dispatcher.policy.quota import HELD_BYTES
 from outbox.migrate import migrate
 from outbox.sql import queries
 from outbox.testing import Receiver, TemporaryPostgres, free_port
@@ -52,7 +52,7 @@ import throughput  # the shared receiver counter and dispatcher stop
 DISPATCHER_OPTIONS = "-c jit=off"  # as the dispatcher's connections run (dispatcher/db.py)
 CLAIM = {"endpoint_ids": [1], "requests": [100], "held": [0], "prefetch": [0], "rows": [100],
          "floors": ["-infinity"],
-         "lease_seconds": 30, "horizon": 0.25,
+         "lease_seconds": 30, "horizon": 0.25, "pace": 1.05,
          "budget": HELD_BYTES}
 
 

@@ -21,13 +21,11 @@ import logging
 import signal
 from dataclasses import dataclass
 
-import psycopg
-
-from dispatcher.claimer import Claimer, PassOver
+from dispatcher.claimer import Claimer
 from dispatcher.completer import Completer
 from dispatcher.config import DispatcherConfig
 from dispatcher.control import Control, Heartbeat
-from dispatcher.db import Database, DatabaseDown, Health, retry_until
+from dispatcher.db import Database, Health, retry_until
 from dispatcher.deliver import Deliverer
 from dispatcher.endpoint_view import EndpointView
 from dispatcher.flights import Flights
@@ -40,10 +38,10 @@ from dispatcher.observe.resources import quiet_resource_errors, raise_open_files
 from dispatcher.observe.server import HealthServer, dsn_connector
 from dispatcher.observe.tracing import Tracing
 from dispatcher.observe.tracing import configure as configure_tracing
-from dispatcher.schema_gate import SchemaGate, Verdict
+from dispatcher.once import OncePass
+from dispatcher.schema_gate import GateVerdict, SchemaGate
 from dispatcher.shutdown import drain
 from outbox import __version__
-from outbox._shared.text import first_line
 from outbox.sql import SCHEMA_VERSION
 
 log = logging.getLogger("dispatcher")
@@ -70,6 +68,7 @@ class Parts:
     gate: SchemaGate
     databases: tuple[Database, ...]
     tracing: Tracing | None = None
+    once: OncePass | None = None  # --once: the pass, and what differs for it
 
 
 def build(config: DispatcherConfig) -> Parts:
@@ -91,36 +90,23 @@ def build(config: DispatcherConfig) -> Parts:
                           tracing=tracing)
     flights = Flights(deliverer, free_slot=completer.free, hand_back=completer.hand_back,
                       on_done=control.wake.set)
+    maintenance = Maintenance(config, db=upkeep_db, endpoints=endpoints, metrics=metrics,
+                              leases=leases, wake=control.wake.set,
+                              endpoints_changed=control.endpoints_changed)
+    once = OncePass(flights=flights, completer=completer, deliverer=deliverer,
+                    maintenance=maintenance, db=upkeep_db) if config.once else None
     claimer = Claimer(db=claim_db, endpoints=endpoints, flights=flights, leases=leases,
                       wake=control.wake, stopping=control.stopping,
                       beat=control.heartbeat.beat, concurrency=config.concurrency,
                       batch_size=config.batch_size, poll_interval=config.poll_interval,
-                      pass_over=once_over(flights, completer) if config.once else None)
-    maintenance = Maintenance(config, db=upkeep_db, endpoints=endpoints, metrics=metrics,
-                              leases=leases, wake=control.wake.set,
-                              endpoints_changed=control.endpoints_changed)
+                      pass_over=None if once is None else once.over)
     listener = Listener(config.listen_dsn or config.dsn, control.wake.set,
                         notify_dsn=config.dsn, direct=bool(config.listen_dsn),
                         endpoints_changed=control.endpoints_changed.set)
     gate = SchemaGate(upkeep_db, health, needed=SCHEMA_VERSION)
     return Parts(config, control, health, metrics, endpoints, leases, sender, deliverer,
                  flights, completer, claimer, maintenance, listener, gate,
-                 (claim_db, complete_db, upkeep_db), tracing)
-
-
-def once_over(flights: Flights, completer: Completer) -> PassOver:
-    """When --once is done, decided here alone: a claim found nothing more, and nothing it
-    could unblock is outstanding: no request running or waiting, no result unwritten or
-    written since the claim before (a result frees a key's next event or a slot), no
-    rate-limit turn to wait for."""
-    seen = completer.written
-
-    def over(more: bool, throttled: bool) -> bool:
-        nonlocal seen
-        written, seen = seen, completer.written
-        return (not more and not throttled and flights.idle() and not completer.pending()
-                and written == completer.written)
-    return over
+                 (claim_db, complete_db, upkeep_db), tracing, once)
 
 
 def _install_signals(control: Control) -> None:
@@ -148,11 +134,11 @@ async def _dispatch(parts: Parts) -> bool:
     """Wait for a usable schema, load endpoints, run the claimer until stopped, drain,
     record what is left. False when it could not start (``--once`` only)."""
     config, control = parts.config, parts.control
-    verdict = await parts.gate.wait(control.stopping, once=config.once,
+    verdict = await parts.gate.wait(control.stopping, once=parts.once is not None,
                                     interval=min(max(config.poll_interval, 0.1), 5.0),
                                     beat=control.heartbeat.beat)
-    if verdict is not Verdict.READY:
-        return verdict is Verdict.STOPPED
+    if verdict is not GateVerdict.READY:
+        return verdict is GateVerdict.STOPPED
 
     async def load_endpoints() -> None:
         # Each try counts as a beat: waiting out a database that is down at
@@ -163,16 +149,8 @@ async def _dispatch(parts: Parts) -> bool:
     await retry_until(load_endpoints, control.stopping, max_wait=10.0)
     completer = asyncio.create_task(parts.completer.run(), name="completer")
     helpers = [asyncio.create_task(parts.maintenance.run(), name="maintenance")]
-    if config.once:
-        # Expired leases of dispatchers gone are this pass's work too; a database that
-        # went away meanwhile is the claimer's to wait out.
-        try:
-            await parts.maintenance.rescue()
-        except DatabaseDown:
-            pass
-        except psycopg.Error as exc:
-            log.warning("could not rescue expired leases before this pass: %s",
-                        first_line(exc))
+    if parts.once is not None:
+        await parts.once.before()
     else:
         helpers.append(asyncio.create_task(parts.listener.run(), name="listener"))
     try:
@@ -199,7 +177,7 @@ async def run(config: DispatcherConfig) -> int:
     quiet_resource_errors(asyncio.get_running_loop())
     parts = build(config)
     _install_signals(parts.control)
-    server = None if config.once else _health_server(parts)
+    server = None if parts.once is not None else _health_server(parts)
     try:
         if server is not None:
             try:
@@ -208,7 +186,7 @@ async def run(config: DispatcherConfig) -> int:
                 log.error("%s", exc)
                 return 1
         started = await _dispatch(parts)
-        summary = await _once_summary(parts) if config.once and started else None
+        summary = await parts.once.summary() if parts.once is not None and started else None
     finally:
         await parts.maintenance.resign()
         await parts.sender.aclose()
@@ -221,20 +199,8 @@ async def run(config: DispatcherConfig) -> int:
     if not started:
         log.info("stopped")
         return 1
-    if summary is not None:
+    if parts.once is not None and summary is not None:
         log.info("%s", summary)
-        return 1 if parts.deliverer.dead_lettered else 0
+        return parts.once.exit_code()
     log.info("stopped")
     return 0
-
-
-async def _once_summary(parts: Parts) -> str:
-    """--once's last line: what this pass did, and what it left pending for later."""
-    d = parts.deliverer
-    try:
-        rows = await parts.databases[-1].fetch("pending_count", {})
-        waiting = str(rows[0][0])
-    except Exception:  # the database went away meanwhile: the counts of this pass stand
-        waiting = "unknown"
-    return (f"stopped after one pass: {d.delivered} delivered, {d.retried} retried, "
-            f"{d.dead_lettered} dead-lettered, {waiting} left waiting")

@@ -3,7 +3,7 @@
 Each claim first learns which endpoints have due work (the ``due_endpoints``
 walk, from the cursor of their turns; its findings serve the claims of the
 next WALK_GAP seconds), then asks those, and the endpoints with requests
-running here, for what this dispatcher could use (``policy.quota``: request
+running here, for what this dispatcher could use (``limits.quota``: request
 slots dealt in turns, a round of prefetch, a row cap), and the claim
 statement grants what the fleet's limits allow: slots under
 ``--max-in-flight``, turns under ``--rate-limit``, one probe or none while a
@@ -30,18 +30,15 @@ from dataclasses import dataclass, field
 
 from dispatcher.db import Database, DatabaseDown
 from dispatcher.endpoint_view import EndpointView
-from dispatcher.flights import SPARE_LINGER, Flights, Group
+from dispatcher.flights import Flights, Group
 from dispatcher.leases import Leases
+from dispatcher.limits import keys, rate
+from dispatcher.limits.quota import BATCH_BYTES, HELD_BYTES, Plan, Quotas
+from dispatcher.limits.slots import SPARE_LINGER
 from dispatcher.policy.floors import Floors
 from dispatcher.policy.model import ClaimRow, Endpoint, Slot
-from dispatcher.policy.quota import BATCH_BYTES, HELD_BYTES, Plan, Quotas
-from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
-# A claim slower than this is taken as a walk over keyed rows that wait behind
-# their key; they are parked, at most _PARK_BUDGET rows looked at a time.
-_PARK_AFTER = 0.05
-_PARK_BUDGET = 5000
 CLAIM_GAP = 0.005
 """Seconds at least between the starts of two claims of one dispatcher after a lean one
 (fewer than LEAN_CLAIM rows). Requests ending one by one would otherwise each wake a claim
@@ -57,11 +54,6 @@ WALK_LAPS = 64
 WALK_GAP = 0.02
 """Seconds a walk's findings serve the claims that follow, while every endpoint it found
 got its slots: fresh work elsewhere waits at most this long, under load only."""
-RATE_HORIZON = 0.25
-"""Seconds ahead a rate-limited endpoint's turns may be taken: its requests wait their
-turn, so that one claim keeps it busy until the claimer looks again."""
-
-
 PassOver = Callable[[bool, bool], bool]
 """--once's end, asked after each claim: given whether that claim may have left more due
 and whether a rate-limit turn is awaited, True when the pass is over (``app.once_over``)."""
@@ -162,7 +154,7 @@ class Claimer:
             floors = self._floors.for_claim(plan.endpoint_ids, started)
             rows = [ClaimRow._make(raw) for raw in await self._db.fetch("claim", {
                 **plan.params(), "floors": floors, "lease_seconds": self._leases.seconds(),
-                "horizon": RATE_HORIZON, "budget": budget})]
+                "horizon": rate.RATE_HORIZON, "pace": rate.PACE, "budget": budget})]
             self._floors.claimed(plan.endpoint_ids, floors, rows)
             claimed = self._group(rows, started)
             for group in claimed.groups:
@@ -173,7 +165,8 @@ class Claimer:
                     flights.queue(group)
         self._throttled = claimed.throttled
         self._walk.ran_dry(plan.endpoint_ids, claimed.rows)
-        if time.monotonic() - started > _PARK_AFTER and await self._park(plan.endpoint_ids):
+        if (time.monotonic() - started > keys.PARK_AFTER
+                and await keys.park(self._db, plan.endpoint_ids)):
             self._wake.set()  # the next claim walks past what was just parked
         taken = sum(claimed.rows.values())
         self._lean = taken < LEAN_CLAIM
@@ -219,7 +212,7 @@ class Claimer:
             for _ in range(WALK_LAPS):
                 rows = await self._db.fetch("due_endpoints", {
                     "after": after, "want": self._concurrency, "budget": WALK_STEPS,
-                    "horizon": RATE_HORIZON, "floor_ids": floor_ids, "floors": floors})
+                    "horizon": rate.RATE_HORIZON, "floor_ids": floor_ids, "floors": floors})
                 eligible = [ep_id for ep_id, ok, _ in rows if ok]
                 # Stopped at a limit, not at the end of its lap: others may be due.
                 stopped = bool(rows) and (rows[-1][2] >= WALK_STEPS
@@ -258,10 +251,10 @@ class Claimer:
                     endpoint, [], Slot(endpoint_id, row.slot, row.slot_token)
                     if row.slot is not None and row.slot_token is not None else None,
                     float(row.send_in)))
-                if endpoint.rate_limit is not None and row.slot is not None:
-                    turn = float(row.send_in) + 1 / endpoint.rate_limit - RATE_HORIZON
-                    if claimed.throttled is None or turn < claimed.throttled:
-                        claimed.throttled = turn
+                turn = rate.next_look(endpoint, float(row.send_in))
+                if (turn is not None and row.slot is not None
+                        and (claimed.throttled is None or turn < claimed.throttled)):
+                    claimed.throttled = turn
             elif claimed.groups[-1].size + row.size > BATCH_BYTES:
                 claimed.groups.append(Group(endpoint, []))
             group = claimed.groups[-1]
@@ -269,15 +262,6 @@ class Claimer:
             group.deliveries.append(delivery)
             claimed.size += row.size
         return claimed
-
-    async def _park(self, endpoint_ids: list[int]) -> int:
-        """Park keyed deliveries stuck behind their key (park_blocked in dispatch.sql)."""
-        parked = await self._db.fetch("park_blocked", {
-            "endpoint_ids": endpoint_ids, "budget": _PARK_BUDGET})
-        if parked:
-            log.info("parked %s waiting behind earlier events of their key",
-                     counted(len(parked), "delivery", "deliveries"))
-        return len(parked)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

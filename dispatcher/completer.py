@@ -21,8 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dispatcher.db import Database, retry_until
-from dispatcher.leases import Leases, slots_json
-from dispatcher.policy.model import CircuitVerdict, Completed, Delivery, Record, Slot
+from dispatcher.leases import Leases
+from dispatcher.limits import circuit
+from dispatcher.limits.circuit import CircuitVerdict
+from dispatcher.limits.slots import slots_json
+from dispatcher.policy.model import Completed, Delivery, Record, Slot
 from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher.completer")
@@ -43,13 +46,6 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.records) + len(self.slots) + len(self.verdicts) + len(self.disables)
 
-    def circuits_json(self) -> str:
-        """Per endpoint: [endpoint_id, reset, failures] (see the complete query)."""
-        state: dict[int, tuple[bool, int]] = {}
-        for endpoint_id, verdict in self.verdicts:  # in the order the attempts ended
-            reset, failures = state.get(endpoint_id, (False, 0))
-            state[endpoint_id] = (True, 0) if verdict == "answered" else (reset, failures + 1)
-        return json.dumps([[ep, reset, failures] for ep, (reset, failures) in state.items()])
 
 
 class Completer:
@@ -155,7 +151,7 @@ class Completer:
             await self._db.fetch("disable_endpoint", {"id": endpoint_id, "reason": reason})
         [row] = await self._db.fetch("complete", {
             "results": json.dumps([record.as_row() for record in batch.records]),
-            "slots": slots_json(batch.slots), "circuits": batch.circuits_json()})
+            "slots": slots_json(batch.slots), "circuits": circuit.fold(batch.verdicts)})
         completed = Completed.from_row(row)
         for change in completed.changed:
             level = logging.WARNING if change.now == "open" else logging.INFO

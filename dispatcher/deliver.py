@@ -19,13 +19,14 @@ from datetime import UTC, datetime
 
 from dispatcher.completer import Completer
 from dispatcher.http.sender import HttpSender
+from dispatcher.limits import circuit
 from dispatcher.observe.attempt_log import AttemptLog, fields
 from dispatcher.observe.metrics import Metrics
 from dispatcher.observe.throttle import Throttled
 from dispatcher.observe.tracing import Tracing
 from dispatcher.policy.envelope import encode
 from dispatcher.policy.model import AttemptResult, Delivery, Endpoint
-from dispatcher.policy.outcome import circuit_verdict, decide
+from dispatcher.policy.outcome import decide
 
 log = logging.getLogger("dispatcher")
 # Out of descriptors, every delivery fails alike: said once a minute, with the count.
@@ -94,7 +95,7 @@ class Deliverer:
         self._metrics.attempt(endpoint.name, result.duration)
         if result.error_kind == "internal" and result is not INTERNAL_ERROR:
             _OUT_OF_FILES_LOG.warning(log, "%s (endpoint %s)", result.error, endpoint.name)
-        verdict = circuit_verdict(result)  # None for our own trouble: the endpoint is not blamed
+        verdict = circuit.verdict(result)  # None for our own trouble: the endpoint is not blamed
         if verdict is not None:
             self._completer.judge(endpoint.id, verdict)
         done = datetime.now(UTC)

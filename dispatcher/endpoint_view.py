@@ -179,9 +179,6 @@ class EndpointView:
         """Endpoint name -> why this process cannot serve it (a secret it cannot use)."""
         return {self.describe(ep_id): why for ep_id, why in sorted(self._broken.items())}
 
-    def names(self) -> list[str]:
-        return [ep.name for ep in self.by_id.values()]
-
     def describe(self, endpoint_id: int) -> str:
         """The endpoint's name, for logs (its id when it is no longer loaded)."""
         endpoint = self.by_id.get(endpoint_id)

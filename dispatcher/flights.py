@@ -2,7 +2,7 @@
 
 A claim hands out groups of deliveries (one request each). A group the claim
 granted a request slot to starts at once (after the wait its rate limit
-asks for); the others wait here (prefetch, see ``policy.quota``), holding no
+asks for); the others wait here (prefetch, see ``limits.quota``), holding no
 slot: the fleet's ``--max-in-flight`` counts only requests that run. When a
 request ends, its slot goes straight to the next waiting group of its
 endpoint, without a round trip, if the endpoint answered, or, if none waits,
@@ -29,17 +29,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
+from dispatcher.limits import circuit, rate
+from dispatcher.limits.slots import Spares
 from dispatcher.policy.model import Delivery, Endpoint, Slot
 from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
-MAX_PASSES = 32
-"""Requests a slot serves in a row in one dispatcher before it goes back to the fleet."""
-
-SPARE_LINGER = 0.25
-"""Seconds a slot with no request in it is kept for the claims that follow, at most: a
-steady trickle of events reuses it rather than leasing and giving back a slot each (two
-writes of its row), yet an idle dispatcher soon hands it back to the fleet."""
 
 Send = Callable[[Endpoint, list[Delivery]], Awaitable[bool]]
 """Makes one request for a group and hands its results on; True when the endpoint answered."""
@@ -54,7 +49,7 @@ class Group:
     slot: Slot | None = None
     delay: float = 0.0  # seconds to wait for its turn under a rate limit
     sending: bool = False  # past its rate-limit wait: it may have reached the endpoint
-    size: int = 0  # its payloads' bytes (``policy.quota.HELD_BYTES`` counts them)
+    size: int = 0  # its payloads' bytes (``limits.quota.HELD_BYTES`` counts them)
 
 
 @dataclass(slots=True)
@@ -84,32 +79,21 @@ class Flights:
         self._waiting: dict[int, deque[Group]] = {}
         self._tasks: dict[asyncio.Task[None], Group] = {}
         # Slots of requests that ended with no group waiting, kept for the groups
-        # the next claim (or the one on its way) brings.
-        self._spare: dict[int, list[Slot]] = {}
-        self._spare_since: dict[Slot, float] = {}  # when each became spare, monotonic
-        self._served: dict[Slot, int] = {}  # requests a slot served here in a row
-
-    def running(self, endpoint_id: int) -> int:
-        """Requests of this endpoint started (each holds a slot)."""
-        return self._running.get(endpoint_id, 0)
-
-    def waiting(self, endpoint_id: int) -> int:
-        """Groups of this endpoint waiting in memory for a running request's slot."""
-        return len(self._waiting.get(endpoint_id, ()))
+        # the next claim (or the one on its way) brings; and each slot's passes.
+        self._spares = Spares()
 
     def counts(self) -> tuple[dict[int, int], dict[int, int]]:
         """Per endpoint with any: slots held (requests running, and slots kept for the
         claim on its way), and groups waiting for a slot."""
         running = {ep: n for ep, n in self._running.items() if n}
-        for ep, spare in self._spare.items():
-            if spare:
-                running[ep] = running.get(ep, 0) + len(spare)
+        for ep, spare in self._spares.counts().items():
+            running[ep] = running.get(ep, 0) + spare
         waiting = {ep: len(queue) for ep, queue in self._waiting.items() if queue}
         return running, waiting
 
     def spares(self) -> dict[int, int]:
         """Per endpoint with any: slots held with no request in them, for the next claim."""
-        return {ep: len(spare) for ep, spare in self._spare.items() if spare}
+        return self._spares.counts()
 
     def held_bytes(self) -> int:
         """Payload bytes of the groups running and waiting: what claims keep in memory."""
@@ -154,15 +138,10 @@ class Flights:
     def give_back_spares(self) -> int:
         """Slots kept for the next claim back to the fleet (an endpoint with due work has
         none here: the places they take go round in turn); how many."""
-        given = 0
-        for spare in self._spare.values():
-            for slot in spare:
-                self._spare_since.pop(slot, None)
-                self._served.pop(slot, None)
-                self._free_slot(slot)
-                given += 1
-        self._spare.clear()
-        return given
+        given = self._spares.release(time.monotonic(), everything=True)
+        for slot in given:
+            self._free_slot(slot)
+        return len(given)
 
     def claim_ended(self) -> None:
         """Spare slots to waiting groups, those kept SPARE_LINGER back to the fleet; no
@@ -173,23 +152,15 @@ class Flights:
         than requests running: the surplus goes back, uncharged, for any
         dispatcher's next claim.
         """
-        now = time.monotonic()
-        for endpoint_id, spare in self._spare.items():
-            waiting = self._waiting.get(endpoint_id)
-            while spare and waiting and self._accepting:
-                following = waiting.popleft()
-                following.slot = spare.pop()
-                self._spare_since.pop(following.slot, None)
-                self.start(following)
-            kept = []
-            for slot in spare:
-                if self._accepting and now - self._spare_since[slot] < SPARE_LINGER:
-                    kept.append(slot)
-                    continue
-                self._spare_since.pop(slot, None)
-                self._served.pop(slot, None)
-                self._free_slot(slot)
-            spare[:] = kept
+        if self._accepting:
+            for endpoint_id in self._spares.endpoints():
+                waiting = self._waiting.get(endpoint_id)
+                while waiting and (slot := self._spares.take(endpoint_id)) is not None:
+                    following = waiting.popleft()
+                    following.slot = slot
+                    self.start(following)
+        for slot in self._spares.release(time.monotonic(), everything=not self._accepting):
+            self._free_slot(slot)
         for endpoint_id, waiting in self._waiting.items():
             surplus = len(waiting) - self._running.get(endpoint_id, 0)
             if surplus > 0:
@@ -208,9 +179,9 @@ class Flights:
         """After a request: its slot to the next waiting group, or back to the fleet."""
         endpoint = group.endpoint
         waiting = self._waiting.get(endpoint.id)
-        healthy = answered or not endpoint.breaker_failures
-        if healthy and group.slot is not None and self._passes_left(group.slot):
-            if not waiting and endpoint.rate_limit is not None:
+        healthy = circuit.passes_on(endpoint, answered)
+        if healthy and group.slot is not None and self._spares.another_pass(group.slot):
+            if not waiting and not rate.keeps_spare_slots(endpoint):
                 return  # its turns come with new requests: the slot goes back (_done)
             if waiting:
                 following = waiting.popleft()
@@ -222,8 +193,7 @@ class Flights:
             # A slot handed back and leased again costs two writes of its row per
             # request; while a snapshot elsewhere holds the MVCC horizon back, every
             # version stays, and each claim's look for free slots walks them all.
-            self._spare.setdefault(endpoint.id, []).append(group.slot)
-            self._spare_since[group.slot] = time.monotonic()
+            self._spares.keep(group.slot, time.monotonic())
             group.slot = None
             return
         if waiting and not healthy:
@@ -231,23 +201,11 @@ class Flights:
             waiting.clear()
             self._hand_back(handed)
 
-    def _passes_left(self, slot: Slot) -> bool:
-        """Whether ``slot`` may pass to one more group here (counting this pass), or has
-        served MAX_PASSES requests in a row and goes back to the fleet: so that a
-        dispatcher with a backlog of its own cannot keep an endpoint's slots from the
-        other dispatchers for ever (they take it at their next claim, as may this one)."""
-        served = self._served.get(slot, 0) + 1
-        if served >= MAX_PASSES:
-            self._served.pop(slot, None)
-            return False
-        self._served[slot] = served
-        return True
-
     def _done(self, task: asyncio.Task[None], group: Group) -> None:
         self._tasks.pop(task, None)
         self._running[group.endpoint.id] -= 1
         if group.slot is not None:  # not passed on: back to the fleet
-            self._served.pop(group.slot, None)
+            self._spares.ended(group.slot)
             self._free_slot(group.slot)
             group.slot = None
         self._on_done()

@@ -12,7 +12,6 @@ extending, and both come back to the fleet when their leases run out.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterable
 
@@ -20,11 +19,6 @@ from dispatcher.policy.model import Delivery, Slot
 
 LEASE_MARGIN = 15.0
 """Seconds a lease outlasts the longest endpoint timeout, whatever --lease says."""
-
-
-def slots_json(slots: Iterable[Slot]) -> str:
-    """Slots as the queries take them: a JSON array of [endpoint_id, slot, token]."""
-    return json.dumps([[s.endpoint_id, s.slot, str(s.token)] for s in slots])
 
 
 class Leases:

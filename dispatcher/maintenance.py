@@ -41,7 +41,8 @@ import psycopg
 from dispatcher.config import DispatcherConfig
 from dispatcher.db import Database, DatabaseDown, connect
 from dispatcher.endpoint_view import EndpointView
-from dispatcher.leases import Leases, slots_json
+from dispatcher.leases import Leases
+from dispatcher.limits.slots import slots_json
 from dispatcher.observe.metrics import Metrics
 from outbox import __version__
 from outbox._shared.text import counted, first_line

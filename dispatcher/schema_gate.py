@@ -31,7 +31,7 @@ REPEAT_EVERY = 30.0
 """Seconds between two log lines about the same schema problem."""
 
 
-class Verdict(Enum):
+class GateVerdict(Enum):
     READY = "ready"        # dispatch
     STOPPED = "stopped"    # told to stop while waiting: a clean exit
     FAILED = "failed"      # --once, and the database cannot be used as it is: exit 1
@@ -73,7 +73,7 @@ class SchemaGate:
             self._said = (problem, now)
 
     async def wait(self, stopping: asyncio.Event, *, once: bool, interval: float,
-                   beat: Callable[[], None]) -> Verdict:
+                   beat: Callable[[], None]) -> GateVerdict:
         """Check every ``interval`` seconds until the schema will do (or ``stopping``)."""
         while not stopping.is_set():
             beat()  # waiting is the loop alive: /healthz stays 200
@@ -82,7 +82,7 @@ class SchemaGate:
             except DatabaseRefused as exc:
                 if once:
                     log.error("cannot use the database: %s", exc)
-                    return Verdict.FAILED
+                    return GateVerdict.FAILED
             except DatabaseDown:
                 pass  # an outage: Health has said so; wait it out
             else:
@@ -90,11 +90,11 @@ class SchemaGate:
                     if self._said is not None:
                         log.info("the outbox schema is now one this dispatcher can use")
                     self._health.schema_ok = True
-                    return Verdict.READY
+                    return GateVerdict.READY
                 self._health.schema_ok = False
                 self._report(problem)
                 if once:
-                    return Verdict.FAILED
+                    return GateVerdict.FAILED
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), interval)
-        return Verdict.STOPPED
+        return GateVerdict.STOPPED

@@ -6,7 +6,9 @@
 - ``redact``: secrets an echoing receiver sends back, masked out of ``last_error``;
 - ``payload_values``: the payloads' values, and the spellings an answer may give them;
 - ``backoff``: when the next attempt is due;
-- ``quota``: what one claim asks each endpoint for (the fleet's limits decide in SQL).
+- ``floors``: where a claim's scan of an endpoint's due rows may start.
+
+The fleet's rules (slots, rate turns, circuit, key order) live in ``dispatcher.limits``.
 
 Every clock reading and random draw is passed in, so each rule is unit-tested
 without sleeping.

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from dispatcher.policy.model import Endpoint, EventData
-from outbox._shared.wire import CLOUDEVENTS_SOURCE, batch_id, encode_request, rfc3339, sign
+from outbox._shared.wire import encode_request
 
 
 def encode(
@@ -36,4 +36,4 @@ def encode(
                           send_tracestate=endpoint.send_tracestate)
 
 
-__all__ = ["CLOUDEVENTS_SOURCE", "batch_id", "encode", "rfc3339", "sign"]
+__all__ = ["encode"]

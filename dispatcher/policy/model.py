@@ -29,8 +29,6 @@ FailureReason = Literal["timeout", "connect", "http_4xx", "http_5xx", "other"]
 ErrorKind = Literal["timeout", "connect", "blocked", "internal", "other"]
 """``internal``: the dispatcher's own trouble (a bug, no file descriptor left), not the
 endpoint's: retried, and never a vote of its circuit breaker."""
-CircuitVerdict = Literal["answered", "failed"]
-"""What an attempt tells the circuit breaker: the endpoint answered, or failed retryably."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,6 @@ from typing import Final, Literal
 from dispatcher.policy.backoff import next_attempt_delay, parse_retry_after
 from dispatcher.policy.model import (
     AttemptResult,
-    CircuitVerdict,
     Delivery,
     Endpoint,
     ErrorKind,
@@ -52,20 +51,20 @@ from dispatcher.policy.redact import Sent, redact
 
 Action = Literal["delivered", "retry", "dead"]
 # What a result says before the attempt count is considered.
-Verdict = Literal["success", "retry", "permanent", "gone"]
+AttemptVerdict = Literal["success", "retry", "permanent", "gone"]
 
 MAX_ERROR_LENGTH: Final = 500
 """``last_error`` is cut to this many characters."""
 
 # Status codes with their own rule; they win over the class rules below.
-STATUS_RULES: Final[dict[int, tuple[Verdict, FailureReason]]] = {
+STATUS_RULES: Final[dict[int, tuple[AttemptVerdict, FailureReason]]] = {
     408: ("retry", "http_4xx"),  # Request Timeout
     410: ("gone", "http_4xx"),  # Gone: dead, and the endpoint is disabled
     425: ("retry", "http_4xx"),  # Too Early
     429: ("retry", "http_4xx"),  # Too Many Requests
 }
 # By the status's first digit; anything else (0xx, 6xx and up) is "other", retried.
-CLASS_RULES: Final[dict[int, tuple[Verdict, FailureReason | None]]] = {
+CLASS_RULES: Final[dict[int, tuple[AttemptVerdict, FailureReason | None]]] = {
     1: ("retry", "other"),  # informational as a final answer: a broken server
     2: ("success", None),
     3: ("permanent", "other"),  # redirects are not followed
@@ -73,14 +72,14 @@ CLASS_RULES: Final[dict[int, tuple[Verdict, FailureReason | None]]] = {
     5: ("retry", "http_5xx"),
 }
 # Failures before any status.
-ERROR_RULES: Final[dict[ErrorKind, tuple[Verdict, FailureReason, str]]] = {
+ERROR_RULES: Final[dict[ErrorKind, tuple[AttemptVerdict, FailureReason, str]]] = {
     "timeout": ("retry", "timeout", "timeout"),
     "connect": ("retry", "connect", "connection failed"),
     "blocked": ("permanent", "connect", "address refused by --block-private-networks"),
     "internal": ("retry", "other", "request failed"),  # ours: the circuit is not told
     "other": ("retry", "other", "request failed"),
 }
-_OTHER_STATUS: Final[tuple[Verdict, FailureReason]] = ("retry", "other")
+_OTHER_STATUS: Final[tuple[AttemptVerdict, FailureReason]] = ("retry", "other")
 
 # C0 and C1 controls, and the bidirectional overrides that can disguise text.
 _UNSAFE: Final = dict.fromkeys(
@@ -116,7 +115,8 @@ def clean_error(text: str, sent: Sent | None = None) -> str:
     return text
 
 
-def _status_rule(status: int) -> tuple[Verdict, FailureReason | None]:
+def status_rule(status: int) -> tuple[AttemptVerdict, FailureReason | None]:
+    """What a status says before the attempt count is considered, and its failure reason."""
     rule = STATUS_RULES.get(status)
     if rule is not None:
         return rule
@@ -137,23 +137,6 @@ def _status_error(result: AttemptResult, status: int) -> str:
     return text
 
 
-def circuit_verdict(result: AttemptResult) -> CircuitVerdict | None:
-    """What the attempt says of the endpoint: a retryable failure, or an answer.
-
-    Any HTTP answer that is not a retryable failure (2xx, a permanent 4xx, a
-    redirect) shows the endpoint up. An address refused before connecting,
-    or the dispatcher's own trouble, says nothing about it.
-    """
-    if result.status is not None:
-        verdict, _ = _status_rule(result.status)
-        return "failed" if verdict == "retry" else "answered"
-    if result.error_kind == "internal":
-        return None
-    if result.error_kind is None or ERROR_RULES[result.error_kind][0] == "retry":
-        return "failed"
-    return None
-
-
 def classify(result: AttemptResult, attempts: int, max_attempts: int, now: datetime, *,
              sent: Sent | None = None) -> Outcome:
     """The outcome of an attempt, the ``attempts``-th of at most ``max_attempts``.
@@ -163,7 +146,7 @@ def classify(result: AttemptResult, attempts: int, max_attempts: int, now: datet
     """
     status = result.status
     if status is not None:
-        verdict, reason = _status_rule(status)
+        verdict, reason = status_rule(status)
         error = _status_error(result, status)
     elif result.error_kind is not None:
         verdict, reason, label = ERROR_RULES[result.error_kind]
@@ -204,7 +187,7 @@ def decide(delivery: Delivery, endpoint: Endpoint, result: AttemptResult, now: d
     limit = delivery.attempts + 1 if delivery.probe else endpoint.max_attempts
     # What the request carried matters only to a last_error: a success (the usual
     # case, once per delivered event) does not pay for collecting it.
-    succeeded = result.status is not None and _status_rule(result.status)[0] == "success"
+    succeeded = result.status is not None and status_rule(result.status)[0] == "success"
     outcome = classify(result, delivery.attempts, limit, now,
                        sent=None if succeeded else Sent.of(endpoint, delivery, batch))
     duration = round(result.duration, 6)

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import outbox
-from dispatcher.policy.quota import BATCH_BYTES
+from dispatcher.limits.quota import BATCH_BYTES
 from outbox.testing import Receiver
 from tests.support.dispatcher import Dispatcher, add_endpoint, states, wait_until
 

@@ -27,9 +27,10 @@ import pytest
 from dispatcher.http.dial import ADDRESSES_PER_FAMILY, ATTEMPTS_RACING, DialLimit
 from dispatcher.http.resolve import AddrInfo, HostResolver
 from dispatcher.http.transport import H1Transport
+from dispatcher.limits import circuit
 from dispatcher.observe.resources import quiet_resource_errors, raise_open_files_limit
 from dispatcher.policy.model import AttemptResult
-from dispatcher.policy.outcome import circuit_verdict, classify
+from dispatcher.policy.outcome import classify
 from tests.integration.test_http_hostile import DEADLINE, HANG_GUARD, run_for, sender
 from tests.integration.test_http_transport import OK, answering, raw_server
 
@@ -264,7 +265,7 @@ def test_no_descriptor_left_is_an_internal_error_not_the_endpoints_failure() -> 
     starved, after = run_for(main)
     assert (starved.status, starved.error_kind) == (None, "internal"), starved
     assert "internal error in the dispatcher" in starved.error
-    assert circuit_verdict(starved) is None
+    assert circuit.verdict(starved) is None
     outcome = classify(starved, 1, 5, datetime.now(UTC))
     assert (outcome.action, outcome.reason) == ("retry", "other")
     assert after.status == 200

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from dispatcher.db import Database, Health
-from dispatcher.schema_gate import SchemaGate, Verdict
+from dispatcher.schema_gate import GateVerdict, SchemaGate
 from outbox.migrate import SCHEMA_VERSION, migrate
 from tests.support.releases import previous
 
@@ -23,7 +23,7 @@ def test_problem_logged_at_most_every_30_seconds(empty_dsn: str,
     clock = itertools.count(0, 5.0)
     health = Health()
 
-    async def run() -> Verdict:
+    async def run() -> GateVerdict:
         stopping, checks = asyncio.Event(), itertools.count(1)
 
         def beat() -> None:
@@ -39,7 +39,7 @@ def test_problem_logged_at_most_every_30_seconds(empty_dsn: str,
             await database.close()
 
     with caplog.at_level(logging.ERROR, logger="dispatcher.schema"):
-        assert asyncio.run(run()) is Verdict.STOPPED
+        assert asyncio.run(run()) is GateVerdict.STOPPED
     assert len(caplog.records) == 11
     assert not health.ready
 
@@ -50,7 +50,7 @@ def test_current_schema_opens_the_gate(empty_dsn: str) -> None:
         migrate(conn)
     health = Health()
 
-    async def run() -> Verdict:
+    async def run() -> GateVerdict:
         database = Database(empty_dsn, health, "test")
         try:
             return await SchemaGate(database, health, needed=SCHEMA_VERSION).wait(
@@ -58,5 +58,5 @@ def test_current_schema_opens_the_gate(empty_dsn: str) -> None:
         finally:
             await database.close()
 
-    assert asyncio.run(run()) is Verdict.READY
+    assert asyncio.run(run()) is GateVerdict.READY
     assert health.ready

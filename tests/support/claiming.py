@@ -7,8 +7,9 @@ from typing import Any, Literal
 
 import psycopg
 
+from dispatcher.limits.quota import HELD_BYTES
+from dispatcher.limits.rate import PACE
 from dispatcher.policy.model import ClaimRow, Completed, Record
-from dispatcher.policy.quota import HELD_BYTES
 from outbox.sql import queries
 
 Conn = psycopg.Connection[Any]
@@ -30,7 +31,8 @@ def claim(conn: Conn, endpoint_ids: list[int], rows: int = 100, *, requests: int
         "endpoint_ids": endpoint_ids, "requests": [rows if requests is None else requests] * count,
         "held": [held] * count, "prefetch": [prefetch] * count, "rows": [rows] * count,
         "floors": ["-infinity"] * count,
-        "lease_seconds": lease_seconds, "horizon": horizon, "budget": budget}).fetchall()
+        "lease_seconds": lease_seconds, "horizon": horizon, "pace": PACE,
+        "budget": budget}).fetchall()
     conn.commit()
     return found
 

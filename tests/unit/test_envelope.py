@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from dispatcher.policy.envelope import CLOUDEVENTS_SOURCE, batch_id, encode, rfc3339, sign
+from dispatcher.policy.envelope import encode
 from dispatcher.policy.model import Endpoint, EventData
+from outbox._shared.wire import CLOUDEVENTS_SOURCE, batch_id, rfc3339, sign
 
 try:  # cloudevents 1.x
     from cloudevents.http import from_http

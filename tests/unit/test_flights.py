@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 import dispatcher.flights
-from dispatcher.flights import MAX_PASSES, Flights, Group
+import dispatcher.limits.slots
+from dispatcher.flights import Flights, Group
+from dispatcher.limits.slots import MAX_PASSES
 from dispatcher.policy.model import Delivery, Endpoint, EventData, Slot
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -50,7 +52,7 @@ class _World:
 def test_an_answered_request_passes_its_slot_to_the_next_waiting_group(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The waiting group starts in the slot of the request that ended; nothing goes back."""
-    monkeypatch.setattr(dispatcher.flights, "SPARE_LINGER", 0.0)
+    monkeypatch.setattr(dispatcher.limits.slots, "SPARE_LINGER", 0.0)
     async def scenario() -> _World:
         world = _World()
         endpoint = Endpoint(id=1, name="e", url="http://x/")
@@ -102,7 +104,7 @@ def test_waiting_groups_beyond_the_running_requests_are_handed_back() -> None:
 
     world = asyncio.run(scenario())
     assert world.handed == [3, 4]
-    assert world.flights.waiting(1) == 1
+    assert world.flights.counts()[1].get(1) == 1
 
 
 def test_drain_sorts_unsent_and_cut_off_and_frees_every_slot() -> None:
@@ -130,7 +132,7 @@ def test_slots_of_requests_ending_with_none_waiting_wait_for_the_next_claims_gro
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A request that ends with no group waiting keeps its slot for the next claim's group:
     a slot given back and leased again costs two writes of its row per request."""
-    monkeypatch.setattr(dispatcher.flights, "SPARE_LINGER", 0.0)
+    monkeypatch.setattr(dispatcher.limits.slots, "SPARE_LINGER", 0.0)
     async def scenario() -> _World:
         world = _World()
         world.release.set()  # requests end at once
@@ -180,7 +182,7 @@ def test_a_spare_slot_lingers_over_claims_that_bring_nothing_then_goes_back() ->
         await world.settle()
         world.flights.claim_ended()  # a claim that brought nothing, at once
         early = list(world.freed)
-        await asyncio.sleep(dispatcher.flights.SPARE_LINGER + 0.01)
+        await asyncio.sleep(dispatcher.limits.slots.SPARE_LINGER + 0.01)
         world.flights.claim_ended()
         return early, world.freed
 

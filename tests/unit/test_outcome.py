@@ -21,7 +21,6 @@ from dispatcher.policy.model import AttemptResult, Delivery, Endpoint, ErrorKind
 from dispatcher.policy.outcome import (
     MAX_ERROR_LENGTH,
     Outcome,
-    circuit_verdict,
     classify,
     decide,
 )
@@ -413,25 +412,3 @@ def test_retry_after_is_ignored_when_the_delivery_is_dead() -> None:
     """A permanent failure or the last attempt has no retry delay."""
     assert classify(status(400, **{"retry-after": "5"}), 1, 5, NOW).retry_after is None
     assert classify(status(503, **{"retry-after": "5"}), 5, 5, NOW).retry_after is None
-
-
-@pytest.mark.parametrize(("result", "verdict"), [
-    (AttemptResult(status=200), "answered"),
-    (AttemptResult(status=404), "answered"),
-    (AttemptResult(status=301), "answered"),
-    (AttemptResult(status=410), "answered"),
-    (AttemptResult(status=503), "failed"),
-    (AttemptResult(status=429), "failed"),
-    (AttemptResult(status=408), "failed"),
-    (AttemptResult(status=150), "failed"),
-    (AttemptResult(error_kind="timeout"), "failed"),
-    (AttemptResult(error_kind="connect"), "failed"),
-    (AttemptResult(error_kind="other"), "failed"),
-    (AttemptResult(error_kind="blocked"), None),
-    (AttemptResult(error_kind="internal"), None),
-])
-def test_circuit_verdict(result: AttemptResult, verdict: str | None) -> None:
-    """Retryable failures count against the circuit; any other answer resets it; a refused
-    address, or the dispatcher's own trouble (out of descriptors), says nothing of the
-    endpoint."""
-    assert circuit_verdict(result) == verdict

@@ -72,15 +72,13 @@
 --   requests. The first turn is taken when the rows are locked, and each
 --   request's wait (send_in) as late as the statement can say it, so
 --   requests go out at their turn plus only the answer's trip.
--- * Turns are 1.05/rate apart, not 1/rate: N + 1 requests then span 1.05 s,
---   so a request that leaves up to 50 ms late (a busy event loop, a slow
---   claim) still finds no one-second window holding more than N. The cap is
---   what the user asked for; a twentieth of its pace is the price of holding it.
+-- * Turns are pace/rate apart, not 1/rate (pace: 1.05, dispatcher.limits.rate
+--   says why).
 -- * Runs in autocommit at READ COMMITTED: under REPEATABLE READ a row updated
 --   concurrently would abort the claim with 40001 instead of being skipped.
 WITH wanted AS (
     SELECT w.endpoint_id, w.pos, w.requests, w.held, w.prefetch, w.rows, w.floor, e.max_batch,
-           e.rate_limit / 1.05 AS rate_limit,  -- the pace; see "Turns" above
+           e.rate_limit / %(pace)s::float8 AS rate_limit,  -- the pace; see "Turns" above
            e.breaker_cooldown_seconds AS cooldown, s.circuit,
            s.circuit = 'closed' AND e.rate_limit IS NULL AS free_running,
            (s.circuit = 'open' AND s.opened_at

@@ -1,7 +1,7 @@
 """The claim bookkeeping as a state machine: no endpoint with due work waits beside a free slot.
 
 A model of one dispatcher among many endpoints: events arrive, claims are
-sized by the real :class:`~dispatcher.policy.quota.Quotas` and granted as
+sized by the real :class:`~dispatcher.limits.quota.Quotas` and granted as
 the claim statement grants them (a slot per request asked while due rows
 last, prefetched groups behind running requests), requests end in any
 order and pass their slot to a waiting group of their endpoint as
@@ -22,8 +22,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from dispatcher.limits.quota import Quotas
 from dispatcher.policy.model import Endpoint
-from dispatcher.policy.quota import Quotas
 
 ENDPOINTS = 12
 TURNS = 2 * ENDPOINTS + 6

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from dispatcher.limits.quota import Quotas, share
 from dispatcher.policy.model import Endpoint
-from dispatcher.policy.quota import Quotas, share
 
 
 def _ep(ep_id: int, **kw: object) -> Endpoint:

@@ -1,0 +1,19 @@
+"""The fleet's rules, one room each: what every dispatcher sharing an endpoint obeys.
+
+Each rule is enforced where the whole fleet meets, in the statements of
+``outbox/sql/queries/dispatch.sql``; its room here holds the rule's Python
+half and names the statements that hold the other:
+
+- ``slots``: ``--max-in-flight``, request slots leased from ``endpoint_slots``
+  (a slot kept between requests, its passes, its lingering);
+- ``rate``: ``--rate-limit``, turns from the shared clock (the pace, the horizon);
+- ``circuit``: ``--breaker-failures``, the breaker's verdicts, their folding,
+  and whether a slot passes on after a failure;
+- ``keys``: per-key order, and parking the rows that wait behind their key;
+- ``quota``: what one claim asks each endpoint for (slots dealt in turns
+  between the endpoints with due work, prefetch, rows), within what the
+  rules above grant.
+
+``policy`` keeps what is decided per attempt (envelope, outcome, backoff,
+redaction); these are decided per endpoint, for the fleet.
+"""
