@@ -26,8 +26,24 @@ END
 $guard$;
 
 -- No function of the schema is anyone's to call but the owner's (the
--- triggers fire without it).
+-- triggers fire without it), but for the fleet's rule functions (named
+-- NAME_vN, LANGUAGE sql, the invoker's rights: see schema.sql), which the
+-- dispatcher's and the operators' statements call: those are PUBLIC's again.
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC, {application}, {dispatcher};
+DO $rules$
+DECLARE
+    rule regprocedure;
+BEGIN
+    FOR rule IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+                WHERE p.pronamespace = 'outbox'::regnamespace
+                  AND p.proname ~ '_v[0-9]+$' AND NOT p.prosecdef
+                  AND p.prolang = (SELECT l.oid FROM pg_catalog.pg_language l
+                                   WHERE l.lanname = 'sql')
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', rule);
+    END LOOP;
+END
+$rules$;
 
 -- The application publishes (and reads back its own events, for
 -- outbox.testing and idempotency keys), and records what it received

@@ -94,19 +94,29 @@ def test_the_history_trigger_refuses_a_table_not_its_own(roles: Roles,
 
 def test_no_function_of_the_schema_is_definer_or_public(roles: Roles,
                                                         receiver: Receiver) -> None:
-    """The catalogue: no SECURITY DEFINER function, none executable by PUBLIC or either role."""
+    """The catalogue: no SECURITY DEFINER function; none executable by PUBLIC or either role
+    but the fleet's rule functions, which compute from their arguments and write nothing."""
     setup(roles, receiver)
     with roles.connect(roles.operator) as conn:
         rows = conn.execute(
             "SELECT p.oid::regprocedure::text, p.prosecdef, "
             "       has_function_privilege(%s, p.oid, 'EXECUTE'), "
             "       has_function_privilege(%s, p.oid, 'EXECUTE'), "
-            "       coalesce(p.proacl::text, 'default: PUBLIC') "
-            "FROM pg_proc p WHERE p.pronamespace = 'outbox'::regnamespace",
+            "       coalesce(p.proacl::text, 'default: PUBLIC'), p.proname ~ '_v[0-9]+$', "
+            "       l.lanname, p.provolatile, p.prorettype = 'trigger'::regtype, p.proconfig "
+            "FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+            "WHERE p.pronamespace = 'outbox'::regnamespace",
             (roles.application, roles.dispatcher)).fetchall()
     assert rows, "no functions found"
-    for name, definer, application, dispatcher, acl in rows:
+    assert any(row[5] for row in rows), "no rule functions found"
+    for name, definer, application, dispatcher, acl, rule, language, volatility, trigger, \
+            config in rows:
         assert not definer, name
+        if rule:  # LANGUAGE sql, STABLE or IMMUTABLE (no writes), no SET: inlined
+            assert (language, volatility, trigger, config) == ("sql", volatility, False,
+                                                               None), name
+            assert volatility in ("s", "i"), name
+            continue
         assert not application, (name, acl)
         assert not dispatcher, (name, acl)
         assert "=X/" not in acl.replace(f"{roles.operator}=X/", ""), (name, acl)

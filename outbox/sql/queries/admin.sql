@@ -95,9 +95,8 @@ JOIN outbox.events ev ON ev.id = d.event_id
 LEFT JOIN outbox.endpoints e ON e.id = d.endpoint_id
 WHERE d.state = 'dead'
   AND (%(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text)
-  AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
-  AND (%(since)s::timestamptz IS NULL OR ev.created_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
+  AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[],
+                              %(since)s::timestamptz, %(until)s::timestamptz)
   AND (%(failed_since)s::timestamptz IS NULL
        OR d.finished_at >= %(failed_since)s::timestamptz)
 ORDER BY d.finished_at DESC NULLS LAST, d.id DESC
@@ -121,10 +120,9 @@ SELECT ev.id::text, ev.type, ev.key, ev.created_at,
                        ORDER BY d.endpoint_id, d.id DESC) x), '{}'::jsonb)
 FROM outbox.events ev
 WHERE (%(since_id)s::uuid IS NULL OR ev.id >= %(since_id)s::uuid)
-  AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
   AND (%(key)s::text IS NULL OR ev.key = %(key)s::text)
-  AND (%(since)s::timestamptz IS NULL OR ev.created_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
+  AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[],
+                              %(since)s::timestamptz, %(until)s::timestamptz)
 ORDER BY ev.id DESC
 LIMIT %(limit)s;
 
@@ -159,9 +157,8 @@ chosen AS MATERIALIZED (
     WHERE d.state = 'dead'
       AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
       AND (%(event_ids)s::uuid[] IS NULL OR d.event_id = ANY (%(event_ids)s::uuid[]))
-      AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
-      AND (%(since)s::timestamptz IS NULL OR ev.created_at >= %(since)s::timestamptz)
-      AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
+      AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[],
+                                  %(since)s::timestamptz, %(until)s::timestamptz)
 ),
 eligible AS (
     SELECT c.id, c.endpoint_id FROM chosen c JOIN live ON live.id = c.endpoint_id
@@ -209,9 +206,8 @@ WITH chosen AS MATERIALIZED (
     WHERE d.state = 'dead'
       AND (%(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text)
       AND (%(event_ids)s::uuid[] IS NULL OR d.event_id = ANY (%(event_ids)s::uuid[]))
-      AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
-      AND (%(since)s::timestamptz IS NULL OR ev.created_at >= %(since)s::timestamptz)
-      AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
+      AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[],
+                                  %(since)s::timestamptz, %(until)s::timestamptz)
 ),
 gone AS (
     DELETE FROM outbox.deliveries d USING chosen c
@@ -263,14 +259,14 @@ chosen AS MATERIALIZED (
     SELECT ev.id, ev.seq, ev.key, ev.deliver_after
     FROM outbox.events ev
     WHERE ev.id = ANY (%(event_ids)s::uuid[])
-      AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
+      AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[], NULL, NULL)
     UNION ALL
     SELECT ev.id, ev.seq, ev.key, ev.deliver_after
     FROM outbox.events ev
     WHERE %(event_ids)s::uuid[] IS NULL
-      AND ev.id >= %(since_id)s::uuid AND ev.created_at >= %(since)s::timestamptz
-      AND (%(until)s::timestamptz IS NULL OR ev.created_at < %(until)s::timestamptz)
-      AND (%(types)s::text[] IS NULL OR ev.type LIKE ANY (%(types)s::text[]))
+      AND ev.id >= %(since_id)s::uuid
+      AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[],
+                                  %(since)s::timestamptz, %(until)s::timestamptz)
 ),
 fresh AS MATERIALIZED (
     SELECT c.id, c.seq, c.key, c.deliver_after, t.id AS endpoint_id

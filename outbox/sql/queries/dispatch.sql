@@ -81,9 +81,8 @@ WITH wanted AS (
            e.rate_limit / %(pace)s::float8 AS rate_limit,  -- the pace; see "Turns" above
            e.breaker_cooldown_seconds AS cooldown, s.circuit,
            s.circuit = 'closed' AND e.rate_limit IS NULL AS free_running,
-           (s.circuit = 'open' AND s.opened_at
-                + make_interval(secs => e.breaker_cooldown_seconds) <= now())
-           OR (s.circuit = 'half-open' AND s.probe_until < now()) AS probe_due
+           outbox.circuit_probe_due_v1(s.circuit, s.opened_at, e.breaker_cooldown_seconds,
+                                       s.probe_until) AS probe_due
     FROM unnest(%(endpoint_ids)s::bigint[], %(requests)s::int[], %(held)s::int[],
                 %(prefetch)s::int[], %(rows)s::int[], %(floors)s::timestamptz[]) WITH ORDINALITY
          AS w(endpoint_id, requests, held, prefetch, rows, floor, pos)
@@ -93,9 +92,8 @@ WITH wanted AS (
 gated AS MATERIALIZED (
     SELECT s.endpoint_id, s.next_turn,
            s.circuit = 'closed' AS closed,
-           (s.circuit = 'open' AND s.opened_at
-                + make_interval(secs => w.cooldown) <= now())
-           OR (s.circuit = 'half-open' AND s.probe_until < now()) AS probe_due
+           outbox.circuit_probe_due_v1(s.circuit, s.opened_at, w.cooldown,
+                                       s.probe_until) AS probe_due
     FROM outbox.endpoint_state s
     JOIN wanted w ON w.endpoint_id = s.endpoint_id
     WHERE w.rate_limit IS NOT NULL OR w.probe_due
@@ -111,9 +109,7 @@ allowance AS (
                WHEN g.probe_due AND NOT g.closed THEN least(w.requests, 1)
                WHEN NOT g.closed THEN 0
                WHEN w.rate_limit IS NULL THEN w.requests
-               ELSE least(w.requests, greatest(0, floor(
-                   extract(epoch FROM now() - greatest(g.next_turn, now()))
-                   * w.rate_limit + %(horizon)s * w.rate_limit + 1e-9)::int + 1))
+               ELSE outbox.rate_turns_v1(g.next_turn, w.rate_limit, %(horizon)s, w.requests)
            END AS allowed
     FROM wanted w
     LEFT JOIN gated g ON g.endpoint_id = w.endpoint_id
@@ -125,7 +121,7 @@ slots AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT sl.slot
         FROM outbox.endpoint_slots sl
-        WHERE sl.endpoint_id = a.endpoint_id AND sl.expires_at < now()
+        WHERE sl.endpoint_id = a.endpoint_id AND outbox.slot_free_v1(sl.expires_at)
         ORDER BY sl.slot
         LIMIT a.allowed
         FOR UPDATE OF sl SKIP LOCKED
@@ -152,11 +148,7 @@ locked AS MATERIALIZED (
           AND d.next_attempt_at <= now()
           AND d.next_attempt_at >= l.floor
           AND (d.key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM outbox.deliveries p
-                WHERE p.endpoint_id = d.endpoint_id
-                  AND p.key = d.key
-                  AND p.seq < d.seq
-                  AND p.state IN ('pending', 'in_flight')))
+                SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, d.seq)))
         ORDER BY d.next_attempt_at
         LIMIT l.wanted_rows
         FOR UPDATE OF d SKIP LOCKED
@@ -218,8 +210,8 @@ handed AS MATERIALIZED (
 turned AS (
     UPDATE outbox.endpoint_state st
     SET next_turn = CASE WHEN u.rate_limit IS NULL THEN st.next_turn
-                         ELSE u.first_turn
-                              + make_interval(secs => u.groups / u.rate_limit) END,
+                         ELSE outbox.rate_next_turn_v1(u.first_turn, u.groups, u.rate_limit)
+                    END,
         circuit = CASE WHEN u.probe THEN 'half-open' ELSE st.circuit END,
         probe_until = CASE WHEN u.probe
                            THEN now() + make_interval(secs => %(lease_seconds)s)
@@ -303,11 +295,11 @@ walk (endpoint_id, lap, visited, found, eligible) AS (
         SELECT nx.endpoint_id, nx.lap,
                coalesce(nx.next_attempt_at <= now() AND e.enabled AND e.removed_at IS NULL
                         AND (e.rate_limit IS NULL
-                             OR s.next_turn <= now() + make_interval(secs => %(horizon)s))
+                             OR outbox.rate_turn_near_v1(s.next_turn, %(horizon)s))
                         AND (s.circuit = 'closed'
-                             OR (s.circuit = 'open' AND s.opened_at
-                                   + make_interval(secs => e.breaker_cooldown_seconds) <= now())
-                             OR (s.circuit = 'half-open' AND s.probe_until < now())),
+                             OR outbox.circuit_probe_due_v1(s.circuit, s.opened_at,
+                                                            e.breaker_cooldown_seconds,
+                                                            s.probe_until)),
                         false) AS eligible
         FROM ((SELECT d.endpoint_id, d.next_attempt_at, w.lap
                FROM outbox.deliveries d
@@ -476,25 +468,19 @@ changing AS MATERIALIZED (
     FROM outbox.endpoint_state s
     JOIN reported r ON r.endpoint_id = s.endpoint_id
     JOIN outbox.endpoints e ON e.id = s.endpoint_id
-    WHERE s.circuit <> 'closed'
-       OR (e.breaker_failures > 0 AND (r.failures > 0 OR s.failures <> 0))
+    WHERE outbox.circuit_touched_v1(s.circuit, s.failures, e.breaker_failures, r.failures)
     ORDER BY s.endpoint_id
     FOR NO KEY UPDATE OF s
 ),
 judged AS (
     SELECT c.endpoint_id, c.circuit AS was, n.failures,
-           CASE
-               WHEN e.breaker_failures = 0 THEN 'closed'
-               WHEN c.circuit = 'half-open' AND r.failures > 0 THEN 'open'
-               WHEN c.circuit = 'half-open' AND r.reset THEN 'closed'
-               WHEN c.circuit = 'closed' AND n.failures >= e.breaker_failures THEN 'open'
-               ELSE c.circuit
-           END AS circuit
+           outbox.circuit_after_v1(c.circuit, n.failures, e.breaker_failures, r.failures,
+                                   r.reset) AS circuit
     FROM changing c
     JOIN reported r ON r.endpoint_id = c.endpoint_id
     JOIN outbox.endpoints e ON e.id = c.endpoint_id
-    CROSS JOIN LATERAL (SELECT CASE WHEN r.reset THEN r.failures
-                                    ELSE c.failures + r.failures END AS failures) n
+    CROSS JOIN LATERAL (SELECT outbox.circuit_failures_v1(c.failures, r.failures, r.reset)
+                               AS failures) n
 ),
 circuits AS (
     UPDATE outbox.endpoint_state s
@@ -544,12 +530,7 @@ blocked AS MATERIALIZED (
     WHERE d.id = ANY (ARRAY(SELECT id FROM walked))
       AND d.state = 'pending'
       AND d.key IS NOT NULL
-      AND EXISTS (
-            SELECT 1 FROM outbox.deliveries p
-            WHERE p.endpoint_id = d.endpoint_id
-              AND p.key = d.key
-              AND p.seq < d.seq
-              AND p.state IN ('pending', 'in_flight'))
+      AND EXISTS (SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, d.seq))
     FOR UPDATE SKIP LOCKED
 )
 UPDATE outbox.deliveries d

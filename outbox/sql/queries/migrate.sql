@@ -85,7 +85,13 @@ SELECT current_user::text,
                            ELSE EXISTS (SELECT 1 FROM unnest(w.columns) AS col(name)
                                         WHERE NOT has_column_privilege(c.oid, col.name,
                                                                        w.privilege))
-                      END)
+                      END
+                UNION ALL
+                -- The fleet's rule functions its statements call (grants.sql).
+                SELECT 'EXECUTE on ' || p.oid::regprocedure::text
+                FROM pg_catalog.pg_proc p
+                WHERE p.pronamespace = (SELECT oid FROM schema) AND p.proname ~ '_v[0-9]+$'
+                  AND NOT has_function_privilege(p.oid, 'EXECUTE'))
        END;
 
 -- name: schema_version
