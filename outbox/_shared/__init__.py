@@ -9,7 +9,8 @@ dispatcher's pure policy can take the header rules without a database driver.
 - ``endpoint_defaults``: the defaults of every endpoint option;
 - ``dsn``: finding the database, and refusing a malformed connection string;
 - ``text``: the first line of an exception, for one-line messages;
-- ``wire``: the request format (envelope and Standard Webhooks signing), which
-  the dispatcher sends and ``outbox.receive`` / ``outbox.testing`` read and build.
+- ``wire``: the request format (envelope and Standard Webhooks signing, the
+  signed prefix and the reading of ``whsec_`` secrets), which the dispatcher
+  sends and ``outbox.receive`` / ``outbox.testing`` read and build.
 - ``urls``: an endpoint URL as it may be shown (query values masked).
 """
