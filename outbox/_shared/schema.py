@@ -7,12 +7,22 @@ needed and ``outbox migrate``. A statement that fails because the schema was
 never made is recognised here too (:func:`is_missing`), whichever driver ran
 it, and told in the same words (:data:`MISSING`): ``publish()``, the
 command, retention and the dispatcher cannot word it four ways.
+
+The facts are read by one generator (:func:`reading`, as retention's plan
+is): it yields the names of the queries to run and receives their rows, and
+thin drivers run it, blocking (:func:`read_with`, ``outbox migrate`` and the
+command's schema check) or awaited (:func:`aread_with`, the dispatcher's
+schema gate).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from outbox.sql import QueryName
 
 MISSING: Final = "the outbox schema is missing in this database: run `outbox migrate` first"
 """What every part says when the outbox schema is not there."""
@@ -56,6 +66,48 @@ class SchemaState:
     def version(self) -> int:
         """The highest version recorded; 0 without any."""
         return max(self.versions, default=0)
+
+
+Rows = Sequence[Sequence[Any]]
+Reading = Generator["QueryName", Rows, SchemaState]
+
+
+def reading() -> Reading:
+    """The reads of a schema's state: yields a query's name, gets its rows.
+
+    From the catalogue and ``outbox.schema_version`` alone, so that a check
+    of a database already current locks nothing but that table's ACCESS
+    SHARE (see the queries' comments).
+    """
+    objects = (yield "schema_objects")[0]
+    versions: list[int] = []
+    if objects[0]:
+        found = yield "schema_versions"
+        versions = list(found[0][0]) if found else []
+    return SchemaState(versions_table=bool(objects[0]), outbox=bool(objects[1]),
+                       inbox=bool(objects[2]), versions=frozenset(versions))
+
+
+def read_with(fetch: Callable[[QueryName], Rows]) -> SchemaState:
+    """:func:`reading` run by ``fetch``, which runs the named query and returns its rows."""
+    reads = reading()
+    try:
+        name = next(reads)
+        while True:
+            name = reads.send(fetch(name))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def aread_with(fetch: Callable[[QueryName], Awaitable[Rows]]) -> SchemaState:
+    """:func:`read_with` for an awaited ``fetch``."""
+    reads = reading()
+    try:
+        name = next(reads)
+        while True:
+            name = reads.send(await fetch(name))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 def outbox_problem(state: SchemaState, needed: int) -> str | None:
