@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from dispatcher.policy.model import Endpoint, EventData
-from outbox._shared.wire import CLOUDEVENTS_SOURCE, batch_id, encode_request, rfc3339, sign
+from outbox._shared.times import rfc3339
+from outbox._shared.wire import CLOUDEVENTS_SOURCE, batch_id, encode_request, sign
 
 
 def encode(

@@ -43,11 +43,12 @@ import hmac
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Final, Literal, Protocol
 from urllib.parse import quote
 
 from outbox._shared.headers import is_reserved
+from outbox._shared.times import rfc3339
 from outbox._shared.tracecontext import bounded_tracestate
 
 CLOUDEVENTS_SOURCE: Final = "/outbox-dispatcher"
@@ -159,13 +160,6 @@ def batch_id(events: Iterable[WireEvent]) -> str:
     """The ``webhook-id`` of a batch: the same for the same events in any order."""
     ids = sorted(str(event.id) for event in events)
     return "batch_" + hashlib.sha256(",".join(ids).encode()).hexdigest()[:32]
-
-
-def rfc3339(moment: datetime) -> str:
-    """``moment`` in UTC as RFC 3339 with microseconds and ``Z`` (naive means UTC)."""
-    if moment.utcoffset():
-        moment = moment.astimezone(UTC)
-    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def _webhook_body(event: WireEvent) -> str:

@@ -33,9 +33,6 @@ SELECT pg_advisory_unlock(7469813520411);
 -- while a step that runs outside a transaction goes on.
 SELECT set_config('lock_timeout', %(lock_timeout)s, %(local)s);
 
--- name: schema_exists
-SELECT to_regclass('outbox.schema_version') IS NOT NULL;
-
 -- name: schema_objects
 -- What is there, from the catalogue alone: to_regclass looks names up
 -- without locking the tables (an already current database is never locked).
@@ -87,9 +84,6 @@ SELECT current_user::text,
                                                                        w.privilege))
                       END)
        END;
-
--- name: schema_version
-SELECT coalesce(max(version), 0) FROM outbox.schema_version;
 
 -- name: schema_versions
 -- The only outbox table an up-to-date check reads (ACCESS SHARE on it, which
