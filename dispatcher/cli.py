@@ -19,9 +19,9 @@ from typing import Any
 from dispatcher.config import ConfigError, DispatcherConfig
 from dispatcher.observe.logs import setup_logging
 from outbox import __version__
+from outbox._shared.argtypes import duration, seconds
 from outbox._shared.dsn import InvalidDsn, check_dsn, nothing_configured, resolve_dsn
 from outbox._shared.usage import OneLineParser, undecodable, usage_line
-from outbox.durations import parse_duration
 from outbox.endpoints import env_name_allowed
 
 EXIT_USAGE = 2
@@ -38,20 +38,6 @@ _OTHER_VARIABLES = {"dsn": "OUTBOX_DSN", "listen_dsn": "OUTBOX_LISTEN_DSN",
                     "traces_exporter": "OTEL_TRACES_EXPORTER"}
 # Options whose setting has another name: --allow-network, repeated, gives allow_networks.
 _SETTING_OF_OPTION = {"allow_network": "allow_networks"}
-
-
-def _seconds(text: str) -> float:
-    try:
-        return parse_duration(text).total_seconds()
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _duration(text: str) -> Any:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _int(text: str) -> int:
@@ -75,12 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=_int, help="metrics/health port (default 9464)")
     p.add_argument("--concurrency", type=_int, help="HTTP requests in flight (default 64)")
     p.add_argument("--batch-size", type=_int, help="deliveries per claim (default 1000)")
-    p.add_argument("--poll-interval", type=_seconds, metavar="SECONDS",
+    p.add_argument("--poll-interval", type=seconds, metavar="SECONDS",
                    help="fallback poll period (default 2)")
-    p.add_argument("--lease", type=_seconds, metavar="SECONDS",
+    p.add_argument("--lease", type=seconds, metavar="SECONDS",
                    help="claim lease, extended while a request runs (default 60; never less "
                         "than the longest endpoint timeout + 15)")
-    p.add_argument("--shutdown-grace", type=_seconds, metavar="SECONDS",
+    p.add_argument("--shutdown-grace", type=seconds, metavar="SECONDS",
                    help="time to finish in-flight requests on SIGTERM (default 20)")
     p.add_argument("--once", action="store_const", const=True,
                    help="deliver what is due now, then exit (1 if anything was dead-lettered)")
@@ -88,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse loopback, private, link-local and metadata addresses")
     p.add_argument("--allow-network", action="append", metavar="CIDR|HOST",
                    help="exempt from --block-private-networks (repeatable)")
-    p.add_argument("--retention", type=_duration, metavar="DURATION",
+    p.add_argument("--retention", type=duration, metavar="DURATION",
                    help="purge finished rows older than this (default 7d; 0 = never)")
     p.add_argument("--log-format", choices=("text", "json"), help="default text")
     p.add_argument("--log-level", type=str.upper,
@@ -122,12 +108,12 @@ def _spec() -> dict[str, tuple[str, Callable[[str], Any]]]:
         "metrics_port": ("OUTBOX_METRICS_PORT", _int),
         "concurrency": ("OUTBOX_CONCURRENCY", _int),
         "batch_size": ("OUTBOX_BATCH_SIZE", _int),
-        "poll_interval": ("OUTBOX_POLL_INTERVAL", _seconds),
-        "lease": ("OUTBOX_LEASE", _seconds),
-        "shutdown_grace": ("OUTBOX_SHUTDOWN_GRACE", _seconds),
+        "poll_interval": ("OUTBOX_POLL_INTERVAL", seconds),
+        "lease": ("OUTBOX_LEASE", seconds),
+        "shutdown_grace": ("OUTBOX_SHUTDOWN_GRACE", seconds),
         "once": ("OUTBOX_ONCE", _env_bool),
         "block_private_networks": ("OUTBOX_BLOCK_PRIVATE_NETWORKS", _env_bool),
-        "retention": ("OUTBOX_RETENTION", _duration),
+        "retention": ("OUTBOX_RETENTION", duration),
         "log_format": ("OUTBOX_LOG_FORMAT", str.lower),
         "log_level": ("OUTBOX_LOG_LEVEL", str.upper),
     }

@@ -35,6 +35,7 @@ from psycopg.pq import TransactionStatus
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from outbox._shared.dsn import server_options
+from outbox._shared.schema import MISSING, is_missing
 from outbox._shared.text import first_line
 from outbox.sql import QueryName, queries
 
@@ -197,11 +198,13 @@ class Database:
             why = f"no answer from the database within {self._answer_timeout:g}s"
             self._health.down(why)
             raise DatabaseDown(why) from exc
-        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        except psycopg.ProgrammingError as exc:
+            if not is_missing(exc):
+                raise
             # Not migrated yet (a migration job may still be on its way): wait
             # as for an outage, not ready, rather than exit.
-            self._health.down("the outbox schema is missing: run `outbox migrate`")
-            raise DatabaseDown("the outbox schema is missing") from exc
+            self._health.down(MISSING)
+            raise DatabaseDown(MISSING) from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await self.close()
             why = first_line(exc)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from enum import Enum
 
 from dispatcher.db import Database, DatabaseDown, DatabaseRefused, Health
-from outbox._shared.schema import SchemaState, outbox_problem
+from outbox._shared.schema import aread_with, outbox_problem
 
 log = logging.getLogger("dispatcher.schema")
 REPEAT_EVERY = 30.0
@@ -57,13 +57,7 @@ class SchemaGate:
             return (f"the role {role} lacks privileges the dispatcher needs: "
                     f"{', '.join(missing)}; as the schema's owner, run `outbox grants "
                     f"--dispatcher {role} --application APP_ROLE --apply`")
-        objects = (await self._db.fetch("schema_objects"))[0]
-        versions: list[int] = []
-        if objects[0]:
-            versions = list((await self._db.fetch("schema_versions"))[0][0])
-        state = SchemaState(versions_table=bool(objects[0]), outbox=bool(objects[1]),
-                            inbox=bool(objects[2]), versions=frozenset(versions))
-        return outbox_problem(state, self._needed)
+        return outbox_problem(await aread_with(self._db.fetch), self._needed)
 
     def _report(self, problem: str) -> None:
         now = self._clock()

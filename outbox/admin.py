@@ -22,6 +22,7 @@ from typing import Any, cast
 import psycopg
 from psycopg.rows import tuple_row
 
+from outbox._shared.times import rfc3339
 from outbox.endpoints import check_patterns, glob_to_like
 from outbox.errors import EndpointNotFound, EventsNotFound
 from outbox.retention import PurgeResult, apurge, purge, uuid7_floor
@@ -218,8 +219,7 @@ def _problem(enabled: bool, reason: str | None, circuit: str, opened: datetime |
             return f"paused by {reason}: `outbox endpoints enable` once the receiver is back"
         return f"paused: {reason or 'disabled'}"
     if circuit != "closed" and opened is not None:
-        when = opened.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        return f"circuit {circuit} since {when}"
+        return f"circuit {circuit} since {rfc3339(opened, timespec='seconds')}"
     return None
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import psycopg
 
-from outbox._shared.schema import SchemaState
+from outbox._shared.schema import SchemaState, read_with
 from outbox._shared.text import first_line
 from outbox.errors import OutboxError
 from outbox.sql import SCHEMA_VERSION, QueryName, Step, queries, schema_text, steps
@@ -73,25 +73,22 @@ class Plan:
 
 def read_state(conn: psycopg.Connection[Any]) -> SchemaState:
     """The database's schema state; reads the catalogue and outbox.schema_version only."""
-    row = conn.execute(queries["schema_objects"]).fetchone()
-    assert row is not None
-    versions: list[int] = []
-    if row[0]:
-        found = conn.execute(queries["schema_versions"]).fetchone()
-        versions = list(found[0]) if found else []
-    return SchemaState(versions_table=bool(row[0]), outbox=bool(row[1]), inbox=bool(row[2]),
-                       versions=frozenset(versions))
+    return read_with(lambda name: conn.execute(queries[name]).fetchall())
 
 
-def plan(state: SchemaState, *, inbox_only: bool = False,
+def plan(state: SchemaState, *, inbox_only: bool = False, check: bool = False,
          available: Sequence[Step] | None = None) -> Plan:
     """What brings ``state`` up to date (with ``inbox_only``: its inbox part alone).
 
     A database that holds the outbox is upgraded whole, its inbox included,
     even when ``inbox_only`` is asked for: skipping its other steps would
-    leave a version recorded whose steps were not all applied.
+    leave a version recorded whose steps were not all applied. ``check``
+    judges as ``outbox migrate --check`` does: a receiver's database, which
+    holds the inbox and no outbox, is up to date when its inbox is, as if
+    ``inbox_only`` were given.
     """
     available = steps() if available is None else tuple(available)
+    inbox_only = inbox_only or (check and not state.outbox and state.inbox)
     if state.outbox:
         return Plan(state, False, tuple(s for s in available if s.version > state.version),
                     False)

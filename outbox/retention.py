@@ -36,6 +36,7 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg.rows import tuple_row
 
+from outbox._shared.schema import MISSING
 from outbox.errors import OutboxError, SchemaMissing
 from outbox.sql import queries
 
@@ -69,7 +70,7 @@ def _plan(older_than: timedelta, batch_size: int, inbox: bool) -> Plan:
     rows = yield [(queries["purge_tables"], {"older_than": older_than})]
     has_events, has_inbox, inbox_cutoff = rows[0]
     if not has_events and not has_inbox:
-        raise SchemaMissing("the outbox schema is missing: run `outbox migrate` first")
+        raise SchemaMissing(MISSING)
     records = 0
     if inbox and has_inbox:
         while True:
@@ -118,7 +119,7 @@ def would_purge(conn: psycopg.Connection[Any], older_than: timedelta, *,
         assert row is not None
         has_events, has_inbox, cutoff = row
         if not has_events and not has_inbox:
-            raise SchemaMissing("the outbox schema is missing: run `outbox migrate` first")
+            raise SchemaMissing(MISSING)
         if inbox and has_inbox:
             row = cur.execute(queries["inbox_would_purge"], {"cutoff": cutoff}).fetchone()
             records = int(row[0]) if row else 0

@@ -22,7 +22,7 @@ from outbox._shared.dsn import (
     resolve_dsn,
     server_options,
 )
-from outbox._shared.schema import outbox_problem
+from outbox._shared.schema import MISSING, is_missing, outbox_problem
 from outbox._shared.text import first_line, printable
 from outbox.sql import SCHEMA_VERSION
 
@@ -90,8 +90,10 @@ def connect(args: argparse.Namespace, *, needs: Literal["outbox", "outbox or inb
             if needs is not None:
                 _check_schema(conn, inbox_will_do=needs == "outbox or inbox")
             yield conn
-    except psycopg.errors.UndefinedTable as exc:
-        raise CommandFailed("the outbox schema is missing: run `outbox migrate` first") from exc
+    except psycopg.Error as exc:
+        if is_missing(exc):
+            raise CommandFailed(MISSING) from exc
+        raise
 
 
 def _check_schema(conn: psycopg.Connection[Any], *, inbox_will_do: bool) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from outbox import admin
 from outbox._cli import common
 from outbox._cli.args import add_filters, event_id, moment, positive_int
+from outbox._shared import times
 from outbox._shared.text import counted
 
 __all__ = ["event_id", "positive_int", "register", "rfc3339"]
@@ -130,11 +131,11 @@ def run_discard(args: argparse.Namespace) -> int:
 
 
 def rfc3339(moment: datetime | None, *, seconds: bool = False) -> str | None:
-    """UTC, RFC 3339 with a Z: 2024-05-01T12:00:00.123456Z."""
+    """UTC, RFC 3339 with a Z: 2024-05-01T12:00:00.123456Z (``seconds``: without the
+    fraction); None stays None, for the columns a row may leave empty."""
     if moment is None:
         return None
-    text = moment.astimezone(UTC).isoformat(timespec="seconds" if seconds else "auto")
-    return text.replace("+00:00", "Z")
+    return times.rfc3339(moment, timespec="seconds" if seconds else "auto")
 
 
 def _one_line(text: str | None) -> str:

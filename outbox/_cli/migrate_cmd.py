@@ -120,11 +120,7 @@ def run(args: argparse.Namespace) -> int:
     with common.connect(args, needs=None) as conn:
         if args.dry_run or args.check:
             with conn.transaction():
-                state = read_state(conn)
-                # On a receiver's inbox-only database, --check judges the inbox alone.
-                inbox_only = args.inbox_only or (args.check and not state.outbox
-                                                 and state.inbox)
-                todo = plan(state, inbox_only=inbox_only)
+                todo = plan(read_state(conn), inbox_only=args.inbox_only, check=args.check)
             what = "inbox" if todo.inbox_only else "outbox schema"
             if not todo.pending:
                 print(f"{what} is up to date (version {todo.state.version})")

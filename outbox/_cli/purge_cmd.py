@@ -8,8 +8,8 @@ from typing import Any
 
 from outbox import retention
 from outbox._cli import common
+from outbox._shared import argtypes
 from outbox._shared.text import counted
-from outbox.durations import parse_duration
 
 SHORTEST = timedelta(seconds=1)
 
@@ -18,10 +18,7 @@ def duration(text: str) -> timedelta:
     """argparse type for ``--older-than``: a malformed duration, or one under a second, is
     a usage error (exit 2). ``0`` would delete every delivered delivery at once, although
     a retention of 0 means "never": a slip of that kind is refused, not carried out."""
-    try:
-        value = parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    value = argtypes.duration(text)
     if value < SHORTEST:
         raise argparse.ArgumentTypeError(
             f"{text!r} is under one second: purge keeps at least the last second "

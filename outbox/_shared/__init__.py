@@ -9,7 +9,11 @@ dispatcher's pure policy can take the header rules without a database driver.
 - ``endpoint_defaults``: the defaults of every endpoint option;
 - ``dsn``: finding the database, and refusing a malformed connection string;
 - ``text``: the first line of an exception, for one-line messages;
-- ``wire``: the request format (envelope and Standard Webhooks signing), which
-  the dispatcher sends and ``outbox.receive`` / ``outbox.testing`` read and build.
-- ``urls``: an endpoint URL as it may be shown (query values masked).
+- ``wire``: the request format (envelope and Standard Webhooks signing, the
+  signed prefix and the reading of ``whsec_`` secrets), which the dispatcher
+  sends and ``outbox.receive`` / ``outbox.testing`` read and build.
+- ``urls``: an endpoint URL as it may be shown (query values masked);
+- ``schema``: a database's schema state, read and judged, and a missing schema told;
+- ``argtypes``: the argument types both commands take (durations);
+- ``times``: moments written as RFC 3339 in UTC with ``Z``.
 """

@@ -3,6 +3,9 @@
 One definition for the dispatcher, which sends requests, and for
 ``outbox.testing.signed_request`` and ``outbox.receive``, which build and check
 them in a receiver's tests and handlers: the two sides cannot drift apart.
+That includes what a signature covers (:func:`signed_prefix`) and how a
+``whsec_`` secret becomes its key (:func:`secret_key`, endpoint definitions
+too).
 
 Pure and on the dispatcher's hot path: no I/O, no clock of its own (the
 attempt's ``now`` is passed in) and no ``json.loads``. The payload is JSON text
@@ -33,17 +36,19 @@ Choices the documented format leaves open, documented in docs/concepts.md ("The 
 from __future__ import annotations
 
 import base64
+import binascii
 import functools
 import hashlib
 import hmac
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Final, Protocol
+from datetime import datetime
+from typing import Final, Literal, Protocol
 from urllib.parse import quote
 
 from outbox._shared.headers import is_reserved
+from outbox._shared.times import rfc3339
 from outbox._shared.tracecontext import bounded_tracestate
 
 CLOUDEVENTS_SOURCE: Final = "/outbox-dispatcher"
@@ -60,6 +65,39 @@ _CE_MIDDLE: Final = '","source":' + json.dumps(CLOUDEVENTS_SOURCE) + ',"type":'
 # CloudEvents HTTP binding 3.1.3.2: printable ASCII except space, '"' and '%'
 # goes into a ce- header as is; everything else is percent-encoded.
 _CE_SAFE: Final = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in ' "%')
+
+SECRET_PREFIX: Final = "whsec_"  # noqa: S105 - the prefix of every secret, none itself
+_SECRET_RULES: Final = {"prefix": "a secret must be a str starting with 'whsec_'",
+                        "base64": "a whsec_ secret must hold base64 after its prefix",
+                        "empty": "a whsec_ secret must not be empty"}
+
+
+class BadSecret(ValueError):
+    """A secret that breaks a rule of :func:`secret_key`, never shown; ``rule`` says which."""
+
+    def __init__(self, rule: Literal["prefix", "base64", "empty"]) -> None:
+        super().__init__(_SECRET_RULES[rule])
+        self.rule = rule
+
+
+def secret_key(secret: object) -> bytes:
+    """The HMAC key of a ``whsec_`` secret: the base64 after the prefix, padding optional.
+
+    One rule for the receiver's ``Verifier``, ``outbox.testing``'s signed
+    requests and endpoint definitions (which also bound the key's length):
+    a str with the prefix, strict base64 after it, not empty. Anything else
+    raises :class:`BadSecret`, a ValueError.
+    """
+    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
+        raise BadSecret("prefix")
+    encoded = secret[len(SECRET_PREFIX):]
+    try:
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise BadSecret("base64") from None
+    if not key:
+        raise BadSecret("empty")
+    return key
 
 
 class WireEvent(Protocol):
@@ -80,9 +118,19 @@ class WireEvent(Protocol):
     # Optional: ``traceparent`` and ``tracestate`` (str or None), read with getattr.
 
 
+def signed_prefix(msg_id: str, timestamp: int) -> bytes:
+    """What a signature covers before the body: ``"{msg_id}.{timestamp}."``.
+
+    The body follows as is (signers feed it to the HMAC after this, so that
+    it is never copied). A ``webhook-id`` read by a receiver may hold bytes
+    that are not UTF-8 (``surrogateescape``): they are signed as received.
+    """
+    return b"%s.%d." % (msg_id.encode("utf-8", "surrogateescape"), timestamp)
+
+
 def signed_content(msg_id: str, timestamp: int, body: bytes) -> bytes:
     """What a signature covers: ``"{msg_id}.{timestamp}.{body}"``."""
-    return b"%s.%d.%s" % (msg_id.encode(), timestamp, body)
+    return signed_prefix(msg_id, timestamp) + body
 
 
 @functools.lru_cache(maxsize=256)
@@ -112,13 +160,6 @@ def batch_id(events: Iterable[WireEvent]) -> str:
     """The ``webhook-id`` of a batch: the same for the same events in any order."""
     ids = sorted(str(event.id) for event in events)
     return "batch_" + hashlib.sha256(",".join(ids).encode()).hexdigest()[:32]
-
-
-def rfc3339(moment: datetime) -> str:
-    """``moment`` in UTC as RFC 3339 with microseconds and ``Z`` (naive means UTC)."""
-    if moment.utcoffset():
-        moment = moment.astimezone(UTC)
-    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def _webhook_body(event: WireEvent) -> str:
@@ -214,7 +255,7 @@ def encode_request(
         headers.append(("webhook-id", msg_id))
         headers.append(("webhook-timestamp", str(timestamp)))
         if keys:
-            prefix = b"%s.%d." % (msg_id.encode(), timestamp)  # the body is not copied
+            prefix = signed_prefix(msg_id, timestamp)
             signatures = " ".join(sign_content(key, prefix, body) for key in keys)
             headers.append(("webhook-signature", signatures))
     custom = _custom_headers(endpoint_headers or {}, event_headers)

@@ -9,8 +9,6 @@ saying what to write instead; none repeats a secret.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import ipaddress
 import math
 import re
@@ -19,6 +17,7 @@ from urllib.parse import urlsplit
 
 from outbox._shared.headers import HEADER_NAME, is_reserved, value_problem
 from outbox._shared.urls import shown_url
+from outbox._shared.wire import SECRET_PREFIX, BadSecret, secret_key
 from outbox.errors import InvalidEndpoint
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -196,8 +195,8 @@ def check_secret(secret: object) -> str | None:
         raise InvalidEndpoint(f"must be a string, not {type(secret).__name__}", "secret")
     if secret.startswith("env:"):
         check_env_name(secret[4:])
-    elif secret.startswith("whsec_"):
-        key_bytes(secret[6:], "the whsec_ secret")
+    elif secret.startswith(SECRET_PREFIX):
+        key_bytes(secret, "the whsec_ secret")
     else:
         raise InvalidEndpoint(
             "must be 'whsec_' followed by the base64 of 24 to 64 random bytes, or "
@@ -221,17 +220,20 @@ def check_env_name(name: str) -> str:
     return name
 
 
-def key_bytes(encoded: str, what: str, *, show_length: bool = True) -> bytes:
-    """The HMAC key inside a secret: base64 (padding optional) of 24 to 64 bytes.
+def key_bytes(secret: str, what: str, *, show_length: bool = True) -> bytes:
+    """The HMAC key of a ``whsec_`` secret, read as every side reads it
+    (``outbox._shared.wire.secret_key``), and of 24 to 64 bytes: the length
+    is the rule of endpoint definitions on top.
 
     ``show_length=False`` keeps the key's length out of the message: for a
     variable of the dispatcher's environment, which its reader did not write.
     """
-    padded = encoded + "=" * (-len(encoded) % 4)
     try:
-        key = base64.b64decode(padded, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidEndpoint(f"is not valid: {what} is not base64", "secret") from None
+        key = secret_key(secret)
+    except BadSecret as exc:
+        if exc.rule != "empty":
+            raise InvalidEndpoint(f"is not valid: {what} is not base64", "secret") from None
+        key = b""  # told below, as a key of the wrong size
     low, high = _KEY_BYTES
     if not low <= len(key) <= high:
         holds = f"holds a {len(key)}-byte key" if show_length else "holds a key of another size"

@@ -247,8 +247,8 @@ def decode_secret(text: str, environ: Mapping[str, str]) -> bytes:
                 f"env:{var}: the dispatcher's environment has no variable {var} holding a "
                 "whsec_ secret (set it to whsec_ followed by the base64 of 24 to 64 "
                 "random bytes)", "secret")
-        return checks.key_bytes(value[6:], f"the whsec_ secret in {var}", show_length=False)
+        return checks.key_bytes(value, f"the whsec_ secret in {var}", show_length=False)
     if text.startswith("whsec_"):
-        return checks.key_bytes(text[6:], "the whsec_ secret")
+        return checks.key_bytes(text, "the whsec_ secret")
     checks.check_secret(text)  # raises, saying what a secret looks like
     raise AssertionError("unreachable")  # pragma: no cover

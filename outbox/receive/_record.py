@@ -1,8 +1,9 @@
 """first_time / afirst_time: record, in the caller's transaction, that an event was processed.
 
-One statement (``queries["inbox_record"]``) run through the same executors as
-``publish()``, so that every connection kind it takes works here too. The
-input checks are the pure core; the shells only execute.
+One statement (``queries["inbox_record"]``) run through the executors
+``publish()`` runs on (``outbox._driver``), so that every connection kind it
+takes works here too. The input checks are the pure core; the shells only
+execute.
 
 Nothing here commits or rolls back: the record lives or dies with the
 caller's transaction, and so does the work done beside it.
@@ -13,16 +14,14 @@ from __future__ import annotations
 import uuid
 from typing import Any, Final
 
-from outbox._publish import _async_executor, _sqlstate, _sync_executor, _values
+from outbox._driver import async_executor, sync_executor, values
+from outbox._shared.schema import MISSING_INBOX, is_missing
 from outbox.errors import SchemaMissing
 from outbox.sql import queries
 
 DEFAULT_CONSUMER: Final = "default"
 MAX_LENGTH: Final = 1000
 """The longest event id or consumer name taken, in characters (an index key is bounded)."""
-
-# undefined_table, invalid_schema_name: the inbox table was never created.
-_MISSING: Final = frozenset({"42P01", "3F000"})
 
 
 def _params(event_id: str | uuid.UUID, consumer: str) -> dict[str, Any]:
@@ -36,16 +35,8 @@ def _params(event_id: str | uuid.UUID, consumer: str) -> dict[str, Any]:
     return {"event_id": event_id, "consumer": consumer}
 
 
-def _missing(exc: Exception) -> SchemaMissing | None:
-    if _sqlstate(exc) in _MISSING:
-        return SchemaMissing("the outbox.inbox table is missing in this database: run "
-                             "`outbox migrate` (`outbox migrate --inbox-only` for a "
-                             "database that only receives)")
-    return None
-
-
 def _first(rows: Any) -> bool:
-    return bool(rows) and bool(_values(rows[0])[0])
+    return bool(rows) and bool(values(rows[0])[0])
 
 
 def first_time(conn: Any, event_id: str | uuid.UUID, *,
@@ -58,12 +49,12 @@ def first_time(conn: Any, event_id: str | uuid.UUID, *,
     makes this False, its rollback True (at READ COMMITTED).
     """
     params = _params(event_id, consumer)
-    execute = _sync_executor(conn, "record a first time")
+    execute = sync_executor(conn, "record a first time")
     try:
         return _first(execute(queries["inbox_record"], params))
     except Exception as exc:
-        if missing := _missing(exc):
-            raise missing from exc
+        if is_missing(exc):
+            raise SchemaMissing(MISSING_INBOX) from exc
         raise
 
 
@@ -71,10 +62,10 @@ async def afirst_time(conn: Any, event_id: str | uuid.UUID, *,
                       consumer: str = DEFAULT_CONSUMER) -> bool:
     """The async twin of :func:`first_time`, for psycopg and SQLAlchemy async connections."""
     params = _params(event_id, consumer)
-    execute = await _async_executor(conn, "record a first time")
+    execute = await async_executor(conn, "record a first time")
     try:
         return _first(await execute(queries["inbox_record"], params))
     except Exception as exc:
-        if missing := _missing(exc):
-            raise missing from exc
+        if is_missing(exc):
+            raise SchemaMissing(MISSING_INBOX) from exc
         raise

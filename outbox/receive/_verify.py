@@ -12,7 +12,6 @@ unsigned header never chooses how a signed body is read.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hmac
 import re
@@ -22,7 +21,7 @@ from datetime import timedelta
 from typing import Final
 
 from outbox._shared.endpoint_defaults import FORMATS, Format
-from outbox._shared.wire import keyed_hmac
+from outbox._shared.wire import keyed_hmac, secret_key, signed_prefix
 from outbox.errors import InvalidDelivery, InvalidSignature
 from outbox.receive._formats import Headers, Received, header, read
 
@@ -30,23 +29,9 @@ DEFAULT_TOLERANCE: Final = timedelta(minutes=5)
 DEFAULT_MAX_BODY: Final = 5 * 1024 * 1024
 """Bytes of body a verifier reads by default: more than a batch of the dispatcher, whose
 payloads come to at most 4 MiB, with their envelopes."""
-_PREFIX: Final = "whsec_"
 # Unix seconds: 12 digits reach the year 33658. A longer value is no time the
 # dispatcher writes, and int() of thousands of digits is slow or refused.
 _TIMESTAMP: Final = re.compile(r"[0-9]{1,12}")
-
-
-def _key(secret: str) -> bytes:
-    if not isinstance(secret, str) or not secret.startswith(_PREFIX):
-        raise ValueError("a secret must be a str starting with 'whsec_'")
-    encoded = secret[len(_PREFIX):]
-    try:
-        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError("a whsec_ secret must hold base64 after its prefix") from None
-    if not key:
-        raise ValueError("a whsec_ secret must not be empty")
-    return key
 
 
 def _required(headers: Headers, name: str) -> str:
@@ -84,7 +69,7 @@ class Verifier:
         if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
             raise ValueError(f"max_body must be a whole number of bytes, 1 or more, "
                              f"not {max_body!r}")
-        self._keys = tuple(dict.fromkeys(_key(s) for s in listed))
+        self._keys = tuple(dict.fromkeys(secret_key(s) for s in listed))
         self._tolerance = tolerance.total_seconds()
         self._format: Format = format
         self._max_body = max_body
@@ -135,7 +120,7 @@ class Verifier:
                     continue
         if not digests:
             raise InvalidSignature("webhook-signature holds no v1 signature")
-        prefix = b"%s.%d." % (msg_id.encode("utf-8", "surrogateescape"), timestamp)
+        prefix = signed_prefix(msg_id, timestamp)
         matched = False
         for key in self._keys:
             mac = keyed_hmac(key).copy()

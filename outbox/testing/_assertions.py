@@ -13,7 +13,7 @@ import json
 import uuid
 from typing import Any
 
-from outbox._publish import _sync_executor, _values
+from outbox._driver import sync_executor, values
 from outbox.sql import queries
 
 _COLUMNS = ("id", "type", "key", "payload", "headers", "idempotency_key", "created_at")
@@ -29,11 +29,11 @@ def published_events(conn: Any, type: str | None = None) -> list[dict[str, Any]]
     Each is a dict of ``id``, ``type``, ``key``, ``payload`` (parsed), ``headers``,
     ``idempotency_key`` and ``created_at``; ``type`` keeps only that type.
     """
-    execute = _sync_executor(conn, "read published events")
+    execute = sync_executor(conn, "read published events")
     rows = execute(queries["testing_published_events"], {"type": type})
     events = []
     for row in rows:
-        event = dict(zip(_COLUMNS, list(_values(row)), strict=True))
+        event = dict(zip(_COLUMNS, list(values(row)), strict=True))
         event["id"] = uuid.UUID(str(event["id"]))
         event["payload"] = _parsed(event["payload"])
         event["headers"] = _parsed(event["headers"])

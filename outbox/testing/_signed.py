@@ -10,7 +10,6 @@ handler that accepts them accepts the dispatcher's deliveries too::
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -20,7 +19,7 @@ from typing import Any
 
 from outbox._event import uuid7
 from outbox._shared.endpoint_defaults import Format
-from outbox._shared.wire import encode_request
+from outbox._shared.wire import encode_request, secret_key
 from outbox.receive import Received
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -47,12 +46,9 @@ class _Event:
 
 
 def _keys(secrets: str | Sequence[str]) -> list[bytes]:
+    """The keys of ``secrets``, by the rule the ``Verifier`` reads them with."""
     listed = [secrets] if isinstance(secrets, str) else list(secrets)
-    keys = []
-    for secret in listed:
-        encoded = secret.removeprefix("whsec_")
-        keys.append(base64.b64decode(encoded + "=" * (-len(encoded) % 4)))
-    return keys
+    return [secret_key(secret) for secret in listed]
 
 
 def _stamp(timestamp: datetime | float | None) -> datetime:

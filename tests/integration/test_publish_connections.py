@@ -240,7 +240,7 @@ def test_unsupported_object_is_refused_before_sql() -> None:
 
 def test_a_direct_connection_keeps_its_prepared_statements(dsn: str) -> None:
     """Without a pooler in between, publish leaves preparing to the connection's threshold."""
-    from outbox._publish import _POOLED, _pooled_answer
+    from outbox._driver import _POOLED, _pooled_answer
 
     with psycopg.connect(dsn) as conn:
         for _ in range(6):  # past psycopg's prepare_threshold (5)

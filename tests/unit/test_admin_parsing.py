@@ -61,3 +61,26 @@ def test_human_formats() -> None:
     assert rfc3339(moment) == "2024-05-01T12:00:00.000005Z"
     assert rfc3339(moment, seconds=True) == "2024-05-01T12:00:00Z"
     assert rfc3339(None) is None
+
+
+def test_both_commands_refuse_a_bad_duration_in_the_same_words() -> None:
+    """`outbox purge --older-than` and the dispatcher's duration options say the same."""
+    from dispatcher.cli import build_parser
+    from outbox._cli.purge_cmd import duration
+
+    with pytest.raises(argparse.ArgumentTypeError) as purge:
+        duration("7 days")
+    for option in ("--retention", "--lease"):
+        action = next(a for a in build_parser()._actions if option in a.option_strings)
+        assert callable(action.type)
+        with pytest.raises(argparse.ArgumentTypeError) as dispatcher:
+            action.type("7 days")
+        assert str(dispatcher.value) == str(purge.value)
+
+
+def test_the_envelope_and_the_command_write_a_moment_alike() -> None:
+    """A moment the dispatcher sends and one `outbox dead list --json` prints are one text."""
+    from dispatcher.policy.envelope import rfc3339 as on_the_wire
+
+    moment = datetime(2024, 5, 1, 14, 0, 0, 5, tzinfo=timezone(timedelta(hours=2)))
+    assert on_the_wire(moment) == rfc3339(moment) == "2024-05-01T12:00:00.000005Z"

@@ -12,7 +12,8 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dispatcher.policy.envelope import encode
 from dispatcher.policy.model import Endpoint, EventData
-from outbox._shared.wire import CLOUDEVENTS_SOURCE, batch_id, rfc3339, sign
+from outbox._shared.times import rfc3339
+from outbox._shared.wire import CLOUDEVENTS_SOURCE, batch_id, sign
 
 try:  # cloudevents 1.x
     from cloudevents.http import from_http

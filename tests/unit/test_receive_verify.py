@@ -257,6 +257,19 @@ def test_verifier_refuses_bad_secrets_without_showing_them() -> None:
     assert "MfKQ" not in repr(receive.Verifier(SECRET))
 
 
+@pytest.mark.parametrize("bad", ["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_!!not base64!!",
+                                 "whsec_"])
+def test_the_signing_helpers_read_secrets_by_the_verifiers_rule(bad: str) -> None:
+    """A secret the Verifier refuses, signed_request and signed_batch refuse too, alike."""
+    with pytest.raises(ValueError) as verifying:
+        receive.Verifier(bad)
+    with pytest.raises(ValueError) as signing:
+        signed_request(bad, "mail.received", {})
+    with pytest.raises(ValueError) as batching:
+        signed_batch([bad], signed_request(SECRET, "mail.received", {}).events)
+    assert str(verifying.value) == str(signing.value) == str(batching.value)
+
+
 @pytest.mark.parametrize("fmt", ["standard-webhooks", "cloudevents"])
 def test_signed_request_is_what_the_dispatcher_sends(fmt: str) -> None:
     """outbox.testing.signed_request gives the dispatcher's headers and body, byte for byte."""

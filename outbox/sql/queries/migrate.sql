@@ -33,9 +33,6 @@ SELECT pg_advisory_unlock(7469813520411);
 -- while a step that runs outside a transaction goes on.
 SELECT set_config('lock_timeout', %(lock_timeout)s, %(local)s);
 
--- name: schema_exists
-SELECT to_regclass('outbox.schema_version') IS NOT NULL;
-
 -- name: schema_objects
 -- What is there, from the catalogue alone: to_regclass looks names up
 -- without locking the tables (an already current database is never locked).
@@ -93,9 +90,6 @@ SELECT current_user::text,
                 WHERE p.pronamespace = (SELECT oid FROM schema) AND p.proname ~ '_v[0-9]+$'
                   AND NOT has_function_privilege(p.oid, 'EXECUTE'))
        END;
-
--- name: schema_version
-SELECT coalesce(max(version), 0) FROM outbox.schema_version;
 
 -- name: schema_versions
 -- The only outbox table an up-to-date check reads (ACCESS SHARE on it, which
