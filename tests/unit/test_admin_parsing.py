@@ -80,7 +80,15 @@ def test_both_commands_refuse_a_bad_duration_in_the_same_words() -> None:
 
 def test_the_envelope_and_the_command_write_a_moment_alike() -> None:
     """A moment the dispatcher sends and one `outbox dead list --json` prints are one text."""
-    from dispatcher.policy.envelope import rfc3339 as on_the_wire
+    import json
+    import uuid
+
+    from dispatcher.policy.envelope import encode
+    from dispatcher.policy.model import Endpoint, EventData
 
     moment = datetime(2024, 5, 1, 14, 0, 0, 5, tzinfo=timezone(timedelta(hours=2)))
-    assert on_the_wire(moment) == rfc3339(moment) == "2024-05-01T12:00:00.000005Z"
+    event = EventData(id=uuid.uuid4(), type="t", key=None, payload="{}", headers={},
+                      created_at=moment)
+    _, body = encode(Endpoint(id=1, name="e", url="http://127.0.0.1:9/"), [event], moment)
+    on_the_wire = json.loads(body)["timestamp"]
+    assert on_the_wire == rfc3339(moment) == "2024-05-01T12:00:00.000005Z"
