@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 8.
+-- outbox-dispatcher schema: the current shape, version 10.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -49,7 +49,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 8 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 10 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -99,7 +99,10 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     updated_at           timestamptz NOT NULL DEFAULT now(),
     removed_at           timestamptz,
     -- Sends the event's tracestate with its traceparent (version 6).
-    send_tracestate      boolean NOT NULL DEFAULT true
+    send_tracestate      boolean NOT NULL DEFAULT true,
+    -- --max-pending-per-tenant: one tenant's undelivered deliveries here, at
+    -- most (NULL: no bound), counted through deliveries_tenant (version 8).
+    max_pending_per_tenant bigint CHECK (max_pending_per_tenant > 0)
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS endpoints_name_live
@@ -215,7 +218,10 @@ CREATE TABLE IF NOT EXISTS outbox.events (
     -- The W3C trace context the event was published in (NULL: none), sent
     -- with every delivery as the traceparent and tracestate headers.
     traceparent      text,
-    tracestate       text
+    tracestate       text,
+    -- The tenant the event belongs to (NULL: none), sent with every delivery
+    -- (version 8).
+    tenant           text
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key
@@ -246,7 +252,10 @@ CREATE TABLE IF NOT EXISTS outbox.deliveries (
     -- the delivery's whole life, as the attempt history counts (version 4).
     attempts_before   integer NOT NULL DEFAULT 0,
     -- How long the last recorded attempt took (version 4).
-    last_duration_seconds double precision
+    last_duration_seconds double precision,
+    -- The event's tenant: key order is per tenant, and so is
+    -- --max-pending-per-tenant (version 8).
+    tenant            text
 ) WITH (fillfactor = 80);
 
 -- Autovacuum for the queue table. Every delivery is updated at least twice
@@ -282,6 +291,11 @@ CREATE INDEX IF NOT EXISTS deliveries_key_order
 CREATE INDEX IF NOT EXISTS deliveries_finished
     ON outbox.deliveries (state, endpoint_id, finished_at)
     WHERE state IN ('delivered', 'dead');
+-- A tenant's undelivered deliveries at an endpoint: --max-pending-per-tenant's
+-- count. Deliveries without a tenant never enter it (version 9).
+CREATE INDEX IF NOT EXISTS deliveries_tenant
+    ON outbox.deliveries (endpoint_id, tenant, next_attempt_at)
+    WHERE tenant IS NOT NULL AND state IN ('pending', 'in_flight');
 -- Deliveries by event id: replay, dead retry, show, and retention deleting events.
 CREATE INDEX IF NOT EXISTS deliveries_event
     ON outbox.deliveries (event_id);
@@ -454,26 +468,29 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT expires_at < now()
 $$;
 
--- Key order: the deliveries of this key for this endpoint that come before seq
--- and have not finished. A keyed delivery goes only when there is none.
+-- Key order: the deliveries of this key and tenant (NULL: no tenant, a tenant
+-- of its own) for this endpoint that come before seq and have not finished.
+-- A keyed delivery goes only when there is none.
 CREATE OR REPLACE FUNCTION outbox.key_blockers_v1(
-    endpoint_id bigint, key text, seq bigint) RETURNS SETOF bigint
+    endpoint_id bigint, key text, tenant text, seq bigint) RETURNS SETOF bigint
 LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
     SELECT p.id FROM outbox.deliveries p
     WHERE p.endpoint_id = key_blockers_v1.endpoint_id AND p.key = key_blockers_v1.key
+      AND p.tenant IS NOT DISTINCT FROM key_blockers_v1.tenant
       AND p.seq < key_blockers_v1.seq AND p.state IN ('pending', 'in_flight')
 $$;
 
 -- The operators' event filter (dead list, events list, dead retry, dead
 -- discard, replay): --type as LIKE patterns, --since and --until on the
--- event's created_at; NULL leaves a filter out.
+-- event's created_at, --tenant; NULL leaves a filter out.
 CREATE OR REPLACE FUNCTION outbox.event_matches_v1(
-    type text, created_at timestamptz, types text[], since timestamptz, until timestamptz)
-RETURNS boolean
+    type text, created_at timestamptz, tenant text, types text[], since timestamptz,
+    until timestamptz, wanted_tenant text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT (types IS NULL OR type LIKE ANY (types))
        AND (since IS NULL OR created_at >= since)
        AND (until IS NULL OR created_at < until)
+       AND (wanted_tenant IS NULL OR tenant = wanted_tenant)
 $$;
 
 GRANT EXECUTE ON FUNCTION
@@ -485,8 +502,8 @@ GRANT EXECUTE ON FUNCTION
     outbox.rate_turn_near_v1(timestamptz, double precision),
     outbox.rate_next_turn_v1(timestamptz, integer, double precision),
     outbox.slot_free_v1(timestamptz),
-    outbox.key_blockers_v1(bigint, text, bigint),
-    outbox.event_matches_v1(text, timestamptz, text[], timestamptz, timestamptz)
+    outbox.key_blockers_v1(bigint, text, text, bigint),
+    outbox.event_matches_v1(text, timestamptz, text, text[], timestamptz, timestamptz, text)
     TO PUBLIC;
 
-INSERT INTO outbox.schema_version (version) VALUES (8) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (10) ON CONFLICT DO NOTHING;

@@ -12,6 +12,7 @@ transaction, that its work was done once.
 from outbox import receive
 from outbox._event import MAX_PAYLOAD_BYTES, Event
 from outbox._publish import apublish, apublish_many, publish, publish_many
+from outbox._quota import set_quota_check
 from outbox.errors import (
     BacklogFull,
     InvalidEvent,
@@ -52,4 +53,5 @@ __all__ = [
     "publish",
     "publish_many",
     "receive",
+    "set_quota_check",
 ]

@@ -105,6 +105,7 @@ class Event:
     headers: Mapping[str, str] | None = None
     idempotency_key: str | None = None
     delay: timedelta | None = None
+    tenant: str | None = None
 
 
 @dataclass(slots=True)
@@ -129,6 +130,8 @@ class Batch:
     delays: list[float] = field(default_factory=list)
     traceparents: list[str | None] = field(default_factory=list)
     tracestates: list[str | None] = field(default_factory=list)
+    tenants: list[str | None] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)  # as given, for the quota check
 
     def params(self) -> dict[str, Any]:
         """Parameters of the ``publish`` query."""
@@ -139,7 +142,7 @@ class Batch:
             "headers": "[" + ",".join(self.headers) + "]",
             "idempotency_keys": encode(self.idempotency_keys), "delays": encode(self.delays),
             "traceparents": encode(self.traceparents),
-            "tracestates": encode(self.tracestates),
+            "tracestates": encode(self.tracestates), "tenants": encode(self.tenants),
         }
 
 
@@ -200,6 +203,27 @@ def _checked_type(event_type: str) -> str:
             "digits, '_', '-', ':' or '/', such as 'mail.received'"
         )
     return text
+
+
+MAX_TENANT = 200
+"""A tenant is 1 to MAX_TENANT printable ASCII characters: it travels as the CloudEvents
+header ``ce-tenant`` too."""
+
+
+def check_tenant(tenant: object) -> str | None:
+    """The tenant (None: none), or InvalidEvent saying what is wrong with it."""
+    if tenant is None:
+        return None
+    if not isinstance(tenant, str):
+        raise InvalidEvent(f"tenant must be a string or None, not {type(tenant).__name__}")
+    if not 1 <= len(tenant) <= MAX_TENANT:
+        raise InvalidEvent(f"tenant must be 1 to {MAX_TENANT} characters long, "
+                           f"not {len(tenant)}")
+    for place, char in enumerate(tenant):
+        if not " " <= char <= "~":
+            raise InvalidEvent(f"tenant must be printable ASCII: character {place + 1} is "
+                               f"U+{ord(char):04X}")
+    return str(tenant)
 
 
 def check_type(event_type: object) -> str:
@@ -304,6 +328,8 @@ def build_batch(events: Sequence[Event], *, max_payload_bytes: int = MAX_PAYLOAD
         batch.idempotency_keys.append(
             _text(event.idempotency_key, "idempotency_key", optional=True))
         batch.delays.append(_delay_seconds(event.delay))
+        batch.tenants.append(check_tenant(event.tenant))
+        batch.events.append(event)
     for value in uuid7_ints(len(batch.types)):
         hexa = f"{value:032x}"
         batch.ids.append(f"{hexa[:8]}-{hexa[8:12]}-{hexa[12:16]}-{hexa[16:20]}-{hexa[20:]}")

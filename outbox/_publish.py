@@ -19,6 +19,7 @@ from typing import Any
 
 from outbox._driver import AsyncExecute, Rows, SyncExecute, async_executor, sync_executor, values
 from outbox._event import MAX_PAYLOAD_BYTES, Batch, Event, build_batch
+from outbox._quota import check_async, check_sync
 from outbox._shared import tracecontext
 from outbox._shared.schema import MISSING, is_missing
 from outbox.errors import BacklogFull, OutboxError, SchemaMissing
@@ -34,8 +35,9 @@ def _plan(batch: Batch) -> Plan:
         return []
     rows = yield queries["publish"], batch.params()
     if len(rows) == 1 and values(rows[0])[0] is None:  # refused, nothing written
-        _, _, endpoint, bound, backlog = values(rows[0])
-        raise BacklogFull(str(endpoint), int(bound), int(backlog))
+        _, _, endpoint, bound, backlog, tenant = values(rows[0])
+        raise BacklogFull(str(endpoint), int(bound), int(backlog),
+                          tenant=None if tenant is None else str(tenant))
     if len(rows) == len(batch.ids):  # one row per event inserted: no key met an older event
         return batch.uuids
     # Some rows met an idempotency key already stored (or earlier in this
@@ -88,35 +90,40 @@ async def _arun(plan: Plan, execute: AsyncExecute) -> list[uuid.UUID]:
 
 def _one(event_type: str, payload: Any, key: str | None, *,
          headers: Mapping[str, str] | None, idempotency_key: str | None,
-         delay: timedelta | None) -> Batch:
+         delay: timedelta | None, tenant: str | None) -> Batch:
     return build_batch([Event(event_type, payload, key=key, headers=headers,
-                              idempotency_key=idempotency_key, delay=delay)],
+                              idempotency_key=idempotency_key, delay=delay, tenant=tenant)],
                        trace=tracecontext.current())
 
 
 def publish(conn: Any, type: str, payload: Any, *,
             key: str | None = None, headers: Mapping[str, str] | None = None,
             idempotency_key: str | None = None, delay: timedelta | None = None,
-            ) -> uuid.UUID:
+            tenant: str | None = None) -> uuid.UUID:
     """Publish one event inside the caller's open transaction; returns its id.
 
     The event exists exactly when that transaction commits. Bad input raises
     :class:`outbox.InvalidEvent` or :class:`outbox.PayloadTooLarge` before any
     SQL is sent; a database without the outbox schema raises
-    :class:`outbox.SchemaMissing`.
+    :class:`outbox.SchemaMissing`. ``tenant`` (1-200 printable ASCII
+    characters) travels with every delivery, keeps its own key order, and is
+    asked about by the quota check (:func:`outbox.set_quota_check`) first.
     """
     batch = _one(type, payload, key, headers=headers, idempotency_key=idempotency_key,
-                 delay=delay)
+                 delay=delay, tenant=tenant)
+    check_sync(conn, batch.events, batch.tenants)
     return _run(_plan(batch), sync_executor(conn))[0]
 
 
 async def apublish(conn: Any, type: str, payload: Any, *,
                    key: str | None = None, headers: Mapping[str, str] | None = None,
                    idempotency_key: str | None = None, delay: timedelta | None = None,
-                   ) -> uuid.UUID:
-    """The async twin of :func:`publish`, for psycopg and SQLAlchemy async connections."""
+                   tenant: str | None = None) -> uuid.UUID:
+    """The async twin of :func:`publish`, for psycopg and SQLAlchemy async connections;
+    an async quota check is awaited."""
     batch = _one(type, payload, key, headers=headers, idempotency_key=idempotency_key,
-                 delay=delay)
+                 delay=delay, tenant=tenant)
+    await check_async(conn, batch.events, batch.tenants)
     return (await _arun(_plan(batch), await async_executor(conn)))[0]
 
 
@@ -124,6 +131,7 @@ def publish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
     """Publish several events in one round trip; returns their ids in input order."""
     batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES,
                         trace=tracecontext.current())
+    check_sync(conn, batch.events, batch.tenants)
     return _run(_plan(batch), sync_executor(conn))
 
 
@@ -131,4 +139,5 @@ async def apublish_many(conn: Any, events: Iterable[Event]) -> list[uuid.UUID]:
     """The async twin of :func:`publish_many`."""
     batch = build_batch(list(events), max_payload_bytes=MAX_PAYLOAD_BYTES,
                         trace=tracecontext.current())
+    await check_async(conn, batch.events, batch.tenants)
     return await _arun(_plan(batch), await async_executor(conn))

@@ -141,6 +141,7 @@ class DeadLetter:
     last_status: int | None
     failed_at: datetime | None
     created_at: datetime | None = None  # when its event was published
+    tenant: str | None = None  # its event's tenant
 
 
 Moment = datetime | timedelta
@@ -154,12 +155,14 @@ class EventFilter:
 
     ``types``: glob patterns over event types (as ``--events``; several are
     or-ed; empty: every type); ``since``/``until``: bounds on the event's
-    publish time (its ``created_at``, the database clock), ``until`` exclusive.
+    publish time (its ``created_at``, the database clock), ``until`` exclusive;
+    ``tenant``: the events of that tenant only.
     """
 
     types: Sequence[str] = ()
     since: Moment | None = None
     until: Moment | None = None
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
         if self.types:
@@ -259,6 +262,7 @@ class EventLine:
     key: str | None
     created_at: datetime
     deliveries: dict[str, str]  # endpoint name -> state of its latest delivery
+    tenant: str | None = None
 
 
 def events(conn: psycopg.Connection[Any], *, where: EventFilter = EventFilter(),
@@ -327,14 +331,14 @@ def discard_dead(conn: psycopg.Connection[Any], *,
 def replay(conn: psycopg.Connection[Any], endpoint: str, *,
            since: Moment | None = None, event_ids: Sequence[uuid.UUID] | None = None,
            until: Moment | None = None, types: Sequence[str] = (),
-           dry_run: bool = False) -> ReplayResult:
+           tenant: str | None = None, dry_run: bool = False) -> ReplayResult:
     """Deliver events again to one live endpoint, whatever their type and past.
 
     Give ``since`` (a timestamp, naive meaning UTC; or a timedelta meaning that
     long ago on the database clock: events created at or after it, and before
     ``until`` when given) or ``event_ids`` (all must exist, else
     :class:`EventsNotFound` and nothing changes); ``types`` (glob patterns)
-    narrows either. The endpoint's patterns are not consulted: replay is an
+    and ``tenant`` narrow either. The endpoint's patterns are not consulted: replay is an
     explicit request. A disabled endpoint is allowed; its new deliveries wait
     until it is enabled (``endpoint_enabled`` says so). ``dry_run``: count,
     change nothing.
@@ -348,7 +352,7 @@ def replay(conn: psycopg.Connection[Any], endpoint: str, *,
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(queries["admin_replay_lock"])
         params["endpoint_id"], _ = _live_endpoint(cur, endpoint)
-        params.update(_filter_params(cur, EventFilter(types, since, until)))
+        params.update(_filter_params(cur, EventFilter(types, since, until, tenant)))
         if since is not None:
             params["since_id"] = _since_id(params["since"])
         else:
@@ -373,7 +377,8 @@ def _one_selector(event_ids: Sequence[uuid.UUID] | None, endpoint: str | None,
 def _filter_params(cur: psycopg.Cursor[tuple[Any, ...]], where: EventFilter) -> dict[str, Any]:
     """The filter as query parameters: LIKE patterns, and both bounds on the database clock."""
     return {"types": [glob_to_like(t) for t in where.types] or None,
-            "since": _moment(cur, where.since), "until": _moment(cur, where.until)}
+            "since": _moment(cur, where.since), "until": _moment(cur, where.until),
+            "tenant": where.tenant}
 
 
 def _moment(cur: psycopg.Cursor[tuple[Any, ...]], moment: Moment | None) -> datetime | None:

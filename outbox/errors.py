@@ -41,15 +41,24 @@ class BacklogFull(InvalidEvent):
     InvalidEvent cases (documented among them, hence the class),
     and having written nothing: the caller's transaction goes on unharmed,
     with or without the event. ``endpoint`` is the endpoint's name, ``bound``
-    its ``--max-pending``, ``backlog`` what it held.
+    its ``--max-pending``, ``backlog`` what it held; with ``tenant``, the bound
+    is the endpoint's ``--max-pending-per-tenant`` and the backlog that tenant's.
     """
 
-    def __init__(self, endpoint: str, bound: int, backlog: int) -> None:
-        super().__init__(f"endpoint {endpoint!r} holds {backlog} undelivered deliveries, at "
-                         f"or past its bound of {bound} (--max-pending): nothing was published")
+    def __init__(self, endpoint: str, bound: int, backlog: int, *,
+                 tenant: str | None = None) -> None:
+        if tenant is None:
+            super().__init__(f"endpoint {endpoint!r} holds {backlog} undelivered deliveries, "
+                             f"at or past its bound of {bound} (--max-pending): nothing was "
+                             "published")
+        else:
+            super().__init__(f"endpoint {endpoint!r} holds {backlog} undelivered deliveries "
+                             f"of tenant {tenant!r}, at or past its bound of {bound} "
+                             "(--max-pending-per-tenant): nothing was published")
         self.endpoint = endpoint
         self.bound = bound
         self.backlog = backlog
+        self.tenant = tenant
 
 
 class PayloadTooLarge(OutboxError):

@@ -65,6 +65,7 @@ class EventStory:
     trace_id: str | None
     deliveries: tuple[DeliveryStory, ...]
     payload: str = "null"  # the event's data as JSON text, as stored
+    tenant: str | None = None  # the tenant it was published for; None: none
 
 
 def trace_id(traceparent: str | None) -> str | None:
@@ -98,9 +99,9 @@ def show(conn: psycopg.Connection[Any], event_id: uuid.UUID) -> EventStory:
     for row in rows:
         by_endpoint.setdefault(str(row[1]), []).append(row)
     stories = tuple(_story(name, group, by_delivery) for name, group in by_endpoint.items())
-    ev_id, ev_type, key, created_at, traceparent, payload = event
+    ev_id, ev_type, key, created_at, traceparent, payload, tenant = event
     return EventStory(str(ev_id), ev_type, key, created_at, trace_id(traceparent), stories,
-                      payload)
+                      payload, tenant)
 
 
 def _story(name: str, group: Sequence[tuple[Any, ...]],

@@ -67,6 +67,7 @@ class EventData:
     # The W3C trace context it was published in, as stored; None: none.
     traceparent: str | None = None
     tracestate: str | None = None
+    tenant: str | None = None  # the tenant it belongs to; None: none (sent as before)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,7 @@ class ClaimRow(NamedTuple):
     db_now: datetime
     xmin: int
     xmax: int
+    tenant: str | None  # the event's tenant, None: none
 
     def delivery(self, claimed_at: float) -> Delivery:
         """The delivery this row leases; ``claimed_at``: the claim's start, monotonic."""
@@ -126,7 +128,7 @@ class ClaimRow(NamedTuple):
             event=EventData(id=self.event_id, type=self.type, key=self.key,
                             payload=self.payload, headers=json.loads(self.headers or "{}"),
                             created_at=self.created_at, traceparent=self.traceparent,
-                            tracestate=self.tracestate))
+                            tracestate=self.tracestate, tenant=self.tenant))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,10 @@ import argparse
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from outbox._event import check_tenant
 from outbox.durations import parse_duration
 from outbox.endpoints import check_patterns
-from outbox.errors import InvalidEndpoint
+from outbox.errors import InvalidEndpoint, InvalidEvent
 
 MAX_COUNT = 1_000_000_000
 """The largest count an option takes (--limit): well inside the database's integers."""
@@ -83,8 +84,31 @@ def type_pattern(text: str) -> str:
             "any run of characters and '?' for one, such as 'mail.*'") from None
 
 
+_TENANT_SHOWN = 40
+"""How much of a refused tenant its error quotes: enough to recognise, one short line."""
+
+
+def tenant(text: str) -> str:
+    """A tenant, refused as ``publish`` refuses it: a value no event can carry would
+    select nothing, and saying so beats an empty listing or a count of 0."""
+    try:
+        check_tenant(text)
+    except InvalidEvent as exc:
+        shown = text if len(text) <= _TENANT_SHOWN else text[:_TENANT_SHOWN - 3] + "..."
+        raise argparse.ArgumentTypeError(
+            f"invalid tenant {shown!r}: {str(exc).removeprefix('tenant ')}") from None
+    return text
+
+
+def add_tenant(parser: argparse.ArgumentParser) -> None:
+    """--tenant: only the events of one tenant (events without a tenant never match)."""
+    parser.add_argument("--tenant", type=tenant, metavar="TENANT",
+                        help="only events of this tenant (as published: 1-200 printable "
+                        "ASCII characters)")
+
+
 def add_filters(parser: argparse.ArgumentParser, *, until_help: str = "") -> None:
-    """--type, --since and --until: the event filters of dead letters and replays."""
+    """--type, --since, --until and --tenant: the event filters of dead letters and replays."""
     parser.add_argument("--type", type=type_pattern, action="append", dest="types",
                         default=[], metavar="PATTERN",
                         help="only events of a type matching this glob (repeat to or them)")
@@ -93,3 +117,4 @@ def add_filters(parser: argparse.ArgumentParser, *, until_help: str = "") -> Non
                         "when no zone is given), or a duration such as 2h meaning that long ago")
     parser.add_argument("--until", type=moment, metavar="TIMESTAMP",
                         help="only events published before this time" + until_help)
+    add_tenant(parser)

@@ -76,7 +76,7 @@ def _selectors(parser: argparse.ArgumentParser, verb: str) -> None:
 
 def _where(args: argparse.Namespace) -> admin.EventFilter:
     common.check_window(args)
-    return admin.EventFilter(tuple(args.types), args.since, args.until)
+    return admin.EventFilter(tuple(args.types), args.since, args.until, args.tenant)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -88,7 +88,7 @@ def run_list(args: argparse.Namespace) -> int:
             "event_id": d.event_id, "endpoint": d.endpoint, "type": d.type, "key": d.key,
             "attempts": d.attempts, "last_error": d.last_error, "last_status": d.last_status,
             "failed_at": rfc3339(d.failed_at), "created_at": rfc3339(d.created_at),
-            "tenant": None,
+            "tenant": d.tenant,
         } for d in letters])
         return common.EXIT_OK
     common.print_table(

@@ -35,7 +35,8 @@ _MAX_OVERLAP = timedelta(days=365)
 # Options of `add` that map one to one onto EndpointSpec fields.
 _SCALAR_OPTIONS = ("url", "secret", "max_attempts", "timeout", "min_backoff", "max_backoff",
                    "max_in_flight", "rate_limit", "max_batch", "format", "breaker_failures",
-                   "breaker_cooldown", "max_pending", "send_tracestate")
+                   "breaker_cooldown", "max_pending", "max_pending_per_tenant",
+                   "send_tracestate")
 
 
 def register(sub: Any) -> None:
@@ -53,7 +54,7 @@ def register(sub: Any) -> None:
     _option_arguments(update, url_required=False)
     update.add_argument("--unset", action="append", metavar="OPTION", default=[],
                         help="return an option to its default (rate-limit, max-pending, "
-                        "secret, header, ...; repeatable)")
+                        "max-pending-per-tenant, secret, header, ...; repeatable)")
     show = _command(commands, "show", endpoints_view.show,
                     "every option of one endpoint (the secret only as its kind)")
     show.add_argument("name", metavar="NAME")
@@ -111,6 +112,11 @@ def _option_arguments(parser: argparse.ArgumentParser, *, url_required: bool) ->
     parser.add_argument("--max-pending", metavar="N",
                         help="publish() refuses events for this endpoint while it holds N "
                         "undelivered deliveries; default: no bound")
+    parser.add_argument("--max-pending-per-tenant", metavar="N",
+                        help="bounds one tenant's undelivered deliveries at this endpoint; "
+                        "publish() of that tenant's events past it raises BacklogFull naming "
+                        "the endpoint and the tenant; other tenants publish as before; "
+                        "default: no bound")
     tracestate = parser.add_mutually_exclusive_group()
     tracestate.add_argument("--send-tracestate", dest="send_tracestate", action="store_const",
                             const=True, help="send the event's tracestate beside its "
@@ -127,7 +133,8 @@ def _command(commands: Any, name: str, func: Any, text: str) -> argparse.Argumen
 
 
 _OPTION_WORD = re.compile(r"\b(?:min_backoff|max_backoff|max_attempts|max_in_flight|"
-                          r"max_batch|max_pending|rate_limit|breaker_failures|"
+                          r"max_batch|max_pending_per_tenant|max_pending|rate_limit|"
+                          r"breaker_failures|"
                           r"breaker_cooldown)\b")
 
 
@@ -178,6 +185,7 @@ def _add(args: argparse.Namespace) -> int:
 
 
 _UNSETTABLE = {"secret": "secret", "rate-limit": "rate_limit", "max-pending": "max_pending",
+               "max-pending-per-tenant": "max_pending_per_tenant",
                "header": "headers", "headers": "headers", "events": "events"}
 _UNSETTABLE |= {o.replace("_", "-"): o for o in _SCALAR_OPTIONS if o != "url"}
 

@@ -60,9 +60,10 @@ def list_endpoints(args: argparse.Namespace) -> int:
         rows.append((c["name"], state, shown_url(c["url"]), ",".join(c["events"]),
                      signing_label(c["secret"]) or "-", c["format"], c["max_in_flight"],
                      f"{c['rate_limit']:g}/s" if c["rate_limit"] else "-", c["max_batch"],
-                     c["max_pending"] or "-", c["max_attempts"]))
+                     c["max_pending"] or "-", c["max_pending_per_tenant"] or "-",
+                     c["max_attempts"]))
     common.print_table(("name", "enabled", "url", "events", "signing", "format", "in flight",
-                        "rate", "batch", "max pending", "attempts"), rows)
+                        "rate", "batch", "max pending", "per tenant", "attempts"), rows)
     return common.EXIT_OK
 
 
@@ -80,7 +81,8 @@ def as_json(e: store.StoredEndpoint) -> dict[str, Any]:
         "max_batch": c["max_batch"], "format": c["format"],
         "breaker_failures": c["breaker_failures"],
         "breaker_cooldown": c["breaker_cooldown_seconds"],
-        "max_pending": c["max_pending"], "send_tracestate": c["send_tracestate"],
+        "max_pending": c["max_pending"], "max_pending_per_tenant": c["max_pending_per_tenant"],
+        "send_tracestate": c["send_tracestate"],
         # Header values are often credentials (Authorization): names only.
         "headers": dict.fromkeys(c["headers"], "(hidden)"),
         "enabled": e.enabled, "disabled_reason": e.disabled_reason,

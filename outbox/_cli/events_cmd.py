@@ -19,9 +19,9 @@ def register(sub: Any) -> None:
     actions.required = True
     listing = actions.add_parser(
         "list", help="list events newest first, with each endpoint's delivery state",
-        description="List events newest first: id, type, key, publish time, and the state "
-        "of each endpoint's delivery of it (its latest, after a replay). Narrowed as "
-        "`outbox replay` narrows: --type, --since, --until; and --key. `outbox show "
+        description="List events newest first: id, type, key, tenant, publish time, and "
+        "the state of each endpoint's delivery of it (its latest, after a replay). Narrowed as "
+        "`outbox replay` narrows: --type, --since, --until, --tenant; and --key. `outbox show "
         "EVENT_ID` tells one event's whole story.")
     add_filters(listing)
     listing.add_argument("--key", metavar="KEY", help="only events of this ordering key")
@@ -35,18 +35,18 @@ def register(sub: Any) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     common.check_window(args)
-    where = admin.EventFilter(tuple(args.types), args.since, args.until)
+    where = admin.EventFilter(tuple(args.types), args.since, args.until, args.tenant)
     with common.connect(args) as conn:
         found = admin.events(conn, where=where, key=args.key, limit=args.limit)
     if args.json:
         common.print_json([{
-            "event_id": e.event_id, "type": e.type, "key": e.key, "tenant": None,
+            "event_id": e.event_id, "type": e.type, "key": e.key, "tenant": e.tenant,
             "created_at": rfc3339(e.created_at), "deliveries": e.deliveries,
         } for e in found])
         return common.EXIT_OK
     common.print_table(
-        ["published", "event id", "type", "key", "deliveries"],
-        [(rfc3339(e.created_at, seconds=True), e.event_id, e.type, e.key,
+        ["published", "event id", "type", "key", "tenant", "deliveries"],
+        [(rfc3339(e.created_at, seconds=True), e.event_id, e.type, e.key, e.tenant,
           ", ".join(f"{name} {state.replace('_', ' ')}"
                     for name, state in sorted(e.deliveries.items())) or "none (unrouted)")
          for e in found])

@@ -8,7 +8,7 @@ from typing import Any
 
 from outbox import admin
 from outbox._cli import common
-from outbox._cli.args import event_id, moment, type_pattern
+from outbox._cli.args import add_tenant, event_id, moment, type_pattern
 from outbox._shared.text import counted
 
 __all__ = ["register", "since"]
@@ -37,6 +37,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--type", type=type_pattern, action="append", dest="types",
                         default=[], metavar="PATTERN",
                         help="only events of a type matching this glob (repeat to or them)")
+    add_tenant(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="count what would be replayed; change nothing")
     common.add_dsn_option(parser)
@@ -49,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     common.check_window(args)
     with common.connect(args) as conn:
         result = admin.replay(conn, args.endpoint, since=args.since, event_ids=args.event_ids,
-                              until=args.until, types=args.types, dry_run=args.dry_run)
+                              until=args.until, types=args.types, tenant=args.tenant,
+                              dry_run=args.dry_run)
     verb = "would be replayed (dry run)" if args.dry_run else "replayed"
     line = f"{counted(result.replayed, 'event')} {verb} to endpoint {args.endpoint!r}"
     if result.skipped:

@@ -16,10 +16,11 @@ from outbox.errors import EventsNotFound
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "show", help="one event's whole story: every attempt at every endpoint",
-        description="One event: its type, key, publish time and trace, and for each endpoint "
-        "the state of its delivery and every attempt made, oldest first (a retry or a replay "
-        "goes on counting attempts). Failed attempts give their HTTP status, reason, "
-        "duration and error; the history lasts as long as its delivery.")
+        description="One event: its type, key, tenant (when it has one), publish time and "
+        "trace, and for each endpoint the state of its delivery and every attempt made, "
+        "oldest first (a retry or a replay goes on counting attempts). Failed attempts give "
+        "their HTTP status, reason, duration and error; the history lasts as long as its "
+        "delivery.")
     parser.add_argument("event_id", type=event_id, metavar="EVENT_ID", help="the event's id")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--payload", action="store_true",
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
         return common.EXIT_OK
     lines = as_text(story)
     if args.payload:
-        lines[5:5] = ["  payload", *("    " + line for line in json.dumps(
+        end = len(_header(story))
+        lines[end:end] = ["  payload", *("    " + line for line in json.dumps(
             json.loads(story.payload), indent=2, ensure_ascii=False).splitlines())]
     for line in lines:
         common.print_line(line)
@@ -52,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
 def as_json(story: history.EventStory) -> dict[str, Any]:
     """The documented shape of ``show --json``."""
     return {
-        "event_id": story.event_id, "type": story.type, "key": story.key, "tenant": None,
-        "created_at": rfc3339(story.created_at), "trace_id": story.trace_id,
+        "event_id": story.event_id, "type": story.type, "key": story.key,
+        "tenant": story.tenant, "created_at": rfc3339(story.created_at),
+        "trace_id": story.trace_id,
         "deliveries": [{
             "endpoint": d.endpoint, "state": d.state, "attempts": d.attempts,
             "next_attempt_at": rfc3339(d.next_attempt_at), "last_error": d.last_error,
@@ -66,13 +69,23 @@ def as_json(story: history.EventStory) -> dict[str, Any]:
     }
 
 
-def as_text(story: history.EventStory) -> list[str]:
-    """A header, then one block per endpoint with one line per attempt."""
+def _header(story: history.EventStory) -> list[str]:
+    """The event's own lines, ending with its trace (``--payload`` goes right after).
+
+    The tenant line is there only for an event that has one: most have none,
+    and a header that keeps its shape for them keeps it for what reads it."""
     lines = [f"event {story.event_id}",
              f"  type       {story.type}",
-             f"  key        {story.key if story.key is not None else '-'}",
-             f"  published  {rfc3339(story.created_at, seconds=True)}",
-             f"  trace      {story.trace_id or '-'}"]
+             f"  key        {story.key if story.key is not None else '-'}"]
+    if story.tenant is not None:
+        lines.append(f"  tenant     {story.tenant}")
+    return [*lines, f"  published  {rfc3339(story.created_at, seconds=True)}",
+            f"  trace      {story.trace_id or '-'}"]
+
+
+def as_text(story: history.EventStory) -> list[str]:
+    """A header, then one block per endpoint with one line per attempt."""
+    lines = _header(story)
     if not story.deliveries:
         lines += ["", "no deliveries (unrouted: no endpoint subscribed to its type; "
                   "`outbox replay` can send it)"]

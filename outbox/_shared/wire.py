@@ -162,16 +162,28 @@ def batch_id(events: Iterable[WireEvent]) -> str:
     return "batch_" + hashlib.sha256(",".join(ids).encode()).hexdigest()[:32]
 
 
+def tenant_of(event: WireEvent) -> str | None:
+    """The event's tenant, None for none (an event kind without one has none)."""
+    tenant = getattr(event, "tenant", None)
+    return tenant if isinstance(tenant, str) else None
+
+
 def _webhook_body(event: WireEvent) -> str:
     key = "null" if event.key is None else json.dumps(event.key)
+    tenant = tenant_of(event)
+    member = "" if tenant is None else ',"tenant":' + json.dumps(tenant)
     return (
         f'{{"id":"{event.id}","type":{json.dumps(event.type)},'
-        f'"timestamp":"{rfc3339(event.created_at)}","key":{key},"data":{event.payload}}}'
+        f'"timestamp":"{rfc3339(event.created_at)}","key":{key}{member},'
+        f'"data":{event.payload}}}'
     )
 
 
 def _structured_cloudevent(event: WireEvent) -> str:
     subject = "" if event.key is None else ',"subject":' + json.dumps(event.key)
+    tenant = tenant_of(event)
+    if tenant is not None:  # an extension attribute (lower-case letters and digits only)
+        subject += ',"tenant":' + json.dumps(tenant)
     return (
         f"{_CE_PREFIX}{event.id}{_CE_MIDDLE}{json.dumps(event.type)},"
         f'"time":"{rfc3339(event.created_at)}"{subject},'
@@ -247,6 +259,9 @@ def encode_request(
             ]
             if event.key is not None:
                 headers.append(("ce-subject", quote(event.key, safe=_CE_SAFE)))
+            tenant = tenant_of(event)
+            if tenant is not None:  # printable ASCII: sent as it is
+                headers.append(("ce-tenant", tenant))
         else:
             body = _webhook_body(event).encode()
             headers = [_JSON]

@@ -58,7 +58,7 @@ MAX_BREAKER_COOLDOWN = 86400.0
 
 _SECONDS_OPTIONS = ("timeout", "min_backoff", "max_backoff", "breaker_cooldown")
 _INT_OPTIONS = ("max_attempts", "max_in_flight", "max_batch", "breaker_failures",
-                "max_pending")
+                "max_pending", "max_pending_per_tenant")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +103,11 @@ class EndpointSpec:
     max_pending: int | None = None
     """publish() refuses events for the endpoint while it holds this many undelivered
     deliveries; None for no bound."""
+    max_pending_per_tenant: int | None = None
+    """publish() refuses a tenant's events for the endpoint while it holds this many
+    undelivered deliveries of that tenant (BacklogFull names the endpoint and the tenant),
+    so that one tenant cannot fill the backlog for all: other tenants, and events without
+    one, publish as before; None for no bound."""
     send_tracestate: bool = True
     """Whether requests carry the event's W3C ``tracestate`` beside its ``traceparent``
     (cut to 512 characters); false sends ``traceparent`` alone."""
@@ -145,6 +150,9 @@ class EndpointSpec:
         if self.max_pending is not None:
             put("max_pending", checks.check_int(self.max_pending, "max_pending", 1,
                                                 MAX_PENDING))
+        if self.max_pending_per_tenant is not None:
+            put("max_pending_per_tenant", checks.check_int(
+                self.max_pending_per_tenant, "max_pending_per_tenant", 1, MAX_PENDING))
         if not isinstance(self.send_tracestate, bool):
             raise InvalidEndpoint(f"must be true or false, not {self.send_tracestate!r}",
                                   "send_tracestate")
@@ -165,7 +173,9 @@ class EndpointSpec:
             "max_batch": self.max_batch, "format": self.format, "headers": dict(self.headers),
             "breaker_failures": self.breaker_failures,
             "breaker_cooldown_seconds": self.breaker_cooldown,
-            "max_pending": self.max_pending, "send_tracestate": self.send_tracestate,
+            "max_pending": self.max_pending,
+            "max_pending_per_tenant": self.max_pending_per_tenant,
+            "send_tracestate": self.send_tracestate,
         }
 
     @classmethod

@@ -59,7 +59,7 @@ _OPTION_COLUMNS = ("name", "url", "events", "events_like", "secret", "max_attemp
                    "timeout_seconds", "min_backoff_seconds", "max_backoff_seconds",
                    "max_in_flight", "rate_limit", "max_batch", "format", "headers",
                    "breaker_failures", "breaker_cooldown_seconds", "max_pending",
-                   "send_tracestate")
+                   "max_pending_per_tenant", "send_tracestate")
 
 
 def _lock(conn: Conn) -> None:
@@ -216,6 +216,7 @@ _FIELD_OF_COLUMN = {"url": "url", "events": "events", "secret": "secret",
                     "max_batch": "max_batch", "format": "format", "headers": "headers",
                     "breaker_failures": "breaker_failures",
                     "breaker_cooldown_seconds": "breaker_cooldown", "max_pending": "max_pending",
+                    "max_pending_per_tenant": "max_pending_per_tenant",
                     "send_tracestate": "send_tracestate"}
 
 

@@ -43,7 +43,7 @@ _OPTION_OF_COLUMN = {
     "max_in_flight": "max_in_flight", "rate_limit": "rate_limit", "max_batch": "max_batch",
     "format": "format", "headers": "headers", "breaker_failures": "breaker_failures",
     "breaker_cooldown_seconds": "breaker_cooldown", "max_pending": "max_pending",
-    "send_tracestate": "send_tracestate",
+    "max_pending_per_tenant": "max_pending_per_tenant", "send_tracestate": "send_tracestate",
 }
 
 

@@ -44,7 +44,7 @@ _CE_STRUCTURED: Final = "application/cloudevents+json"
 # when the headers object cannot list its names (it offers get() alone).
 _CE_ATTRIBUTES: Final = tuple(f"ce-{name}" for name in (
     "specversion", "id", "type", "source", "subject", "time", "datacontenttype",
-    "dataschema"))
+    "dataschema", "tenant"))
 
 
 class Headers(Protocol):
@@ -67,6 +67,9 @@ class Received:
     """The payload, parsed from JSON."""
     time: datetime
     """When the event was published (aware, UTC)."""
+    tenant: str | None = None
+    """The tenant the event belongs to, or None (also for a delivery of a release that
+    sent none)."""
 
 
 def header(headers: Headers, name: str) -> str | None:
@@ -181,7 +184,8 @@ def _webhook(obj: Any, where: str) -> Received:
         raise InvalidDelivery(f"{where}: 'data' is missing")
     return Received(id=_text(obj, "id", where), type=_text(obj, "type", where),
                     key=_optional_key(obj, "key", where), data=obj["data"],
-                    time=_time(_text(obj, "timestamp", where), where, ": 'timestamp'"))
+                    time=_time(_text(obj, "timestamp", where), where, ": 'timestamp'"),
+                    tenant=_optional_key(obj, "tenant", where))
 
 
 def _structured(obj: Any, where: str, msg_id: str | None = None) -> Received:
@@ -191,7 +195,8 @@ def _structured(obj: Any, where: str, msg_id: str | None = None) -> Received:
         raise InvalidDelivery(f"{where}: 'specversion' is not '1.0'")
     event = Received(id=_text(obj, "id", where), type=_text(obj, "type", where),
                      key=_optional_key(obj, "subject", where), data=obj.get("data"),
-                     time=_time(_text(obj, "time", where), where, ": 'time'"))
+                     time=_time(_text(obj, "time", where), where, ": 'time'"),
+                     tenant=_optional_key(obj, "tenant", where))
     if msg_id is not None and event.id != msg_id:
         raise InvalidDelivery(f"{where}: its id differs from the signed webhook-id")
     return event
@@ -215,4 +220,5 @@ def _binary(headers: Headers, body: bytes, msg_id: str) -> Received:
         except UnicodeDecodeError:
             raise InvalidDelivery("ce-subject is not percent-encoded UTF-8") from None
     return Received(id=values["ce-id"], type=values["ce-type"], key=subject,
-                    data=_json(body), time=_time(values["ce-time"], "ce-time"))
+                    data=_json(body), time=_time(values["ce-time"], "ce-time"),
+                    tenant=header(headers, "ce-tenant"))

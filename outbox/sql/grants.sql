@@ -53,14 +53,17 @@ $rules$;
 -- header, and it changes none.
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM {application};
 GRANT USAGE ON SCHEMA outbox TO {application};
-GRANT SELECT (id, name, events_like, max_pending, enabled, removed_at)
+GRANT SELECT (id, name, events_like, max_pending, max_pending_per_tenant, enabled,
+               removed_at)
     ON outbox.endpoints TO {application};
 GRANT SELECT ON outbox.events TO {application};
 GRANT INSERT (id, type, key, payload, headers, idempotency_key, created_at, deliver_after,
-              unrouted, traceparent, tracestate) ON outbox.events TO {application};
-GRANT INSERT (event_id, endpoint_id, seq, key, next_attempt_at)
+              unrouted, traceparent, tracestate, tenant) ON outbox.events TO {application};
+GRANT INSERT (event_id, endpoint_id, seq, key, tenant, next_attempt_at)
     ON outbox.deliveries TO {application};
-GRANT SELECT (endpoint_id) ON outbox.deliveries TO {application};
+-- endpoint_id for what publish returns; tenant and state for
+-- --max-pending-per-tenant's count.
+GRANT SELECT (endpoint_id, tenant, state) ON outbox.deliveries TO {application};
 GRANT SELECT, UPDATE (undelivered) ON outbox.endpoint_backlog TO {application};
 GRANT SELECT ON outbox.schema_version TO {application};
 GRANT SELECT ON outbox.inbox TO {application};

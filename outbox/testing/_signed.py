@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from outbox._event import uuid7
+from outbox._event import check_tenant, uuid7
 from outbox._shared.endpoint_defaults import Format
 from outbox._shared.wire import encode_request, secret_key
 from outbox.receive import Received
@@ -43,6 +43,7 @@ class _Event:
     payload: str
     headers: Mapping[str, str]
     created_at: datetime
+    tenant: str | None = None
 
 
 def _keys(secrets: str | Sequence[str]) -> list[bytes]:
@@ -61,12 +62,14 @@ def _stamp(timestamp: datetime | float | None) -> datetime:
 
 def _wire(event: Received) -> _Event:
     return _Event(id=uuid.UUID(event.id), type=event.type, key=event.key,
-                  payload=_ENCODER.encode(event.data), headers={}, created_at=event.time)
+                  payload=_ENCODER.encode(event.data), headers={}, created_at=event.time,
+                  tenant=event.tenant)
 
 
 def _received(event: _Event) -> Received:
     return Received(id=str(event.id), type=event.type, key=event.key,
-                    data=json.loads(event.payload), time=event.created_at.astimezone(UTC))
+                    data=json.loads(event.payload), time=event.created_at.astimezone(UTC),
+                    tenant=event.tenant)
 
 
 def signed_batch(secrets: str | Sequence[str], events: Sequence[Received], *,
@@ -87,17 +90,19 @@ def signed_request(secrets: str | Sequence[str], type: str, data: Any = None, *,
                    key: str | None = None, event_id: str | uuid.UUID | None = None,
                    time: datetime | None = None, format: Format = "standard-webhooks",
                    timestamp: datetime | float | None = None,
-                   headers: Mapping[str, str] | None = None) -> SignedRequest:
+                   headers: Mapping[str, str] | None = None,
+                   tenant: str | None = None) -> SignedRequest:
     """A delivery of one event, as the dispatcher would POST it, signed with every secret given.
 
     ``event_id`` defaults to a fresh UUID (send the same request twice to test
     deduplication), ``time`` (the event's publish time) and ``timestamp``
-    (this attempt's) to now; ``headers`` are the custom headers of the event.
+    (this attempt's) to now; ``headers`` are the custom headers of the event;
+    ``tenant`` the tenant it belongs to.
     """
     moment = time or datetime.now(UTC)
     wire = _Event(id=uuid.UUID(str(event_id)) if event_id is not None else uuid7(), type=type,
                   key=key, payload=_ENCODER.encode(data), headers=dict(headers or {}),
-                  created_at=moment)
+                  created_at=moment, tenant=check_tenant(tenant))
     sent, body = encode_request([wire], _stamp(timestamp), keys=_keys(secrets),
                                 cloudevents=format == "cloudevents")
     return SignedRequest(dict(sent), body, [_received(wire)])

@@ -100,6 +100,10 @@ def test_add_and_list(dsn: str) -> None:
     ["--url", URL, "--breaker-cooldown", "0"],
     ["--url", URL, "--max-pending", "0"],
     ["--url", URL, "--max-pending", "lots"],
+    ["--url", URL, "--max-pending-per-tenant", "0"],
+    ["--url", URL, "--max-pending-per-tenant", "-1"],
+    ["--url", URL, "--max-pending-per-tenant", "x"],
+    ["--url", URL, "--max-pending-per-tenant", "1000000001"],
     ["--url", URL, "--header", "Content-Type: text/plain"],
     ["--url", URL, "--header", "X-A: 1", "--header", "x-a: 2"],
     ["--url", URL, "--header", "X-Api-Key: clé-secrète"],
@@ -115,6 +119,25 @@ def test_bad_add_is_refused_with_exit_2_and_nothing_written(dsn: str, args: list
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
     assert snapshot(dsn) == before
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("0", "--max-pending-per-tenant must be"), ("-1", "--max-pending-per-tenant must be"),
+    ("x", "--max-pending-per-tenant must be a whole number, not 'x'"),
+])
+def test_bad_per_tenant_bound_is_refused_by_add_and_update(dsn: str, value: str,
+                                                           message: str) -> None:
+    """add and update refuse a per-tenant bound that is not 1 or more: exit 2, one line, no
+    traceback, naming the option as typed, nothing written."""
+    add(dsn, "hooks", max_pending_per_tenant=5)
+    before = snapshot(dsn)
+    for args in (["add", "other", "--url", URL], ["update", "hooks"]):
+        result = outbox_cmd(dsn, *args, "--max-pending-per-tenant", value)
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert message in line
+        assert "Traceback" not in result.stderr
+        assert snapshot(dsn) == before
 
 
 def test_bad_name_and_existing_name_refused(dsn: str) -> None:
@@ -363,3 +386,44 @@ def test_an_endpoint_may_leave_tracestate_out(dsn: str, tmp_path: Path) -> None:
     refused = outbox_cmd(dsn, "sync", str(path))
     assert refused.returncode == 2
     assert "endpoints.bare.send_tracestate must be true or false" in refused.stderr
+
+
+def test_max_pending_per_tenant_is_managed_like_max_pending(dsn: str, tmp_path: Path) -> None:
+    """--max-pending-per-tenant / TOML max_pending_per_tenant: added, listed, shown, updated,
+    unset back to no bound, and synced, beside --max-pending."""
+    ok(outbox_cmd(dsn, "add", "hooks", "--url", URL, "--max-pending", "1000",
+                  "--max-pending-per-tenant", "50"))
+    ok(outbox_cmd(dsn, "add", "plain", "--url", URL))
+    assert (endpoint(dsn, "hooks")["max_pending"],
+            endpoint(dsn, "hooks")["max_pending_per_tenant"]) == (1000, 50)
+    listed = {e["name"]: e["max_pending_per_tenant"]
+              for e in json.loads(ok(outbox_cmd(dsn, "list", "--json")))}
+    assert listed == {"hooks": 50, "plain": None}
+    header = ok(outbox_cmd(dsn, "list")).splitlines()[0]
+    assert "MAX PENDING" in header
+    assert "PER TENANT" in header
+    assert json.loads(ok(outbox_cmd(dsn, "show", "hooks", "--json")))[
+        "max_pending_per_tenant"] == 50
+    assert json.loads(ok(outbox_cmd(dsn, "show", "plain", "--json")))[
+        "max_pending_per_tenant"] is None
+    assert re.search(r"^max pending per tenant +50$", ok(outbox_cmd(dsn, "show", "hooks")), re.M)
+    assert re.search(r"^max pending per tenant +-$", ok(outbox_cmd(dsn, "show", "plain")), re.M)
+
+    assert ok(outbox_cmd(dsn, "update", "hooks", "--max-pending-per-tenant", "80")) == \
+        "updated endpoint hooks: max_pending_per_tenant\n"
+    assert endpoint(dsn, "hooks")["max_pending_per_tenant"] == 80
+    assert ok(outbox_cmd(dsn, "update", "hooks", "--unset", "max-pending-per-tenant")) == \
+        "updated endpoint hooks: max_pending_per_tenant\n"
+    assert (endpoint(dsn, "hooks")["max_pending"],
+            endpoint(dsn, "hooks")["max_pending_per_tenant"]) == (1000, None)
+
+    path = tmp_path / "endpoints.toml"
+    path.write_text(f'[endpoints.hooks]\nurl = "{URL}"\nmax_pending = 1000\n'
+                    f'max_pending_per_tenant = 20\n[endpoints.plain]\nurl = "{URL}"\n')
+    assert "changed hooks: max_pending_per_tenant" in ok(outbox_cmd(dsn, "sync", str(path)))
+    assert endpoint(dsn, "hooks")["max_pending_per_tenant"] == 20
+    assert "0 to change" in ok(outbox_cmd(dsn, "sync", str(path), "--dry-run"))
+    path.write_text(f'[endpoints.hooks]\nurl = "{URL}"\nmax_pending = 1000\n'
+                    f'[endpoints.plain]\nurl = "{URL}"\n')
+    assert "changed hooks: max_pending_per_tenant" in ok(outbox_cmd(dsn, "sync", str(path)))
+    assert endpoint(dsn, "hooks")["max_pending_per_tenant"] is None

@@ -89,6 +89,7 @@ GOOD: dict[str, st.SearchStrategy[Any]] = {
     "breaker_failures": _whole(0, 1000),
     "breaker_cooldown": _seconds(0, 86400),
     "max_pending": _whole(1, 1_000_000_000),
+    "max_pending_per_tenant": _whole(1, 1_000_000_000),
     "send_tracestate": st.booleans(),
 }
 # min_backoff and max_backoff are drawn together (the one must not exceed the other).

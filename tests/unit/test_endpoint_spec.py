@@ -421,6 +421,9 @@ def test_non_ascii_header_value_is_not_echoed() -> None:
     ("breaker_failures", -1), ("breaker_failures", 1001), ("breaker_failures", 2.5),
     ("breaker_cooldown", 0), ("breaker_cooldown", 86401), ("breaker_cooldown", math.nan),
     ("max_pending", 0), ("max_pending", -5), ("max_pending", 1.5), ("max_pending", True),
+    ("max_pending_per_tenant", 0), ("max_pending_per_tenant", -1),
+    ("max_pending_per_tenant", 1.5), ("max_pending_per_tenant", True),
+    ("max_pending_per_tenant", 1_000_000_001),
     ("format", "json"), ("format", None),
 ])
 def test_invalid_numbers_and_format(option: str, value: Any) -> None:
@@ -438,6 +441,24 @@ def test_invalid_numbers_and_format(option: str, value: Any) -> None:
 def test_boundary_values_accepted(option: str, value: Any) -> None:
     """Values at the edges of each range are accepted."""
     assert getattr(spec(**{option: value}), option) == value
+
+
+@pytest.mark.parametrize("value", [None, 1, 1_000_000_000])
+def test_max_pending_per_tenant_takes_what_max_pending_takes(value: int | None) -> None:
+    """max_pending_per_tenant: None (no bound) or 1 up to max_pending's own upper bound."""
+    assert spec(max_pending_per_tenant=value).max_pending_per_tenant == value
+    assert spec(max_pending=value).max_pending == value
+
+
+def test_max_pending_per_tenant_is_a_column_and_read_from_text() -> None:
+    """The bound reaches the column of its name, and text such as a sync file's is a number."""
+    s = EndpointSpec.from_options("hooks", {"url": URL, "max_pending_per_tenant": " 50 "})
+    assert s.max_pending_per_tenant == 50
+    assert s.columns()["max_pending_per_tenant"] == 50
+    assert spec().columns()["max_pending_per_tenant"] is None
+    with pytest.raises(InvalidEndpoint, match="must be a whole number, not 'x'") as info:
+        EndpointSpec.from_options("hooks", {"url": URL, "max_pending_per_tenant": "x"})
+    assert info.value.field == "max_pending_per_tenant"
 
 
 def test_min_backoff_must_not_exceed_max_backoff() -> None:

@@ -46,6 +46,7 @@ headers = {{ Authorization = "Bearer t", x-tenant = "acme" }}
 breaker_failures = 0
 breaker_cooldown = "2m"
 max_pending = 10000
+max_pending_per_tenant = 500
 
 [endpoints.audit]
 url = "http://audit.internal/"
@@ -56,7 +57,8 @@ url = "http://audit.internal/"
         secret="env:OUTBOX_SECRET_WORKFLOW", max_attempts=12, timeout=5.0, min_backoff=0.5,
         max_backoff=600.0, max_in_flight=4, rate_limit=20.0, max_batch=50,
         format="cloudevents", headers={"authorization": "Bearer t", "x-tenant": "acme"},
-        breaker_failures=0, breaker_cooldown=120.0, max_pending=10000)
+        breaker_failures=0, breaker_cooldown=120.0, max_pending=10000,
+        max_pending_per_tenant=500)
     assert audit == EndpointSpec(name="audit", url="http://audit.internal/")
 
 
@@ -77,6 +79,10 @@ url = "http://audit.internal/"
     ("endpoints.a = 3\n", r"endpoints\.a must be a table"),
     ('[endpoints.a]\nurl = "http://x/\n', "not valid TOML"),
     ('[endpoints.a]\nevents = ["*"]\n', r"endpoints\.a\.url is required"),
+    ('[endpoints.a]\nurl = "http://x/"\nmax_pending_per_tenant = 0\n',
+     r"endpoints\.a\.max_pending_per_tenant must be"),
+    ('[endpoints.a]\nurl = "http://x/"\nmax_pending_per_tenant = "x"\n',
+     r"endpoints\.a\.max_pending_per_tenant must be a whole number"),
 ])
 def test_bad_files_are_refused(tmp_path: Path, text: str, message: str) -> None:
     """Unknown keys, bad values and TOML syntax errors are refused, naming the file and key."""
@@ -133,3 +139,14 @@ def test_plan_reports_a_secret_change_without_its_value() -> None:
     before = EndpointSpec(name="a", url=URL, secret="env:OUTBOX_SECRET_ONE")
     after = EndpointSpec(name="a", url=URL, secret="env:OUTBOX_SECRET_TWO")
     assert plan_sync([stored(before)], [after]).change == {"a": ["secret"]}
+
+
+def test_plan_names_a_changed_or_dropped_per_tenant_bound() -> None:
+    """Setting, changing or leaving out max_pending_per_tenant is a change of that option."""
+    unbounded = EndpointSpec(name="a", url=URL)
+    bounded = EndpointSpec(name="a", url=URL, max_pending_per_tenant=100)
+    wider = EndpointSpec(name="a", url=URL, max_pending_per_tenant=200)
+    assert plan_sync([stored(unbounded)], [bounded]).change == {"a": ["max_pending_per_tenant"]}
+    assert plan_sync([stored(bounded)], [wider]).change == {"a": ["max_pending_per_tenant"]}
+    assert plan_sync([stored(bounded)], [unbounded]).change == {"a": ["max_pending_per_tenant"]}
+    assert plan_sync([stored(bounded)], [bounded]).unchanged == ["a"]

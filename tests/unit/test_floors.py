@@ -18,7 +18,7 @@ def _row(endpoint_id: int, next_pending: datetime | None, *, now: datetime, xmin
                     event_id=uuid.uuid4(), type="t", key=None, payload="{}", headers=None,
                     created_at=T0, grp=0, slot=0, slot_token=uuid.uuid4(), send_in=0.0,
                     probe=False, age=0.0, traceparent=None, tracestate=None, size=2,
-                    next_pending=next_pending, db_now=now, xmin=xmin, xmax=xmax)
+                    next_pending=next_pending, db_now=now, xmin=xmin, xmax=xmax, tenant=None)
 
 
 def test_an_endpoint_is_claimed_from_the_head_until_a_claim_has_set_its_floor() -> None:

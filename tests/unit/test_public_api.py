@@ -27,6 +27,7 @@ INTENDED = {
     "publish",
     "publish_many",
     "receive",
+    "set_quota_check",
 }
 
 
@@ -66,17 +67,18 @@ def test_public_names_live_in_public_or_private_modules_of_outbox() -> None:
 
 
 def test_signatures_of_the_producer_api() -> None:
-    """publish takes (conn, type, payload) and keyword-only key, headers, idempotency_key, delay."""
+    """publish takes (conn, type, payload) and keyword-only key, headers, idempotency_key,
+    delay and tenant."""
     for function in (outbox.publish, outbox.apublish):
         parameters = inspect.signature(function).parameters
         assert list(parameters) == ["conn", "type", "payload", "key", "headers",
-                                    "idempotency_key", "delay"]
+                                    "idempotency_key", "delay", "tenant"]
         assert all(parameters[p].kind is inspect.Parameter.KEYWORD_ONLY
-                   for p in ("key", "headers", "idempotency_key", "delay"))
+                   for p in ("key", "headers", "idempotency_key", "delay", "tenant"))
     assert inspect.iscoroutinefunction(outbox.apublish)
     assert inspect.iscoroutinefunction(outbox.apublish_many)
     assert list(inspect.signature(outbox.Event).parameters) == [
-        "type", "payload", "key", "headers", "idempotency_key", "delay"]
+        "type", "payload", "key", "headers", "idempotency_key", "delay", "tenant"]
 
 
 def test_errors_form_the_documented_tree() -> None:
@@ -124,7 +126,7 @@ def test_receive_exports_the_contracts_names() -> None:
     assert inspect.signature(receive.first_time).parameters["consumer"].default == "default"
     assert inspect.iscoroutinefunction(receive.afirst_time)
     assert [f.name for f in dataclasses.fields(receive.Received)] == [
-        "id", "type", "key", "data", "time"]
+        "id", "type", "key", "data", "time", "tenant"]
     parameters = inspect.signature(receive.Verifier).parameters
     assert parameters["tolerance"].default == timedelta(minutes=5)
     assert parameters["format"].default == "standard-webhooks"

@@ -89,14 +89,15 @@ SELECT EXISTS (SELECT 1 FROM outbox.endpoints WHERE name = %(name)s);
 -- and --failed-since on the time the delivery died.
 SELECT d.event_id::text, coalesce(e.name, '#' || d.endpoint_id::text),
        e.removed_at IS NOT NULL AS removed, ev.type, d.key, d.attempts, d.last_error,
-       d.last_status, d.finished_at, ev.created_at
+       d.last_status, d.finished_at, ev.created_at, ev.tenant
 FROM outbox.deliveries d
 JOIN outbox.events ev ON ev.id = d.event_id
 LEFT JOIN outbox.endpoints e ON e.id = d.endpoint_id
 WHERE d.state = 'dead'
   AND (%(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text)
-  AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[],
-                              %(since)s::timestamptz, %(until)s::timestamptz)
+  AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
+                              %(since)s::timestamptz, %(until)s::timestamptz,
+                              %(tenant)s::text)
   AND (%(failed_since)s::timestamptz IS NULL
        OR d.finished_at >= %(failed_since)s::timestamptz)
 ORDER BY d.finished_at DESC NULLS LAST, d.id DESC
@@ -117,12 +118,14 @@ SELECT ev.id::text, ev.type, ev.key, ev.created_at,
                        FROM outbox.deliveries d
                        LEFT JOIN outbox.endpoints e ON e.id = d.endpoint_id
                        WHERE d.event_id = ev.id
-                       ORDER BY d.endpoint_id, d.id DESC) x), '{}'::jsonb)
+                       ORDER BY d.endpoint_id, d.id DESC) x), '{}'::jsonb),
+       ev.tenant
 FROM outbox.events ev
 WHERE (%(since_id)s::uuid IS NULL OR ev.id >= %(since_id)s::uuid)
   AND (%(key)s::text IS NULL OR ev.key = %(key)s::text)
-  AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[],
-                              %(since)s::timestamptz, %(until)s::timestamptz)
+  AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
+                              %(since)s::timestamptz, %(until)s::timestamptz,
+                              %(tenant)s::text)
 ORDER BY ev.id DESC
 LIMIT %(limit)s;
 
@@ -157,8 +160,9 @@ chosen AS MATERIALIZED (
     WHERE d.state = 'dead'
       AND (%(endpoint_id)s::bigint IS NULL OR d.endpoint_id = %(endpoint_id)s::bigint)
       AND (%(event_ids)s::uuid[] IS NULL OR d.event_id = ANY (%(event_ids)s::uuid[]))
-      AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[],
-                                  %(since)s::timestamptz, %(until)s::timestamptz)
+      AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
+                                  %(since)s::timestamptz, %(until)s::timestamptz,
+                                  %(tenant)s::text)
 ),
 eligible AS (
     SELECT c.id, c.endpoint_id FROM chosen c JOIN live ON live.id = c.endpoint_id
@@ -206,8 +210,9 @@ WITH chosen AS MATERIALIZED (
     WHERE d.state = 'dead'
       AND (%(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text)
       AND (%(event_ids)s::uuid[] IS NULL OR d.event_id = ANY (%(event_ids)s::uuid[]))
-      AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[],
-                                  %(since)s::timestamptz, %(until)s::timestamptz)
+      AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
+                                  %(since)s::timestamptz, %(until)s::timestamptz,
+                                  %(tenant)s::text)
 ),
 gone AS (
     DELETE FROM outbox.deliveries d USING chosen c
@@ -256,20 +261,22 @@ WITH target AS (
 -- counts say what would be. A replayed delivery goes on numbering attempts
 -- where the event's earlier deliveries to the endpoint stopped (attempts_before).
 chosen AS MATERIALIZED (
-    SELECT ev.id, ev.seq, ev.key, ev.deliver_after
+    SELECT ev.id, ev.seq, ev.key, ev.tenant, ev.deliver_after
     FROM outbox.events ev
     WHERE ev.id = ANY (%(event_ids)s::uuid[])
-      AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[], NULL, NULL)
+      AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
+                                  NULL, NULL, %(tenant)s::text)
     UNION ALL
-    SELECT ev.id, ev.seq, ev.key, ev.deliver_after
+    SELECT ev.id, ev.seq, ev.key, ev.tenant, ev.deliver_after
     FROM outbox.events ev
     WHERE %(event_ids)s::uuid[] IS NULL
       AND ev.id >= %(since_id)s::uuid
-      AND outbox.event_matches_v1(ev.type, ev.created_at, %(types)s::text[],
-                                  %(since)s::timestamptz, %(until)s::timestamptz)
+      AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
+                                  %(since)s::timestamptz, %(until)s::timestamptz,
+                                  %(tenant)s::text)
 ),
 fresh AS MATERIALIZED (
-    SELECT c.id, c.seq, c.key, c.deliver_after, t.id AS endpoint_id
+    SELECT c.id, c.seq, c.key, c.tenant, c.deliver_after, t.id AS endpoint_id
     FROM chosen c, target t
     WHERE NOT EXISTS (
         SELECT 1 FROM outbox.deliveries d
@@ -277,9 +284,10 @@ fresh AS MATERIALIZED (
     )
 ),
 inserted AS (
-    INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, key, next_attempt_at,
+    INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, key, tenant, next_attempt_at,
                                    attempts_before)
-    SELECT f.id, f.endpoint_id, f.seq, f.key, greatest(f.deliver_after, clock_timestamp()),
+    SELECT f.id, f.endpoint_id, f.seq, f.key, f.tenant,
+           greatest(f.deliver_after, clock_timestamp()),
            coalesce((SELECT max(p.attempts_before + p.attempts) FROM outbox.deliveries p
                      WHERE p.event_id = f.id AND p.endpoint_id = f.endpoint_id), 0)
     FROM fresh f

@@ -148,7 +148,7 @@ locked AS MATERIALIZED (
           AND d.next_attempt_at <= now()
           AND d.next_attempt_at >= l.floor
           AND (d.key IS NULL OR NOT EXISTS (
-                SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, d.seq)))
+                SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, d.tenant, d.seq)))
         ORDER BY d.next_attempt_at
         LIMIT l.wanted_rows
         FOR UPDATE OF d SKIP LOCKED
@@ -246,7 +246,8 @@ SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key
        -- Capped at now(): never 'infinity' (rows parked behind their key).
        least(n.at, now()) AS next_pending, now() AS db_now,
        pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin,
-       pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax,
+       e.tenant
 FROM claimed c
 JOIN outbox.events e ON e.id = c.event_id
 JOIN grouped g ON g.id = c.id
@@ -406,8 +407,8 @@ finished AS (
         finished_at = CASE WHEN r.state IN ('delivered', 'dead') THEN now() END
     FROM r
     WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight'
-    RETURNING d.id, d.endpoint_id, d.key, d.seq, d.state, r.reason, r.status, r.error,
-              r.duration, d.attempts_before + d.attempts AS attempt
+    RETURNING d.id, d.endpoint_id, d.key, d.tenant, d.seq, d.state, r.reason, r.status,
+              r.error, r.duration, d.attempts_before + d.attempts AS attempt
 ),
 -- The attempt history: a row per failed attempt written above (guarded by the
 -- same lease token), read from finished itself, so that no join is made.
@@ -418,14 +419,15 @@ history AS (
     FROM finished f
     WHERE f.reason IS NOT NULL
 ),
--- A keyed delivery that finished hands its turn to the next event of its key:
--- if that one was parked (see park_blocked), it becomes due now.
+-- A keyed delivery that finished hands its turn to the next event of its key
+-- and tenant: if that one was parked (see park_blocked), it becomes due now.
 unparked AS (
     UPDATE outbox.deliveries n
     SET next_attempt_at = now()
     WHERE n.id = ANY (ARRAY(
             SELECT (SELECT p.id FROM outbox.deliveries p
                     WHERE p.endpoint_id = f.endpoint_id AND p.key = f.key AND p.seq > f.seq
+                      AND p.tenant IS NOT DISTINCT FROM f.tenant
                       AND p.state IN ('pending', 'in_flight')
                     ORDER BY p.seq
                     LIMIT 1)
@@ -530,7 +532,7 @@ blocked AS MATERIALIZED (
     WHERE d.id = ANY (ARRAY(SELECT id FROM walked))
       AND d.state = 'pending'
       AND d.key IS NOT NULL
-      AND EXISTS (SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, d.seq))
+      AND EXISTS (SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, d.tenant, d.seq))
     FOR UPDATE SKIP LOCKED
 )
 UPDATE outbox.deliveries d
@@ -545,7 +547,7 @@ RETURNING d.id;
 -- parked rows are looked at (the parked rows sit at the 'infinity' end of
 -- deliveries_pending), and for each of them only its head.
 WITH parked_keys AS (
-    SELECT DISTINCT d.endpoint_id, d.key
+    SELECT DISTINCT d.endpoint_id, d.key, d.tenant
     FROM outbox.endpoints e
     JOIN outbox.deliveries d
       ON d.endpoint_id = e.id AND d.state = 'pending' AND d.next_attempt_at = 'infinity'
@@ -557,6 +559,7 @@ heads AS (
         SELECT p.id, p.state, p.next_attempt_at
         FROM outbox.deliveries p
         WHERE p.endpoint_id = k.endpoint_id AND p.key = k.key
+          AND p.tenant IS NOT DISTINCT FROM k.tenant
           AND p.state IN ('pending', 'in_flight')
         ORDER BY p.seq
         LIMIT 1

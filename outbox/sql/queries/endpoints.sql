@@ -12,7 +12,7 @@ SELECT pg_advisory_xact_lock(7469813520412), pg_notify('outbox_endpoints', '');
 SELECT id, name, url, events, events_like, secret, previous_secrets, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
        format, headers, breaker_failures, breaker_cooldown_seconds, max_pending,
-       send_tracestate, enabled, disabled_reason,
+       max_pending_per_tenant, send_tracestate, enabled, disabled_reason,
        created_at, updated_at
 FROM outbox.endpoints
 WHERE removed_at IS NULL
@@ -30,13 +30,14 @@ INSERT INTO outbox.endpoints
     (name, url, events, events_like, secret, max_attempts, timeout_seconds,
      min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
      format, headers, breaker_failures, breaker_cooldown_seconds, max_pending,
-     send_tracestate)
+     max_pending_per_tenant, send_tracestate)
 VALUES
     (%(name)s, %(url)s, %(events)s::text[], %(events_like)s::text[], %(secret)s::text,
      %(max_attempts)s, %(timeout_seconds)s, %(min_backoff_seconds)s,
      %(max_backoff_seconds)s, %(max_in_flight)s, %(rate_limit)s::float8, %(max_batch)s,
      %(format)s, %(headers)s::jsonb, %(breaker_failures)s, %(breaker_cooldown_seconds)s,
-     %(max_pending)s::bigint, %(send_tracestate)s::boolean)
+     %(max_pending)s::bigint, %(max_pending_per_tenant)s::bigint,
+     %(send_tracestate)s::boolean)
 RETURNING id;
 
 -- name: endpoint_replace
@@ -65,6 +66,7 @@ UPDATE outbox.endpoints SET
     breaker_failures = %(breaker_failures)s,
     breaker_cooldown_seconds = %(breaker_cooldown_seconds)s,
     max_pending = %(max_pending)s::bigint,
+    max_pending_per_tenant = %(max_pending_per_tenant)s::bigint,
     send_tracestate = %(send_tracestate)s::boolean,
     updated_at = now()
 WHERE id = %(id)s;

@@ -2,8 +2,10 @@
 
 -- name: show_event
 -- The event itself, with the W3C trace context it was published in (if any),
--- and its payload as stored (json keeps the producer's text; `show --payload`).
-SELECT ev.id::text, ev.type, ev.key, ev.created_at, ev.traceparent, ev.payload::text
+-- its payload as stored (json keeps the producer's text; `show --payload`),
+-- and its tenant (NULL: none).
+SELECT ev.id::text, ev.type, ev.key, ev.created_at, ev.traceparent, ev.payload::text,
+       ev.tenant
 FROM outbox.events ev
 WHERE ev.id = %(event_id)s;
 

@@ -37,6 +37,16 @@
 -- one this connection prefers if no other open transaction holds it (SKIP
 -- LOCKED), so that concurrent producers rarely wait on one another. Only
 -- bounded endpoints have shards: an unbounded one costs nothing here.
+-- --max-pending-per-tenant: over_tenant counts each tenant's undelivered
+-- deliveries at a bounded endpoint the batch routes some of its events to,
+-- through deliveries_tenant, stopping at the bound (a count of at most N
+-- index entries, however large the backlog). Like --max-pending, concurrent
+-- transactions that each see room may together pass the bound, by at most
+-- their number. The first refusal (by endpoint name, then tenant) is the one
+-- reported; refused names the tenant, NULL for the endpoint's own bound.
+-- Key order is per tenant (no tenant being a tenant of its own): the key
+-- locks of a tenant's keys are its own, and an event without a tenant takes
+-- the same lock as the previous release's publishers take for its key.
 WITH input AS (
     SELECT *
     FROM ROWS FROM (
@@ -48,12 +58,13 @@ WITH input AS (
         json_array_elements_text(%(idempotency_keys)s::json),
         json_array_elements_text(%(delays)s::json),
         json_array_elements_text(%(traceparents)s::json),
-        json_array_elements_text(%(tracestates)s::json)
+        json_array_elements_text(%(tracestates)s::json),
+        json_array_elements_text(%(tenants)s::json)
     ) WITH ORDINALITY AS i(id, type, key, payload, headers, idempotency_key, delay,
-                           traceparent, tracestate, ord)
+                           traceparent, tracestate, tenant, ord)
 ),
 targets AS (
-    SELECT id, name, events_like, max_pending FROM outbox.endpoints
+    SELECT id, name, events_like, max_pending, max_pending_per_tenant FROM outbox.endpoints
     WHERE removed_at IS NULL
 ),
 over AS MATERIALIZED (
@@ -67,11 +78,35 @@ over AS MATERIALIZED (
     ORDER BY t.name
     LIMIT 1
 ),
+over_tenant AS MATERIALIZED (
+    SELECT t.name, t.max_pending_per_tenant AS bound, h.held, x.tenant
+    FROM (SELECT * FROM targets WHERE max_pending_per_tenant IS NOT NULL) t
+    CROSS JOIN LATERAL (SELECT i.tenant, count(*) AS routed FROM input i
+                        WHERE i.tenant IS NOT NULL AND i.type LIKE ANY (t.events_like)
+                        GROUP BY i.tenant) x
+    CROSS JOIN LATERAL (SELECT count(*) AS held
+                        FROM (SELECT 1 FROM outbox.deliveries d
+                              WHERE d.endpoint_id = t.id AND d.tenant = x.tenant
+                                AND d.state IN ('pending', 'in_flight')
+                              LIMIT t.max_pending_per_tenant) c) h
+    WHERE h.held + x.routed > t.max_pending_per_tenant
+    ORDER BY t.name, x.tenant
+    LIMIT 1
+),
+refused AS MATERIALIZED (
+    (SELECT name, max_pending AS bound, held, NULL::text AS tenant FROM over)
+    UNION ALL
+    (SELECT name, bound, held, tenant FROM over_tenant)
+    ORDER BY name, tenant NULLS FIRST
+    LIMIT 1
+),
 key_locks AS MATERIALIZED (
-    SELECT count(pg_advisory_xact_lock(7469813, hashtext(k.key))) AS taken
-    FROM (SELECT DISTINCT key FROM input
-          WHERE key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM over)
-          ORDER BY key) AS k
+    SELECT count(pg_advisory_xact_lock(7469813, hashtext(k.lock))) AS taken
+    FROM (SELECT DISTINCT CASE WHEN tenant IS NULL THEN key
+                               ELSE tenant || E'\n' || key END AS lock
+          FROM input
+          WHERE key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM refused)
+          ORDER BY 1) AS k
 ),
 clock AS (
     SELECT clock_timestamp() AS at FROM key_locks
@@ -79,20 +114,20 @@ clock AS (
 inserted AS (
     INSERT INTO outbox.events AS ev
         (id, type, key, payload, headers, idempotency_key, created_at, deliver_after, unrouted,
-         traceparent, tracestate)
+         traceparent, tracestate, tenant)
     SELECT i.id::uuid, i.type, i.key, i.payload, i.headers::jsonb, i.idempotency_key,
            c.at, c.at + make_interval(secs => i.delay::float8),
            NOT EXISTS (SELECT 1 FROM targets t WHERE i.type LIKE ANY (t.events_like)),
-           i.traceparent, i.tracestate
+           i.traceparent, i.tracestate, i.tenant
     FROM input i CROSS JOIN clock c
-    WHERE NOT EXISTS (SELECT 1 FROM over)
+    WHERE NOT EXISTS (SELECT 1 FROM refused)
     ORDER BY i.ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING ev.id, ev.seq, ev.type, ev.key, ev.deliver_after
+    RETURNING ev.id, ev.seq, ev.type, ev.key, ev.tenant, ev.deliver_after
 ),
 fanned AS (
-    INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, key, next_attempt_at)
-    SELECT e.id, t.id, e.seq, e.key, e.deliver_after
+    INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, key, tenant, next_attempt_at)
+    SELECT e.id, t.id, e.seq, e.key, e.tenant, e.deliver_after
     FROM inserted e
     JOIN targets t ON e.type LIKE ANY (t.events_like)
     RETURNING endpoint_id
@@ -115,10 +150,11 @@ counted AS (
 -- The uncorrelated sub-select runs once (an InitPlan), not once per row.
 SELECT inserted.id::text,
        (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM fanned)) AS woke,
-       NULL::text AS full_endpoint, NULL::bigint AS bound, NULL::bigint AS held
+       NULL::text AS full_endpoint, NULL::bigint AS bound, NULL::bigint AS held,
+       NULL::text AS full_tenant
 FROM inserted
 UNION ALL
-SELECT NULL, NULL, over.name, over.max_pending, over.held FROM over;
+SELECT NULL, NULL, refused.name, refused.bound, refused.held, refused.tenant FROM refused;
 
 -- name: event_ids_by_idempotency_key
 SELECT idempotency_key, id::text FROM outbox.events

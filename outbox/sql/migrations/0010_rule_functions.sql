@@ -1,4 +1,4 @@
--- Version 8: the fleet's rules as named functions of the schema (circuit
+-- Version 10: the fleet's rules as named functions of the schema (circuit
 -- breaker, rate limit, request slots, key order) and the operators' event
 -- filter, so that each rule is written once and every statement calls it.
 -- Behaviour is unchanged: the statements of this release plan and run as
@@ -100,26 +100,29 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT expires_at < now()
 $$;
 
--- Key order: the deliveries of this key for this endpoint that come before seq
--- and have not finished. A keyed delivery goes only when there is none.
+-- Key order: the deliveries of this key and tenant (NULL: no tenant, a tenant
+-- of its own) for this endpoint that come before seq and have not finished.
+-- A keyed delivery goes only when there is none.
 CREATE OR REPLACE FUNCTION outbox.key_blockers_v1(
-    endpoint_id bigint, key text, seq bigint) RETURNS SETOF bigint
+    endpoint_id bigint, key text, tenant text, seq bigint) RETURNS SETOF bigint
 LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
     SELECT p.id FROM outbox.deliveries p
     WHERE p.endpoint_id = key_blockers_v1.endpoint_id AND p.key = key_blockers_v1.key
+      AND p.tenant IS NOT DISTINCT FROM key_blockers_v1.tenant
       AND p.seq < key_blockers_v1.seq AND p.state IN ('pending', 'in_flight')
 $$;
 
 -- The operators' event filter (dead list, events list, dead retry, dead
 -- discard, replay): --type as LIKE patterns, --since and --until on the
--- event's created_at; NULL leaves a filter out.
+-- event's created_at, --tenant; NULL leaves a filter out.
 CREATE OR REPLACE FUNCTION outbox.event_matches_v1(
-    type text, created_at timestamptz, types text[], since timestamptz, until timestamptz)
-RETURNS boolean
+    type text, created_at timestamptz, tenant text, types text[], since timestamptz,
+    until timestamptz, wanted_tenant text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT (types IS NULL OR type LIKE ANY (types))
        AND (since IS NULL OR created_at >= since)
        AND (until IS NULL OR created_at < until)
+       AND (wanted_tenant IS NULL OR tenant = wanted_tenant)
 $$;
 
 GRANT EXECUTE ON FUNCTION
@@ -131,6 +134,6 @@ GRANT EXECUTE ON FUNCTION
     outbox.rate_turn_near_v1(timestamptz, double precision),
     outbox.rate_next_turn_v1(timestamptz, integer, double precision),
     outbox.slot_free_v1(timestamptz),
-    outbox.key_blockers_v1(bigint, text, bigint),
-    outbox.event_matches_v1(text, timestamptz, text[], timestamptz, timestamptz)
+    outbox.key_blockers_v1(bigint, text, text, bigint),
+    outbox.event_matches_v1(text, timestamptz, text, text[], timestamptz, timestamptz, text)
     TO PUBLIC;
