@@ -78,6 +78,32 @@ class Status:
     lease is held (an earlier release's dispatchers write no heartbeat)."""
 
 
+@dataclass(frozen=True)
+class TenantBacklog:
+    """One tenant's undelivered deliveries at one endpoint (``outbox status --tenants``)."""
+
+    endpoint: str
+    tenant: str
+    pending: int
+    in_flight: int
+    oldest_pending_seconds: float
+
+
+TENANTS_PER_ENDPOINT = 5
+"""``status --tenants`` shows this many tenants per endpoint, the largest backlogs first."""
+
+
+def tenant_backlogs(conn: psycopg.Connection[Any], *,
+                    per_endpoint: int = TENANTS_PER_ENDPOINT) -> list[TenantBacklog]:
+    """Per live endpoint, the tenants with the largest backlogs (pending plus in flight)."""
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        rows = cur.execute(queries["admin_tenant_backlogs"],
+                           {"per_endpoint": per_endpoint}).fetchall()
+    return [TenantBacklog(str(name), str(tenant), int(pending), int(in_flight),
+                          round(float(oldest), 3))
+            for name, tenant, pending, in_flight, oldest in rows]
+
+
 HORIZON_MIN_AGE_XIDS = 10_000
 """``horizon`` names a holder this many transaction ids old (about as many writes, and so
 dead versions, made behind it: the order at which claims were measured to slow)."""

@@ -26,6 +26,9 @@ def register(sub: Any) -> None:
         "and the session, replication slot or prepared transaction that keeps vacuum from "
         "removing dead deliveries, when one has for 10,000 transaction ids or 60 s.")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--tenants", action="store_true",
+                        help="also list, per endpoint, the tenants with the largest backlogs "
+                        f"(at most {admin.TENANTS_PER_ENDPOINT}, pending plus in flight)")
     parser.add_argument("--watch", nargs="?", type=_interval, const=2.0, metavar="SECONDS",
                         help="redraw every SECONDS (default 2) until interrupted")
     common.add_dsn_option(parser)
@@ -46,7 +49,7 @@ def _interval(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     if args.watch is None:
         with common.connect(args) as conn:
-            _show(conn, as_json=args.json)
+            _show(conn, as_json=args.json, tenants=args.tenants)
         return common.EXIT_OK
     clear = "\033[H\033[2J" if sys.stdout.isatty() else ""
     try:
@@ -54,24 +57,28 @@ def run(args: argparse.Namespace) -> int:
             while True:
                 sys.stdout.write(clear)
                 print(datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
-                _show(conn, as_json=args.json)
+                _show(conn, as_json=args.json, tenants=args.tenants)
                 sys.stdout.flush()
                 time.sleep(args.watch)
     except KeyboardInterrupt:
         return common.EXIT_OK
 
 
-def _show(conn: Any, *, as_json: bool) -> None:
+def _show(conn: Any, *, as_json: bool, tenants: bool = False) -> None:
     result = admin.status(conn)
     waits = admin.key_waits(conn) if not as_json else None
     holder = admin.horizon(conn)
+    backlogs = admin.tenant_backlogs(conn) if tenants else None
     if as_json:
-        common.print_json({
+        shown: dict[str, Any] = {
             "endpoints": [asdict(e) for e in result.endpoints],
             "unrouted": result.unrouted,
             "dispatchers": result.dispatchers,
             "horizon": None if holder is None else asdict(holder),
-        })
+        }
+        if backlogs is not None:
+            shown["tenants"] = [asdict(b) for b in backlogs]
+        common.print_json(shown)
         return
     common.print_table(
         ["endpoint", "state", "circuit", "pending", "in flight", "bound", "delivered", "dead",
@@ -84,6 +91,15 @@ def _show(conn: Any, *, as_json: bool) -> None:
     for e in result.endpoints:
         if e.problem:
             common.print_line(f"endpoint {e.name}: {e.problem}")
+    if backlogs is not None:
+        if backlogs:
+            common.print_table(
+                ["endpoint", "tenant", "pending", "in flight", "oldest pending"],
+                [(b.endpoint, b.tenant, b.pending, b.in_flight,
+                  format_age(b.oldest_pending_seconds) if b.pending else "-")
+                 for b in backlogs])
+        else:
+            print("tenants: no endpoint holds undelivered deliveries of a tenant")
     if any(e.delivered for e in result.endpoints):
         print("delivered: the deliveries retention still keeps (the dispatcher purges them "
               "after its --retention); outbox_delivered_total counts them all")

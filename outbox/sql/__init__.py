@@ -36,6 +36,7 @@ QueryName = Literal[
     "admin_replay_lock",
     "admin_retry_dead",
     "admin_status",
+    "admin_tenant_backlogs",
     "backend_pid",
     "backlog",
     "bury_removed",

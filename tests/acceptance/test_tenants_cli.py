@@ -135,3 +135,28 @@ def test_a_bad_tenant_is_a_usage_error(conn: Conn, dsn: str, tenants: dict[str, 
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
     assert snapshot(conn) == before
+
+
+def test_status_tenants_lists_the_largest_backlogs_per_endpoint(conn: Conn, dsn: str) -> None:
+    """`status --tenants`: per endpoint, tenants by backlog (largest first, at most five),
+    pending and in flight, in the table and as the JSON "tenants" list; without the
+    option, no such list."""
+    add_endpoint(conn, "mail")
+    for tenant, count in (("big", 4), ("small", 1), *((f"t{n}", 2) for n in range(5))):
+        outbox.publish_many(conn, [outbox.Event("mail.received", {}, tenant=tenant)
+                                   for _ in range(count)])
+    outbox.publish(conn, "mail.received", {})  # no tenant: not a tenant's backlog
+    conn.commit()
+    shown = cli(dsn, "status", "--tenants", "--json")
+    assert shown.returncode == 0, shown.stderr
+    listed = json.loads(shown.stdout)["tenants"]
+    assert [t["tenant"] for t in listed] == ["big", "t0", "t1", "t2", "t3"]
+    assert listed[0] == {"endpoint": "mail", "tenant": "big", "pending": 4, "in_flight": 0,
+                         "oldest_pending_seconds": listed[0]["oldest_pending_seconds"]}
+    assert listed[0]["oldest_pending_seconds"] >= 0
+    table = cli(dsn, "status", "--tenants")
+    assert table.returncode == 0, table.stderr
+    assert "TENANT" in table.stdout
+    assert "big" in table.stdout
+    plain = cli(dsn, "status", "--json")
+    assert "tenants" not in json.loads(plain.stdout)

@@ -39,6 +39,35 @@ LEFT JOIN LATERAL (
 ) AS ep ON true
 ORDER BY ep.name;
 
+-- name: admin_tenant_backlogs
+-- `outbox status --tenants`: per live endpoint, the tenants with the largest
+-- backlogs (pending plus in flight), at most %(per_endpoint)s each, largest
+-- first. The counts walk deliveries_tenant (only tenants' undelivered rows);
+-- the oldest pending age reads created_at from those rows, as admin_status
+-- does for the whole endpoint.
+SELECT x.name, x.tenant, x.pending, x.in_flight, x.oldest_pending_seconds
+FROM (
+    SELECT e.name, t.tenant, t.pending, t.in_flight, t.oldest_pending_seconds,
+           row_number() OVER (PARTITION BY e.id
+                              ORDER BY t.pending + t.in_flight DESC, t.tenant) AS place
+    FROM outbox.endpoints e
+    CROSS JOIN LATERAL (
+        SELECT d.tenant,
+               count(*) FILTER (WHERE d.state = 'pending') AS pending,
+               count(*) FILTER (WHERE d.state = 'in_flight') AS in_flight,
+               greatest(0, coalesce(extract(epoch FROM clock_timestamp()
+                   - min(d.created_at) FILTER (WHERE d.state = 'pending')), 0))::float8
+                   AS oldest_pending_seconds
+        FROM outbox.deliveries d
+        WHERE d.endpoint_id = e.id AND d.tenant IS NOT NULL
+          AND d.state IN ('pending', 'in_flight')
+        GROUP BY d.tenant
+    ) AS t
+    WHERE e.removed_at IS NULL
+) AS x
+WHERE x.place <= %(per_endpoint)s
+ORDER BY x.name, x.place;
+
 -- name: admin_dispatchers
 -- Dispatchers alive: heartbeats seen in the last 30 s (each writes one every
 -- few seconds), and whether the maintainer lease is held (an earlier
