@@ -17,12 +17,11 @@ from outbox._shared.wire import secret_key
 from outbox.testing import signed_request
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-NOW = datetime.now(UTC)
 
 
 def _event(tenant: str | None) -> EventData:
     return EventData(id=uuid.uuid4(), type="order.created", key="o-7", payload='{"id": 7}',
-                     headers={}, created_at=NOW, tenant=tenant)
+                     headers={}, created_at=datetime.now(UTC), tenant=tenant)
 
 
 def _endpoint(fmt: str = "standard-webhooks", max_batch: int = 1) -> Endpoint:
@@ -32,7 +31,7 @@ def _endpoint(fmt: str = "standard-webhooks", max_batch: int = 1) -> Endpoint:
 
 def test_the_standard_webhooks_body_names_the_tenant() -> None:
     """The body gains "tenant"; the Standard Webhooks library verifies it; Received has it."""
-    headers, body = encode(_endpoint(), [_event("acme")], NOW)
+    headers, body = encode(_endpoint(), [_event("acme")], datetime.now(UTC))
     assert json.loads(body)["tenant"] == "acme"
     Webhook(SECRET).verify(body, dict(headers))
     [got] = receive.Verifier(SECRET).verify(dict(headers), body)
@@ -42,7 +41,7 @@ def test_the_standard_webhooks_body_names_the_tenant() -> None:
 def test_an_event_without_a_tenant_is_sent_as_before() -> None:
     """No "tenant" member, no ce-tenant header; Received.tenant is None."""
     for fmt in ("standard-webhooks", "cloudevents"):
-        headers, body = encode(_endpoint(fmt), [_event(None)], NOW)
+        headers, body = encode(_endpoint(fmt), [_event(None)], datetime.now(UTC))
         assert b"tenant" not in body
         assert "ce-tenant" not in dict(headers)
         [got] = receive.Verifier(SECRET, format=fmt).verify(
@@ -53,7 +52,8 @@ def test_an_event_without_a_tenant_is_sent_as_before() -> None:
 @pytest.mark.parametrize("max_batch", [1, 10])
 def test_cloudevents_carry_the_tenant_attribute(max_batch: int) -> None:
     """Binary mode: the ce-tenant header; a batch: each event's "tenant" attribute."""
-    headers, body = encode(_endpoint("cloudevents", max_batch), [_event("acme")], NOW)
+    headers, body = encode(_endpoint("cloudevents", max_batch), [_event("acme")],
+                            datetime.now(UTC))
     if max_batch == 1:
         assert dict(headers)["ce-tenant"] == "acme"
     else:
