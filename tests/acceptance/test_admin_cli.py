@@ -19,6 +19,7 @@ from tests.support.admin import (
     deliveries,
     publish,
     set_state,
+    snapshot,
     unrouted,
 )
 from tests.support.cli import run_outbox
@@ -33,16 +34,6 @@ _CONTRACT_DEAD_KEYS = {"event_id", "endpoint", "type", "key", "attempts", "last_
 def outbox(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run `outbox ARGS` against the test database (found through OUTBOX_DSN)."""
     return run_outbox(dsn, *args)
-
-
-def snapshot(conn: Conn) -> list[tuple[Any, ...]]:
-    """Everything the commands could change, to show that a refused one changed nothing."""
-    rows = conn.execute(
-        "SELECT 'e', id::text, unrouted::text, NULL FROM outbox.events "
-        "UNION ALL SELECT 'd', id::text, state, attempts::text FROM outbox.deliveries "
-        "ORDER BY 1, 2").fetchall()
-    conn.commit()
-    return rows
 
 
 @pytest.fixture

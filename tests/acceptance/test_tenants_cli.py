@@ -11,8 +11,7 @@ import psycopg
 import pytest
 
 import outbox
-from tests.acceptance.test_admin_cli import snapshot
-from tests.support.admin import add_endpoint, deliveries, set_state
+from tests.support.admin import add_endpoint, deliveries, set_state, snapshot
 from tests.support.cli import run_outbox
 
 Conn = psycopg.Connection[Any]

@@ -113,3 +113,13 @@ def unrouted(conn: psycopg.Connection[Any], event_id: uuid.UUID) -> bool:
     conn.commit()
     assert row is not None
     return bool(row[0])
+
+
+def snapshot(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Everything the commands could change, to show that a refused one changed nothing."""
+    rows = conn.execute(
+        "SELECT 'e', id::text, unrouted::text, NULL FROM outbox.events "
+        "UNION ALL SELECT 'd', id::text, state, attempts::text FROM outbox.deliveries "
+        "ORDER BY 1, 2").fetchall()
+    conn.commit()
+    return rows
