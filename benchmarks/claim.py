@@ -33,7 +33,8 @@ from outbox.sql import queries
 from outbox.testing import TemporaryPostgres
 
 PARAMS = {"endpoint_ids": [1], "requests": [100], "held": [0], "prefetch": [0],
-          "rows": [100], "floors": ["-infinity"], "lease_seconds": 30, "horizon": 0.25,
+          "rows": [100], "floors": ["-infinity"], "turn_after": [None], "turn_null": [False],
+          "turn_steps": 128, "lease_seconds": 30, "horizon": 0.25,
           "pace": 1.05, "budget": HELD_BYTES}
 
 

@@ -35,6 +35,7 @@ from dispatcher.leases import Leases
 from dispatcher.limits import keys, rate
 from dispatcher.limits.quota import BATCH_BYTES, HELD_BYTES, Plan, Quotas
 from dispatcher.limits.slots import SPARE_LINGER
+from dispatcher.limits.turns import Turns
 from dispatcher.policy.floors import Floors
 from dispatcher.policy.model import ClaimRow, Endpoint, Slot
 
@@ -114,6 +115,7 @@ class Claimer:
         self._quotas = Quotas()
         self._walk = _Walk()
         self._floors = Floors()
+        self._turns = Turns()
         self._throttled: float | None = None
         self._lean = False  # the last claim took fewer than LEAN_CLAIM rows
         self._row_bytes = 0.0  # payload bytes per row of the last claim that took any
@@ -153,9 +155,11 @@ class Claimer:
             started = time.monotonic()
             floors = self._floors.for_claim(plan.endpoint_ids, started)
             rows = [ClaimRow._make(raw) for raw in await self._db.fetch("claim", {
-                **plan.params(), "floors": floors, "lease_seconds": self._leases.seconds(),
+                **plan.params(), **self._turns.for_claim(plan.endpoint_ids),
+                "floors": floors, "lease_seconds": self._leases.seconds(),
                 "horizon": rate.RATE_HORIZON, "pace": rate.PACE, "budget": budget})]
             self._floors.claimed(plan.endpoint_ids, floors, rows)
+            self._turns.claimed(rows)
             claimed = self._group(rows, started)
             for group in claimed.groups:
                 if group.slot is not None:

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
-from dispatcher.limits import circuit, rate
+from dispatcher.limits import circuit, rate, turns
 from dispatcher.limits.slots import Spares
 from dispatcher.policy.model import Delivery, Endpoint, Slot
 from outbox._shared.text import counted
@@ -50,6 +50,11 @@ class Group:
     delay: float = 0.0  # seconds to wait for its turn under a rate limit
     sending: bool = False  # past its rate-limit wait: it may have reached the endpoint
     size: int = 0  # its payloads' bytes (``limits.quota.HELD_BYTES`` counts them)
+
+    @property
+    def tenant(self) -> str | None:
+        """Its events' tenant (a claim puts one tenant's events in a request)."""
+        return self.deliveries[0].event.tenant if self.deliveries else None
 
 
 @dataclass(slots=True)
@@ -117,8 +122,10 @@ class Flights:
         task.add_done_callback(functools.partial(self._done, group=group))
 
     def queue(self, group: Group) -> None:
-        """Keep the group until a request of its endpoint ends and hands it its slot."""
-        self._waiting.setdefault(group.endpoint.id, deque()).append(group)
+        """Keep the group until a request of its endpoint ends and hands it its slot: in
+        its tenant's turn among the groups waiting (``limits.turns.place``)."""
+        waiting = self._waiting.setdefault(group.endpoint.id, deque())
+        waiting.insert(turns.place(waiting, group.tenant), group)
 
     @contextlib.contextmanager
     def claiming(self) -> Iterator[None]:

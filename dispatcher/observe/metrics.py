@@ -5,7 +5,8 @@ out once here and nowhere else. Two kinds of numbers:
 
 - Events the delivery loop reports as they happen (attempts, deliveries,
   failures, dead letters): counters and histograms, updated in memory.
-- The backlog (``outbox_pending``, ``outbox_oldest_pending_seconds``) and the
+- The backlog (``outbox_pending``, ``outbox_oldest_pending_seconds``, and of
+  its tenants ``outbox_tenants_due`` and ``outbox_tenant_pending_max``) and the
   circuits (``outbox_circuit_open``): properties of the database, shared by
   the whole fleet, not of this process. A custom collector reports
   it from a snapshot that :meth:`Metrics.refresh_backlog` takes with one cheap
@@ -78,6 +79,8 @@ class BacklogRow:
     oldest_seconds: float
     circuit: str = "closed"  # closed, open or half-open
     max_pending: int | None = None  # the --max-pending bound, if any
+    tenants_due: int = 0  # tenants with due deliveries (those without one count as one)
+    largest_tenant: int = 0  # the pending deliveries of the tenant with the most
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +136,24 @@ class _Backlog:
             "outbox_max_pending",
             "The endpoint's --max-pending bound (publish() refuses events past it); absent "
             "when it has none.", labels=["endpoint"])
+        tenants = GaugeMetricFamily(
+            "outbox_tenants_due",
+            "Tenants with deliveries due at the endpoint, taking turns for its request slots "
+            "(deliveries without a tenant count as one tenant).", labels=["endpoint"])
+        largest = GaugeMetricFamily(
+            "outbox_tenant_pending_max",
+            "Pending deliveries of the endpoint's tenant with the most (deliveries without a "
+            "tenant count as one tenant); `outbox status --tenants` lists the largest.",
+            labels=["endpoint"])
         for row in rows:
+            tenants.add_metric([row.endpoint], float(row.tenants_due))
+            largest.add_metric([row.endpoint], float(row.largest_tenant))
             pending.add_metric([row.endpoint], float(row.pending))
             oldest.add_metric([row.endpoint], row.oldest_seconds)
             circuit.add_metric([row.endpoint], 0.0 if row.circuit == "closed" else 1.0)
             if row.max_pending is not None:
                 bound.add_metric([row.endpoint], float(row.max_pending))
-        return [pending, oldest, circuit, bound]
+        return [pending, oldest, circuit, bound, tenants, largest]
 
 
 class _BuildInfo:
@@ -247,8 +261,9 @@ class Metrics:
             _source, _pid, _role, _app, _name, xid, age_xids, _open = holder
             self.horizon.observe(int(xid), int(age_xids))
         self.record_backlog(BacklogRow(str(name), int(pending), float(oldest), str(circuit),
-                                       None if bound is None else int(bound))
-                            for name, pending, oldest, circuit, bound in rows)
+                                       None if bound is None else int(bound), int(due),
+                                       int(largest))
+                            for name, pending, oldest, circuit, bound, due, largest in rows)
 
     def record_backlog(self, rows: Iterable[BacklogRow]) -> None:
         """Keep a backlog measurement for the next scrapes (until it grows stale)."""

@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 10.
+-- outbox-dispatcher schema: the current shape, version 11.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -49,7 +49,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 10 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 11 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -101,7 +101,8 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     -- Sends the event's tracestate with its traceparent (version 6).
     send_tracestate      boolean NOT NULL DEFAULT true,
     -- --max-pending-per-tenant: one tenant's undelivered deliveries here, at
-    -- most (NULL: no bound), counted through deliveries_tenant (version 8).
+    -- most (NULL: no bound), counted through deliveries_turns and
+    -- deliveries_in_flight (version 8).
     max_pending_per_tenant bigint CHECK (max_pending_per_tenant > 0)
 );
 
@@ -291,11 +292,12 @@ CREATE INDEX IF NOT EXISTS deliveries_key_order
 CREATE INDEX IF NOT EXISTS deliveries_finished
     ON outbox.deliveries (state, endpoint_id, finished_at)
     WHERE state IN ('delivered', 'dead');
--- A tenant's undelivered deliveries at an endpoint: --max-pending-per-tenant's
--- count. Deliveries without a tenant never enter it (version 9).
-CREATE INDEX IF NOT EXISTS deliveries_tenant
-    ON outbox.deliveries (endpoint_id, tenant, next_attempt_at)
-    WHERE tenant IS NOT NULL AND state IN ('pending', 'in_flight');
+-- Fair turns between the tenants of an endpoint: the claim walks the tenants
+-- with due work (no tenant: one of its own, after the others) and takes each
+-- one's rows in its turn; --max-pending-per-tenant counts a tenant's pending
+-- rows here (version 11).
+CREATE INDEX IF NOT EXISTS deliveries_turns
+    ON outbox.deliveries (endpoint_id, tenant, next_attempt_at) WHERE state = 'pending';
 -- Deliveries by event id: replay, dead retry, show, and retention deleting events.
 CREATE INDEX IF NOT EXISTS deliveries_event
     ON outbox.deliveries (event_id);
@@ -506,4 +508,4 @@ GRANT EXECUTE ON FUNCTION
     outbox.event_matches_v1(text, timestamptz, text, text[], timestamptz, timestamptz, text)
     TO PUBLIC;
 
-INSERT INTO outbox.schema_version (version) VALUES (10) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (11) ON CONFLICT DO NOTHING;

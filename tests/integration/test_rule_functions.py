@@ -20,7 +20,8 @@ _RULE = re.compile(r"\boutbox\.([a-z_]+_v\d+)\b")
 # Each statement that calls a rule function, with parameters it can be planned with.
 _STATEMENTS: dict[QueryName, dict[str, Any]] = {
     "claim": {"endpoint_ids": [1], "requests": [4], "held": [0], "prefetch": [1],
-              "rows": [10], "floors": ["-infinity"], "lease_seconds": 30,
+              "rows": [10], "floors": ["-infinity"], "turn_after": [None],
+              "turn_null": [False], "turn_steps": 16, "lease_seconds": 30,
               "horizon": RATE_HORIZON, "pace": PACE, "budget": HELD_BYTES},
     "due_endpoints": {"after": 0, "want": 8, "budget": 16, "horizon": RATE_HORIZON,
                       "floor_ids": [], "floors": []},

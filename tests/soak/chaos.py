@@ -3,11 +3,17 @@
     ./dev soak [--minutes 10] [--rate 180] [--seed N] [--endpoints N]
 
 One throwaway PostgreSQL (fsync on, data on disk), one receiver, three
-dispatchers, two endpoints: ``orders`` (every ``order.*`` event, half of them
-keyed over 200 customers, --max-in-flight 16) and ``audit`` (the
-``order.audited`` events only, --max-in-flight 4 and --rate-limit 50).
-Producers publish ``--rate`` events a second in transactions of one to five
-events, 2 % of them rolled back. Meanwhile:
+dispatchers, three endpoints: ``orders`` (every ``order.*`` event, half of them
+keyed over 200 customers, --max-in-flight 16), ``audit`` (the
+``order.audited`` events only, --max-in-flight 4 and --rate-limit 50) and
+``shared`` (the ``tenant.*`` events, --max-in-flight 8). Producers publish
+``--rate`` events a second in transactions of one to five events, 2 % of
+them rolled back, 5 % of the events for one of five quiet tenants at
+``shared``; beside them a noisy tenant publishes bursts of 500 events there
+(80 a second on average), keyed over the same names as the quiet ones (key
+order is per tenant). The fairness invariant: at the 95th percentile, a
+quiet tenant's event goes before 200 of the noisy tenant's requests have
+begun since its commit (``checker.FAIR_AHEAD``). Meanwhile:
 
 - the receiver answers 20 % of requests 503 and hangs on 1 % past the
   endpoints' 2 s timeout (then answers 503), and answers nothing but 503 for
@@ -64,7 +70,12 @@ from tests.soak.checker import Arrival, Event, Limits, Report, check
 
 TIMEOUT = 2.0
 HANG = 3.0
-LIMITS = {"orders": Limits(max_in_flight=16), "audit": Limits(max_in_flight=4, rate_limit=50.0)}
+LIMITS = {"orders": Limits(max_in_flight=16), "audit": Limits(max_in_flight=4, rate_limit=50.0),
+          "shared": Limits(max_in_flight=8)}
+QUIET_TENANTS = 5
+NOISY_BURST = 500
+"""Events of the noisy tenant per transaction; NOISY_RATE events a second on average."""
+NOISY_RATE = 80.0
 DISPATCHERS = 3
 KEYS = 200
 POLL = 0.5
@@ -114,7 +125,8 @@ class Journal:
         end = min(time.time(), start + TIMEOUT - 0.1)
         key = body.get("key")
         with self.lock:
-            self.arrivals.append(Arrival(endpoint, (str(body["id"]),), key, status, start, end))
+            self.arrivals.append(Arrival(endpoint, (str(body["id"]),), key, status, start, end,
+                                         body.get("tenant")))
         return Response(status)
 
 
@@ -164,11 +176,15 @@ class Fleet:
 class Producers:
     """Publish at a rate, 2 % of transactions rolled back; survive database restarts."""
 
-    def __init__(self, dsn: str, rate: float, rng: random.Random, customers: int = 0) -> None:
+    def __init__(self, dsn: str, rate: float, rng: random.Random, customers: int = 0, *,
+                 noisy: bool = False) -> None:
+        """``noisy``: the noisy tenant's bursts at the shared endpoint, NOISY_BURST events
+        a transaction, instead of the mixed traffic."""
         self.dsn = dsn
         self.rate = rate
         self.rng = rng
         self.customers = customers
+        self.noisy = noisy
         self.events: list[Event] = []
         self.in_doubt: list[tuple[list[outbox.Event], list[str], list[tuple[str, ...]], float]] = []
         self.stopping = threading.Event()
@@ -176,7 +192,20 @@ class Producers:
     def _batch(self) -> tuple[list[outbox.Event], list[tuple[str, ...]]]:
         batch: list[outbox.Event] = []
         routes: list[tuple[str, ...]] = []
+        if self.noisy:
+            for _ in range(NOISY_BURST):
+                key = f"customer-{self.rng.randrange(KEYS)}" if self.rng.random() < 0.5 else None
+                batch.append(outbox.Event("tenant.bulk", {"n": self.rng.random()}, key=key,
+                                          tenant="noisy"))
+                routes.append(("shared",))
+            return batch, routes
         for _ in range(self.rng.randint(1, 5)):
+            if self.rng.random() < 0.05:  # a quiet tenant; keys shared with the noisy one's
+                key = f"customer-{self.rng.randrange(KEYS)}" if self.rng.random() < 0.5 else None
+                batch.append(outbox.Event("tenant.quiet", {"n": self.rng.random()}, key=key,
+                                          tenant=f"quiet-{self.rng.randrange(QUIET_TENANTS)}"))
+                routes.append(("shared",))
+                continue
             audited = self.rng.random() < 0.1
             key = f"customer-{self.rng.randrange(KEYS)}" if self.rng.random() < 0.5 else None
             if self.customers and self.rng.random() < 0.5:
@@ -203,7 +232,8 @@ class Producers:
                 ids = [str(i) for i in outbox.publish_many(conn, batch)]
                 if self.rng.random() < 0.02:
                     conn.rollback()
-                    self.events += [Event(i, e.key, r, 0, time.time(), rolled_back=True)
+                    self.events += [Event(i, e.key, r, 0, time.time(), rolled_back=True,
+                                          tenant=e.tenant)
                                     for i, e, r in zip(ids, batch, routes, strict=True)]
                     continue
                 try:
@@ -213,7 +243,7 @@ class Producers:
                     conn = None
                     continue
                 now = time.time()
-                self.events += [Event(i, e.key, r, 0, now)
+                self.events += [Event(i, e.key, r, 0, now, tenant=e.tenant)
                                 for i, e, r in zip(ids, batch, routes, strict=True)]
             except psycopg.OperationalError:
                 conn = None  # never committed: nothing to record
@@ -229,14 +259,16 @@ class Producers:
                     "SELECT id FROM outbox.events WHERE id = ANY (%s::uuid[])", (ids,))}
                 for event_id, event, route in zip(ids, batch, routes, strict=True):
                     self.events.append(Event(event_id, event.key, route, 0, at,
-                                             rolled_back=event_id not in found))
+                                             rolled_back=event_id not in found,
+                                             tenant=event.tenant))
 
 
 def _seqs(dsn: str, events: list[Event]) -> list[Event]:
     """The events with their publish order read back from the table."""
     with psycopg.connect(dsn) as conn:
         seq = {str(i): int(s) for i, s in conn.execute("SELECT id, seq FROM outbox.events")}
-    return [Event(e.id, e.key, e.endpoints, seq.get(e.id, 0), e.committed_at, e.rolled_back)
+    return [Event(e.id, e.key, e.endpoints, seq.get(e.id, 0), e.committed_at, e.rolled_back,
+                  e.tenant)
             for e in events]
 
 
@@ -259,6 +291,9 @@ def _setup(dsn: str, url: str, customers: int) -> None:
         add_endpoint(conn, EndpointSpec("audit", url + "audit", ("order.audited",),
                                         max_in_flight=LIMITS["audit"].max_in_flight,
                                         rate_limit=LIMITS["audit"].rate_limit, **common))
+        add_endpoint(conn, EndpointSpec("shared", url + "shared", ("tenant.*",),
+                                        max_in_flight=LIMITS["shared"].max_in_flight,
+                                        **common))
         for i in range(customers):
             add_endpoint(conn, EndpointSpec(f"c{i}", f"{url}c{i}", (f"customer.{i}",),
                                             max_in_flight=CUSTOMER.max_in_flight, **common))
@@ -328,8 +363,11 @@ def run(minutes: float, rate: float, seed: int, customers: int = 0) -> Report:
         for index in range(DISPATCHERS):
             fleet.start(index)
         producers = Producers(pg.dsn, rate, random.Random(seed + 2), customers)
+        noise = Producers(pg.dsn, NOISY_RATE, random.Random(seed + 3), noisy=True)
         producing = threading.Thread(target=producers.run)
         producing.start()
+        noisy = threading.Thread(target=noise.run)
+        noisy.start()
         watcher = Watcher(pg.dsn)
         watching = threading.Thread(target=watcher.run)
         watching.start()
@@ -362,7 +400,9 @@ def run(minutes: float, rate: float, seed: int, customers: int = 0) -> Report:
                 time.sleep(0.2)
         finally:
             producers.stopping.set()
+            noise.stopping.set()
             producing.join()
+            noisy.join()
         print(f"{time.monotonic() - began:7.1f}s producing stopped, draining", flush=True)
         stopped = time.monotonic()
         while not _drained(pg.dsn) and time.monotonic() < stopped + 600:
@@ -375,7 +415,8 @@ def run(minutes: float, rate: float, seed: int, customers: int = 0) -> Report:
         time.sleep(2)
         fleet.stop()
         producers.settle()
-        published = _seqs(pg.dsn, producers.events)
+        noise.settle()
+        published = _seqs(pg.dsn, producers.events + noise.events)
         log = fleet.log_text()
         report.kills = fleet.kills
         report.breaker_opens = len(re.findall(r"circuit of endpoint \S+: \S+ -> open", log))
@@ -390,7 +431,7 @@ def run(minutes: float, rate: float, seed: int, customers: int = 0) -> Report:
         answered = sum(1 for a in journal.arrivals if 200 <= a.status < 300)
         report.notes.append(
             f"{len(journal.arrivals):,} requests ({answered:,} answered 2xx); "
-            f"{len(producers.in_doubt)} transactions in "
+            f"{len(producers.in_doubt) + len(noise.in_doubt)} transactions in "
             f"doubt (commit unanswered); {sum(e.rolled_back for e in published):,} events "
             f"rolled back; drained {drained:.1f} s after producing stopped; {rescued} "
             f"deliveries rescued from dead dispatchers; logs in {logs}")

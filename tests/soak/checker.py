@@ -8,6 +8,7 @@ The soak (``tests/soak/chaos.py``) gathers those and prints the report.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -24,6 +25,7 @@ class Arrival:
     status: int
     start: float             # arrival, seconds (time.time())
     end: float               # the answer, or when the sender gave up on it
+    tenant: str | None = None  # the events' tenant (a request holds one tenant's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,12 +38,21 @@ class Event:
     seq: int                     # publish order (outbox.events.seq); 0 if rolled back
     committed_at: float          # time.time() after the commit returned
     rolled_back: bool = False
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
     max_in_flight: int
     rate_limit: float | None = None
+
+
+FAIR_AHEAD = 200
+"""The noisy tenant's requests that may begin at the shared endpoint between a quiet
+tenant's commit and its event's first request, at the 95th percentile: in turns, about what
+the fleet has in flight and prefetched there (a few dozen); in publish order, what is left
+of the noisy tenant's burst (up to thousands). The percentile leaves out the events whose
+dispatcher was killed holding them (they wait for the lease while the others go on)."""
 
 
 @dataclass(slots=True)
@@ -65,12 +76,17 @@ class Report:
     max_unclaimed_seconds: float = 0.0
     lag_p50_seconds: float = 0.0
     lag_p99_seconds: float = 0.0
+    # Fair turns: per quiet tenant's event at the shared endpoint, the noisy tenant's
+    # requests that began there between its commit and its own first request.
+    fair_events: int = 0
+    fair_ahead_p95: int = 0
+    fair_ahead_max: int = 0
     notes: list[str] = field(default_factory=list)
 
     def ok(self) -> bool:
         return (self.lost == 0 and self.rolled_back_sent == 0 and self.order_violations == 0
                 and self.limit_violations == 0 and self.duplicates <= self.duplicates_allowed
-                and self.starved == 0)
+                and self.starved == 0 and self.fair_ahead_p95 <= FAIR_AHEAD)
 
     def summary(self) -> dict[str, object]:
         """The report's last line: every figure, as one JSON object."""
@@ -84,7 +100,8 @@ class Report:
                 "lag_p99_seconds": round(self.lag_p99_seconds, 3),
                 "max_lag_seconds": round(self.max_lag_seconds, 3), "starved": self.starved,
                 "max_unclaimed_seconds": round(self.max_unclaimed_seconds, 3),
-                "ok": self.ok()}
+                "fair_events": self.fair_events, "fair_ahead_p95": self.fair_ahead_p95,
+                "fair_ahead_max": self.fair_ahead_max, "ok": self.ok()}
 
 
 def _success(arrival: Arrival) -> bool:
@@ -147,17 +164,40 @@ def check(arrivals: Sequence[Arrival], published: Sequence[Event],
 
     report.order_violations = _order_violations(arrivals, by_id)
     report.limit_violations = _limit_violations(arrivals, limits, report.notes)
+    _fairness(arrivals, committed, report)
     return report
 
 
-def _order_violations(arrivals: Sequence[Arrival], by_id: dict[str, Event]) -> int:
-    """Per endpoint and key: a request for an event published before one already delivered,
-    or two requests of one key at once."""
-    violations = 0
-    by_key: dict[tuple[str, str], list[Arrival]] = defaultdict(list)
+def _fairness(arrivals: Sequence[Arrival], committed: Sequence[Event], report: Report,
+              endpoint: str = "shared", noisy: str = "noisy") -> None:
+    """Per quiet tenant's event at ``endpoint``: the ``noisy`` tenant's requests that began
+    there between the event's commit and its first request (any answer)."""
+    noisy_starts = sorted(a.start for a in arrivals
+                          if a.endpoint == endpoint and a.tenant == noisy)
+    first: dict[str, float] = {}
     for arrival in arrivals:
-        if arrival.key is not None:
-            by_key[(arrival.endpoint, arrival.key)].append(arrival)
+        if arrival.endpoint == endpoint and arrival.tenant != noisy:
+            for event_id in arrival.events:
+                first[event_id] = min(first.get(event_id, arrival.start), arrival.start)
+    ahead = sorted(
+        bisect.bisect_left(noisy_starts, first[e.id])
+        - bisect.bisect_right(noisy_starts, e.committed_at)
+        for e in committed
+        if endpoint in e.endpoints and e.tenant != noisy and e.id in first)
+    if ahead:
+        report.fair_events = len(ahead)
+        report.fair_ahead_p95 = max(0, ahead[int(len(ahead) * 0.95)])
+        report.fair_ahead_max = max(0, ahead[-1])
+
+
+def _order_violations(arrivals: Sequence[Arrival], by_id: dict[str, Event]) -> int:
+    """Per endpoint, tenant and key: a request for an event published before one already
+    delivered, or two requests of one key at once."""
+    violations = 0
+    by_key: dict[tuple[str, str | None, str], list[Arrival]] = defaultdict(list)
+    for arrival in arrivals:
+        if arrival.key is not None:  # key order is per tenant
+            by_key[(arrival.endpoint, arrival.tenant, arrival.key)].append(arrival)
     for requests in by_key.values():
         requests.sort(key=lambda a: a.start)
         delivered_up_to = 0

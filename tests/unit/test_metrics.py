@@ -100,6 +100,16 @@ def test_the_bound_gauge_is_there_only_for_bounded_endpoints() -> None:
     assert [(s.labels["endpoint"], s.value) for s in bound] == [("bounded", 500.0)]
 
 
+def test_the_tenant_gauges_come_per_endpoint_without_a_tenant_label() -> None:
+    """outbox_tenants_due and outbox_tenant_pending_max: one series per endpoint, no tenant."""
+    metrics = Metrics()
+    metrics.record_backlog([BacklogRow("shared", 50_003, 9.0, "closed", None, 2, 50_000)])
+    found = {s.name: (s.labels, s.value) for s in samples(metrics)
+             if s.name in ("outbox_tenants_due", "outbox_tenant_pending_max")}
+    assert found == {"outbox_tenants_due": ({"endpoint": "shared"}, 2.0),
+                     "outbox_tenant_pending_max": ({"endpoint": "shared"}, 50_000.0)}
+
+
 def test_verbs_count_what_they_say() -> None:
     """attempt, delivered, failed and dead move their own series, per endpoint and reason."""
     metrics = Metrics()

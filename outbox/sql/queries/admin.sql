@@ -42,7 +42,7 @@ ORDER BY ep.name;
 -- name: admin_tenant_backlogs
 -- `outbox status --tenants`: per live endpoint, the tenants with the largest
 -- backlogs (pending plus in flight), at most %(per_endpoint)s each, largest
--- first. The counts walk deliveries_tenant (only tenants' undelivered rows);
+-- first. The counts walk deliveries_turns and deliveries_in_flight;
 -- the oldest pending age reads created_at from those rows, as admin_status
 -- does for the whole endpoint.
 SELECT x.name, x.tenant, x.pending, x.in_flight, x.oldest_pending_seconds

@@ -76,16 +76,18 @@
 --   says why).
 -- * Runs in autocommit at READ COMMITTED: under REPEATABLE READ a row updated
 --   concurrently would abort the claim with 40001 instead of being skipped.
-WITH wanted AS (
+WITH RECURSIVE wanted AS (
     SELECT w.endpoint_id, w.pos, w.requests, w.held, w.prefetch, w.rows, w.floor, e.max_batch,
+           w.turn_after, w.turn_null,
            e.rate_limit / %(pace)s::float8 AS rate_limit,  -- the pace; see "Turns" above
            e.breaker_cooldown_seconds AS cooldown, s.circuit,
            s.circuit = 'closed' AND e.rate_limit IS NULL AS free_running,
            outbox.circuit_probe_due_v1(s.circuit, s.opened_at, e.breaker_cooldown_seconds,
                                        s.probe_until) AS probe_due
     FROM unnest(%(endpoint_ids)s::bigint[], %(requests)s::int[], %(held)s::int[],
-                %(prefetch)s::int[], %(rows)s::int[], %(floors)s::timestamptz[]) WITH ORDINALITY
-         AS w(endpoint_id, requests, held, prefetch, rows, floor, pos)
+                %(prefetch)s::int[], %(rows)s::int[], %(floors)s::timestamptz[],
+                %(turn_after)s::text[], %(turn_null)s::boolean[]) WITH ORDINALITY
+         AS w(endpoint_id, requests, held, prefetch, rows, floor, turn_after, turn_null, pos)
     JOIN outbox.endpoints e ON e.id = w.endpoint_id AND e.enabled AND e.removed_at IS NULL
     JOIN outbox.endpoint_state s ON s.endpoint_id = w.endpoint_id
 ),
@@ -101,7 +103,7 @@ gated AS MATERIALIZED (
 ),
 allowance AS (
     SELECT w.endpoint_id, w.pos, w.held, w.prefetch, w.rows, w.floor, w.max_batch,
-           w.rate_limit, w.free_running, g.next_turn,
+           w.turn_after, w.turn_null, w.rate_limit, w.free_running, g.next_turn,
            g.probe_due AND NOT g.closed AS probe,
            CASE
                WHEN w.free_running THEN w.requests
@@ -127,7 +129,7 @@ slots AS MATERIALIZED (
         FOR UPDATE OF sl SKIP LOCKED
     ) f
 ),
-limits AS (
+sized_up AS (
     SELECT a.*, coalesce(g.granted, 0) AS granted,
            least(a.rows, a.max_batch * (coalesce(g.granted, 0)
                + CASE WHEN a.free_running
@@ -137,38 +139,182 @@ limits AS (
     LEFT JOIN (SELECT endpoint_id, count(*)::int AS granted FROM slots GROUP BY endpoint_id) g
            ON g.endpoint_id = a.endpoint_id
 ),
-locked AS MATERIALIZED (
-    SELECT c.id, c.endpoint_id, c.event_id, c.next_attempt_at, c.seq
+limits AS MATERIALIZED (
+    SELECT z.*, ceil(z.wanted_rows / z.max_batch::numeric)::int AS turns_wanted
+    FROM sized_up z
+),
+-- Fair turns between the tenants of each endpoint (events without a tenant
+-- count as one, after the named ones in the walk's order):
+turn_walk (endpoint_id, tenant, untenanted, lap, visited, found, due) AS (
+    SELECT l.endpoint_id, l.turn_after, l.turn_null, 0, 0, 0, false
     FROM limits l
+    WHERE l.wanted_rows > 0
+    UNION ALL
+    SELECT w.endpoint_id, n.tenant, n.untenanted, n.lap, w.visited + 1,
+           w.found + n.due::int, n.due
+    FROM turn_walk w
+    JOIN limits l ON l.endpoint_id = w.endpoint_id
+    CROSS JOIN LATERAL (
+        SELECT x.tenant, x.untenanted, x.lap, x.at <= now() AS due
+        FROM ((SELECT d.tenant, false AS untenanted, w.lap, d.next_attempt_at AS at
+               FROM outbox.deliveries d
+               WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
+                 AND w.tenant IS NULL AND NOT w.untenanted AND d.tenant IS NOT NULL
+                 AND d.next_attempt_at >= l.floor
+               ORDER BY d.tenant, d.next_attempt_at
+               LIMIT 1)
+              UNION ALL
+              (SELECT d.tenant, false, w.lap, d.next_attempt_at
+               FROM outbox.deliveries d
+               WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
+                 AND d.tenant > w.tenant AND d.next_attempt_at >= l.floor
+               ORDER BY d.tenant, d.next_attempt_at
+               LIMIT 1)
+              UNION ALL
+              (SELECT NULL, true, w.lap, d.next_attempt_at
+               FROM outbox.deliveries d
+               WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
+                 AND NOT w.untenanted AND d.tenant IS NULL AND d.next_attempt_at >= l.floor
+               ORDER BY d.next_attempt_at
+               LIMIT 1)
+              UNION ALL
+              (SELECT d.tenant, false, 1, d.next_attempt_at
+               FROM outbox.deliveries d
+               WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
+                 AND w.lap = 0 AND (l.turn_after IS NOT NULL OR l.turn_null)
+                 AND d.tenant IS NOT NULL AND d.next_attempt_at >= l.floor
+               ORDER BY d.tenant, d.next_attempt_at
+               LIMIT 1)
+              UNION ALL
+              (SELECT NULL, true, 1, d.next_attempt_at
+               FROM outbox.deliveries d
+               WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
+                 AND w.lap = 0 AND l.turn_null
+                 AND d.tenant IS NULL AND d.next_attempt_at >= l.floor
+               ORDER BY d.next_attempt_at
+               LIMIT 1)
+              LIMIT 1) x
+    ) n
+    WHERE w.found < l.turns_wanted AND w.visited < %(turn_steps)s
+      AND (n.lap = 0 OR l.turn_null OR (NOT n.untenanted AND n.tenant <= l.turn_after))
+),
+walked AS MATERIALIZED (
+    SELECT w.endpoint_id, w.tenant, w.untenanted, w.visited AS place
+    FROM turn_walk w
+    WHERE w.due
+),
+takers AS MATERIALIZED (
+    SELECT * FROM walked
+    UNION ALL
+    -- A walk cut short by its steps before it found a tenant with due work: the
+    -- tenant of the endpoint's earliest due row takes the turn (the next walk
+    -- starts after it).
+    SELECT l.endpoint_id, h.tenant, h.tenant IS NULL, 0
+    FROM limits l
+    CROSS JOIN LATERAL (
+        SELECT d.tenant
+        FROM outbox.deliveries d
+        WHERE d.endpoint_id = l.endpoint_id AND d.state = 'pending'
+          AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
+        ORDER BY d.next_attempt_at
+        LIMIT 1
+    ) h
+    WHERE l.wanted_rows > 0 AND l.endpoint_id NOT IN (SELECT endpoint_id FROM walked)
+),
+demand AS MATERIALIZED (
+    SELECT t.endpoint_id, t.tenant, t.untenanted, t.place, l.turns_wanted,
+           CASE WHEN c.takers = 1 THEN l.turns_wanted
+                WHEN t.untenanted THEN
+                    ceil((SELECT count(*) FROM (
+                              SELECT FROM outbox.deliveries d
+                              WHERE d.endpoint_id = t.endpoint_id AND d.state = 'pending'
+                                AND d.tenant IS NULL
+                                AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
+                              LIMIT (l.turns_wanted - c.takers + 1) * l.max_batch) r)
+                         / l.max_batch::numeric)::int
+                ELSE
+                    ceil((SELECT count(*) FROM (
+                              SELECT FROM outbox.deliveries d
+                              WHERE d.endpoint_id = t.endpoint_id AND d.state = 'pending'
+                                AND d.tenant = t.tenant
+                                AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
+                              LIMIT (l.turns_wanted - c.takers + 1) * l.max_batch) r)
+                         / l.max_batch::numeric)::int
+           END AS groups
+    FROM takers t
+    JOIN limits l ON l.endpoint_id = t.endpoint_id
+    JOIN (SELECT endpoint_id, count(*)::int AS takers FROM takers GROUP BY endpoint_id) c
+      ON c.endpoint_id = t.endpoint_id
+),
+dealt AS MATERIALIZED (
+    SELECT x.endpoint_id, x.tenant, x.untenanted, x.place, count(*)::int AS turns
+    FROM (SELECT d.*, row_number() OVER (PARTITION BY d.endpoint_id ORDER BY j, d.place)
+                      AS nth
+          FROM demand d
+          CROSS JOIN LATERAL generate_series(0, least(d.groups, d.turns_wanted) - 1) j) x
+    WHERE x.nth <= x.turns_wanted
+    GROUP BY x.endpoint_id, x.tenant, x.untenanted, x.place
+),
+locked_named AS MATERIALIZED (
+    SELECT c.id, c.endpoint_id, c.event_id, c.next_attempt_at, c.seq, t.place
+    FROM dealt t
+    JOIN limits l ON l.endpoint_id = t.endpoint_id
     CROSS JOIN LATERAL (
         SELECT d.id, d.endpoint_id, d.event_id, d.next_attempt_at, d.seq
         FROM outbox.deliveries d
-        WHERE d.endpoint_id = l.endpoint_id
+        WHERE d.endpoint_id = t.endpoint_id AND d.tenant = t.tenant
           AND d.state = 'pending'
           AND d.next_attempt_at <= now()
           AND d.next_attempt_at >= l.floor
           AND (d.key IS NULL OR NOT EXISTS (
                 SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, d.tenant, d.seq)))
         ORDER BY d.next_attempt_at
-        LIMIT l.wanted_rows
+        LIMIT t.turns * l.max_batch
         FOR UPDATE OF d SKIP LOCKED
     ) c
+    WHERE NOT t.untenanted
 ),
-sized AS MATERIALIZED (
-    SELECT k.id, k.endpoint_id, k.seq, l.pos, l.max_batch,
-           row_number() OVER (PARTITION BY k.endpoint_id ORDER BY k.next_attempt_at, k.seq)
-           - 1 AS rank,
+locked_untenanted AS MATERIALIZED (
+    SELECT c.id, c.endpoint_id, c.event_id, c.next_attempt_at, c.seq, t.place
+    FROM dealt t
+    JOIN limits l ON l.endpoint_id = t.endpoint_id
+    CROSS JOIN LATERAL (
+        SELECT d.id, d.endpoint_id, d.event_id, d.next_attempt_at, d.seq
+        FROM outbox.deliveries d
+        WHERE d.endpoint_id = t.endpoint_id AND d.tenant IS NULL
+          AND d.state = 'pending'
+          AND d.next_attempt_at <= now()
+          AND d.next_attempt_at >= l.floor
+          AND (d.key IS NULL OR NOT EXISTS (
+                SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, NULL, d.seq)))
+        ORDER BY d.next_attempt_at
+        LIMIT t.turns * l.max_batch
+        FOR UPDATE OF d SKIP LOCKED
+    ) c
+    WHERE t.untenanted
+),
+rounds AS MATERIALIZED (
+    SELECT k.*, l.pos, l.max_batch, l.wanted_rows,
+           (row_number() OVER (PARTITION BY k.endpoint_id, k.place
+                               ORDER BY k.next_attempt_at, k.seq) - 1) / l.max_batch AS round,
            (SELECT octet_length(e.payload::text) FROM outbox.events e
             WHERE e.id = k.event_id) AS size
-    FROM locked k
+    FROM (SELECT * FROM locked_named UNION ALL SELECT * FROM locked_untenanted) k
     JOIN limits l ON l.endpoint_id = k.endpoint_id
 ),
+sized AS MATERIALIZED (
+    SELECT r.id, r.endpoint_id, r.seq, r.pos, r.size, r.wanted_rows,
+           dense_rank() OVER (PARTITION BY r.endpoint_id ORDER BY r.round, r.place) - 1 AS grp,
+           row_number() OVER (PARTITION BY r.endpoint_id
+                              ORDER BY r.round, r.place, r.next_attempt_at, r.seq) - 1 AS rank
+    FROM rounds r
+),
 grouped AS MATERIALIZED (
-    SELECT r.id, r.endpoint_id, r.seq, r.size, r.rank / r.max_batch AS grp
+    SELECT r.id, r.endpoint_id, r.seq, r.size, r.grp
     FROM (SELECT s.*, sum(s.size) OVER (ORDER BY s.rank, s.pos ROWS UNBOUNDED PRECEDING)
                       - s.size AS before
           FROM sized s) r
-    WHERE r.before < %(budget)s
+    WHERE r.before < %(budget)s AND r.rank < r.wanted_rows
 ),
 next_pending AS MATERIALIZED (
     SELECT l.endpoint_id,

@@ -10,18 +10,30 @@
 -- so it reads only that endpoint's waiting rows, never the delivered and dead
 -- history that makes up most of the table. An endpoint with nothing pending
 -- still gets its row (count 0, age 0) so that its series stays continuous.
+-- The same rows counted per tenant (deliveries without one are one tenant, as
+-- in the claim's turns) give how many tenants have due work and the largest
+-- one's backlog: no tenant appears as a label (their number is the users'
+-- customers'), and the count costs what the endpoint's count costs, one pass
+-- over its pending rows (deliveries_turns is ordered by tenant).
 SELECT e.name,
        p.pending,
        greatest(coalesce(extract(epoch FROM clock_timestamp() - p.oldest), 0), 0)::float8
            AS oldest_seconds,
        coalesce(s.circuit, 'closed') AS circuit,
-       e.max_pending
+       e.max_pending,
+       p.tenants_due,
+       p.largest_tenant
 FROM outbox.endpoints AS e
 LEFT JOIN outbox.endpoint_state AS s ON s.endpoint_id = e.id
 CROSS JOIN LATERAL (
-    SELECT count(*) AS pending, min(d.created_at) AS oldest
-    FROM outbox.deliveries AS d
-    WHERE d.endpoint_id = e.id AND d.state = 'pending'
+    SELECT coalesce(sum(t.pending), 0)::bigint AS pending, min(t.oldest) AS oldest,
+           count(*) FILTER (WHERE t.due <= now()) AS tenants_due,
+           coalesce(max(t.pending), 0)::bigint AS largest_tenant
+    FROM (SELECT count(*) AS pending, min(d.created_at) AS oldest,
+                 min(d.next_attempt_at) AS due
+          FROM outbox.deliveries AS d
+          WHERE d.endpoint_id = e.id AND d.state = 'pending'
+          GROUP BY d.tenant) AS t
 ) AS p
 WHERE e.removed_at IS NULL
 ORDER BY e.name;

@@ -38,11 +38,13 @@
 -- LOCKED), so that concurrent producers rarely wait on one another. Only
 -- bounded endpoints have shards: an unbounded one costs nothing here.
 -- --max-pending-per-tenant: over_tenant counts each tenant's undelivered
--- deliveries at a bounded endpoint the batch routes some of its events to,
--- through deliveries_tenant, stopping at the bound (a count of at most N
--- index entries, however large the backlog). Like --max-pending, concurrent
--- transactions that each see room may together pass the bound, by at most
--- their number. The first refusal (by endpoint name, then tenant) is the one
+-- deliveries at a bounded endpoint the batch routes some of its events to:
+-- its pending rows through deliveries_turns, stopping at the bound (a count
+-- of at most N index entries, however large the backlog), and its rows in
+-- flight among the endpoint's (deliveries_in_flight: at most what the
+-- endpoint's --max-in-flight lets run, and the bound again). Like
+-- --max-pending, concurrent transactions that each see room may together
+-- pass the bound, by at most their number. The first refusal (by endpoint name, then tenant) is the one
 -- reported; refused names the tenant, NULL for the endpoint's own bound.
 -- Key order is per tenant (no tenant being a tenant of its own): the key
 -- locks of a tenant's keys are its own, and an event without a tenant takes
@@ -84,11 +86,16 @@ over_tenant AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT i.tenant, count(*) AS routed FROM input i
                         WHERE i.tenant IS NOT NULL AND i.type LIKE ANY (t.events_like)
                         GROUP BY i.tenant) x
-    CROSS JOIN LATERAL (SELECT count(*) AS held
-                        FROM (SELECT 1 FROM outbox.deliveries d
-                              WHERE d.endpoint_id = t.id AND d.tenant = x.tenant
-                                AND d.state IN ('pending', 'in_flight')
-                              LIMIT t.max_pending_per_tenant) c) h
+    CROSS JOIN LATERAL (SELECT (SELECT count(*)
+                                FROM (SELECT 1 FROM outbox.deliveries d
+                                      WHERE d.endpoint_id = t.id AND d.tenant = x.tenant
+                                        AND d.state = 'pending'
+                                      LIMIT t.max_pending_per_tenant) p)
+                               + (SELECT count(*)
+                                  FROM (SELECT 1 FROM outbox.deliveries d
+                                        WHERE d.endpoint_id = t.id AND d.tenant = x.tenant
+                                          AND d.state = 'in_flight'
+                                        LIMIT t.max_pending_per_tenant) f) AS held) h
     WHERE h.held + x.routed > t.max_pending_per_tenant
     ORDER BY t.name, x.tenant
     LIMIT 1

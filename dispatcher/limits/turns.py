@@ -1,0 +1,100 @@
+"""Fair turns between the tenants of one endpoint: whose turn the next claim starts at.
+
+The rule is enforced by the claim statement (``claim`` in dispatch.sql, from
+``turn_walk`` to ``sized``): per endpoint it walks the tenants with due work
+in a ring (names in the database's order, then the deliveries without a
+tenant, which count as one tenant), from the one after the tenant served
+last, and deals the request slots and prefetched groups it may fill one per
+tenant in that order, then a second each to those with more due, and so on:
+a batch holds one tenant's events, and a turn is a request. The walk stops
+after ``turns`` tenants with due work (no tenant can use more turns than the
+claim has), or after TURN_STEPS tenants looked at, so a claim's cost does not
+grow with the number of tenants: the next claim goes on from where this one
+left. This module is the Python half: the cursor, one per endpoint, moved
+past the tenant of the last request each claim formed.
+
+A fleet's dispatchers each keep their own cursor. Turns stay fair between
+them because each dispatcher's claim deals its own slots in turns, and a
+tenant with due work is dealt a turn by whichever dispatcher claims next; in
+memory, a group waiting for a slot goes ahead of the groups of tenants that
+already have more waiting (:func:`place`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+TURN_STEPS: Final = 128
+"""Tenants with pending rows one claim's walk looks at per endpoint, at most: those whose
+rows all wait (retries backing off) cost a step each; the next claim goes on after them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """The tenant an endpoint's next walk starts after (``untenanted``: the deliveries without
+    a tenant; neither: the start of the ring)."""
+
+    tenant: str | None = None
+    untenanted: bool = False
+
+
+START: Final = Turn()
+
+
+class _Row(Protocol):
+    @property
+    def endpoint_id(self) -> int: ...
+    @property
+    def grp(self) -> int: ...
+    @property
+    def tenant(self) -> str | None: ...
+
+
+class Turns:
+    """Per endpoint, the tenant served last by this dispatcher's claims."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, Turn] = {}
+
+    def for_claim(self, endpoint_ids: Sequence[int]) -> dict[str, Any]:
+        """The claim's cursor parameters, side by side with its endpoints."""
+        turns = [self._last.get(endpoint_id, START) for endpoint_id in endpoint_ids]
+        return {"turn_after": [t.tenant for t in turns],
+                "turn_null": [t.untenanted for t in turns],
+                "turn_steps": TURN_STEPS}
+
+    def claimed(self, rows: Iterable[_Row]) -> None:
+        """Move each endpoint's cursor to the tenant of its last request in this claim."""
+        last: dict[int, tuple[int, str | None]] = {}
+        for row in rows:
+            seen = last.get(row.endpoint_id)
+            if seen is None or row.grp >= seen[0]:
+                last[row.endpoint_id] = (row.grp, row.tenant)
+        for endpoint_id, (_, tenant) in last.items():
+            self._last[endpoint_id] = Turn(tenant, tenant is None)
+
+
+class _Tenanted(Protocol):
+    @property
+    def tenant(self) -> str | None: ...
+
+
+def place(waiting: Sequence[_Tenanted], tenant: str | None) -> int:
+    """Where a group of ``tenant`` joins an endpoint's groups waiting for a slot.
+
+    Waiting groups are kept in rounds: each tenant's first waiting group, then
+    each one's second, and so on, in the order they came. A new group goes at
+    the end of its tenant's next round, so a tenant that just got due work
+    waits behind at most one group of each other tenant, however many
+    another has waiting.
+    """
+    mine = sum(1 for group in waiting if group.tenant == tenant)
+    seen: dict[str | None, int] = {}
+    for index, group in enumerate(waiting):
+        round_ = seen.get(group.tenant, 0)
+        seen[group.tenant] = round_ + 1
+        if round_ > mine:
+            return index
+    return len(waiting)

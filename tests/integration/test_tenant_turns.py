@@ -1,0 +1,157 @@
+"""Fair turns between the tenants of one endpoint, in the claim statement itself (real
+PostgreSQL): the slots a claim fills are dealt one per tenant with due work in a ring, then
+a second each, and so on; a batch holds one tenant's events; deliveries without a tenant are
+one tenant; the walk is bounded and goes on from where the last claim left."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import psycopg
+
+import outbox
+from dispatcher.limits.turns import TURN_STEPS, Turns
+from dispatcher.policy.model import ClaimRow
+from outbox.sql import queries
+from tests.support.claiming import claim, finish
+
+Conn = psycopg.Connection[Any]
+
+
+def _endpoint(conn: Conn, *, max_batch: int = 1) -> int:
+    row = conn.execute("INSERT INTO outbox.endpoints (name, url, max_batch, max_in_flight) "
+                       "VALUES ('e', 'http://127.0.0.1:9/', %s, 1000) RETURNING id",
+                       (max_batch,)).fetchone()
+    conn.commit()
+    assert row is not None
+    return int(row[0])
+
+
+def _publish(conn: Conn, tenant: str | None, count: int) -> None:
+    outbox.publish_many(conn, [outbox.Event("t", {"n": n}, tenant=tenant) for n in range(count)])
+    conn.commit()
+
+
+def _groups(rows: list[tuple[Any, ...]]) -> list[tuple[int, str | None]]:
+    """Each request of the claim (in group order), with its tenant."""
+    seen: dict[int, str | None] = {}
+    for row in map(ClaimRow._make, rows):
+        seen.setdefault(row.grp, row.tenant)
+    return [(grp, seen[grp]) for grp in sorted(seen)]
+
+
+def test_a_tenant_with_a_few_due_is_dealt_turns_between_a_backlog(conn: Conn) -> None:
+    """A has 200 due, B 3 (published after): B's three go in the claim's first six requests,
+    and A takes every slot B cannot use."""
+    endpoint = _endpoint(conn)
+    _publish(conn, "a", 200)
+    _publish(conn, "b", 3)
+    groups = _groups(claim(conn, [endpoint], rows=10))
+    tenants = [tenant for _, tenant in groups]
+    assert len(tenants) == 10
+    assert tenants[:6] == ["a", "b", "a", "b", "a", "b"]
+    assert tenants[6:] == ["a"] * 4
+
+
+def test_more_tenants_than_slots_take_turns_across_claims(conn: Conn) -> None:
+    """Twelve tenants with due work, claims of four requests: every tenant once in three
+    claims, none twice before each has had its turn."""
+    endpoint = _endpoint(conn)
+    for n in range(12):
+        _publish(conn, f"t{n:02}", 5)
+    turns = Turns()
+    served: list[str | None] = []
+    for _ in range(6):
+        cursor = turns.for_claim([endpoint])
+        rows = claim(conn, [endpoint], rows=4, turn_after=cursor["turn_after"][0],
+                     turn_null=cursor["turn_null"][0])
+        turns.claimed(map(ClaimRow._make, rows))
+        served += [tenant for _, tenant in _groups(rows)]
+    assert served[:12] == [f"t{n:02}" for n in range(12)]
+    assert served[12:] == served[:12]
+
+
+def test_deliveries_without_a_tenant_are_one_tenant(conn: Conn) -> None:
+    """Untenanted deliveries take their turns beside the named tenants, after them in the
+    ring; with nothing else due they take every slot, as before."""
+    endpoint = _endpoint(conn)
+    _publish(conn, None, 50)
+    _publish(conn, "a", 50)
+    tenants = [tenant for _, tenant in _groups(claim(conn, [endpoint], rows=6))]
+    assert tenants == ["a", None] * 3
+    conn.execute("DELETE FROM outbox.deliveries WHERE tenant IS NOT NULL")
+    conn.commit()
+    tenants = [tenant for _, tenant in _groups(claim(conn, [endpoint], rows=6))]
+    assert tenants == [None] * 6
+
+
+def test_a_batch_holds_one_tenants_events(conn: Conn) -> None:
+    """With --max-batch 5, each request's events are one tenant's, and the tenants alternate."""
+    endpoint = _endpoint(conn, max_batch=5)
+    _publish(conn, "a", 30)
+    _publish(conn, "b", 30)
+    rows = [ClaimRow._make(row) for row in claim(conn, [endpoint], rows=20)]
+    by_group: dict[int, set[str | None]] = {}
+    for row in rows:
+        by_group.setdefault(row.grp, set()).add(row.tenant)
+    assert all(len(tenants) == 1 for tenants in by_group.values())
+    assert [by_group[grp].pop() for grp in sorted(by_group)] == ["a", "b", "a", "b"]
+    assert Counter(row.grp for row in rows) == {0: 5, 1: 5, 2: 5, 3: 5}
+
+
+def test_a_walk_cut_short_by_its_steps_still_claims_and_goes_on(conn: Conn) -> None:
+    """More tenants whose rows all wait (retries backing off) than one walk may look at,
+    before the one with due work: the claim still takes due work (work-conserving), and the
+    walks after it go on past those tenants."""
+    endpoint = _endpoint(conn)
+    waiting = TURN_STEPS + 20
+    outbox.publish_many(conn, [outbox.Event("t", {}, tenant=f"a{n:04}", delay=3600)
+                               for n in range(waiting)])
+    _publish(conn, "z", 3)
+    rows = claim(conn, [endpoint], rows=1)
+    assert [tenant for _, tenant in _groups(rows)] == ["z"]
+    for row in rows:
+        finish(conn, row)
+    turns = Turns()
+    cursor = {"turn_after": ["a0000"], "turn_null": [False]}
+    rows = claim(conn, [endpoint], rows=1, turn_after=cursor["turn_after"][0])
+    turns.claimed(map(ClaimRow._make, rows))
+    assert [tenant for _, tenant in _groups(rows)] == ["z"]
+
+
+def test_two_dispatchers_each_deal_turns(conn: Conn, dsn: str) -> None:
+    """Two claimers, each with its own cursor, claiming one slot at a time in alternation:
+    B's due events are never behind more than one request of A from either."""
+    endpoint = _endpoint(conn)
+    _publish(conn, "a", 100)
+    _publish(conn, "b", 4)
+    with psycopg.connect(dsn) as other:
+        cursors = [Turns(), Turns()]
+        served: list[str | None] = []
+        for n in range(8):
+            connection, turns = (conn, other)[n % 2], cursors[n % 2]
+            cursor = turns.for_claim([endpoint])
+            rows = claim(connection, [endpoint], rows=1, turn_after=cursor["turn_after"][0],
+                         turn_null=cursor["turn_null"][0])
+            turns.claimed(map(ClaimRow._make, rows))
+            served += [tenant for _, tenant in _groups(rows)]
+    assert served.count("b") == 4
+    first_b = [index for index, tenant in enumerate(served) if tenant == "b"]
+    assert all(later - earlier <= 3 for earlier, later in zip([-1, *first_b], first_b,
+                                                                strict=False))
+
+
+def test_the_gauges_count_tenants_with_due_work_and_the_largest_backlog(conn: Conn) -> None:
+    """The backlog query: tenants with due rows (untenanted ones count as one; a tenant whose
+    rows all wait is not due) and the largest tenant's pending rows."""
+    endpoint = _endpoint(conn)
+    _publish(conn, "a", 7)
+    _publish(conn, "b", 2)
+    _publish(conn, None, 3)
+    outbox.publish(conn, "t", {}, tenant="later", delay=3600)
+    conn.commit()
+    [row] = conn.execute(queries["backlog"]).fetchall()
+    name, pending, _oldest, _circuit, _bound, tenants_due, largest = row
+    assert (name, pending, tenants_due, largest) == ("e", 13, 3, 7)
+    assert endpoint
