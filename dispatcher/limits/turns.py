@@ -13,11 +13,12 @@ grow with the number of tenants: the next claim goes on from where this one
 left. This module is the Python half: the cursor, one per endpoint, moved
 past the tenant of the last request each claim formed.
 
-A fleet's dispatchers each keep their own cursor. Turns stay fair between
-them because each dispatcher's claim deals its own slots in turns, and a
-tenant with due work is dealt a turn by whichever dispatcher claims next; in
-memory, a group waiting for a slot goes ahead of the groups of tenants that
-already have more waiting (:func:`place`).
+In a fleet, each dispatcher keeps its own cursor, and the claim counts each
+tenant's requests in flight anywhere in the fleet (its in-flight rows): a
+tenant with k requests running or waiting is dealt its next turn k rounds
+later, so a tenant that other dispatchers are serving yields to one that
+nobody is. In memory, a group waiting for a slot goes ahead of the groups of
+tenants that already have more waiting (:func:`place`).
 """
 
 from __future__ import annotations

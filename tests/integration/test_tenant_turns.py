@@ -155,3 +155,18 @@ def test_the_gauges_count_tenants_with_due_work_and_the_largest_backlog(conn: Co
     name, pending, _oldest, _circuit, _bound, tenants_due, largest = row
     assert (name, pending, tenants_due, largest) == ("e", 13, 3, 7)
     assert endpoint
+
+
+def test_a_tenant_with_requests_in_flight_anywhere_waits_its_rounds(conn: Conn,
+                                                                     dsn: str) -> None:
+    """Another dispatcher holds four of A's requests: A is four rounds ahead, so this claim
+    deals B (and C) their first requests before A's next, whatever the cursor says."""
+    endpoint = _endpoint(conn)
+    _publish(conn, "a", 50)
+    with psycopg.connect(dsn) as other:
+        held = claim(other, [endpoint], rows=4)
+    assert {tenant for _, tenant in _groups(held)} == {"a"}
+    _publish(conn, "b", 3)
+    _publish(conn, "c", 1)
+    tenants = [tenant for _, tenant in _groups(claim(conn, [endpoint], rows=8))]
+    assert tenants == ["b", "c", "b", "b", "a", "a", "a", "a"]

@@ -23,7 +23,7 @@
 --   in its cool-down, or one whose probe is out, allows none.
 -- * slots takes that many free slots (expired leases count as free) with
 --   FOR UPDATE SKIP LOCKED, so --max-in-flight holds for the fleet.
--- * locked takes the deliveries: per endpoint, the oldest due first, enough
+-- * locked takes the deliveries: per tenant's turns (below), oldest due first, enough
 --   for the slots granted plus the groups it may prefetch (which wait for a
 --   running request's slot in the dispatcher, holding none of their own). A
 --   keyed delivery is eligible only when no earlier delivery of its key (lower
@@ -48,6 +48,27 @@
 --   dispatcher's next floor is at most that, and at most the time before which
 --   no transaction still running can have written a row (xmin, xmax: this
 --   snapshot's, for the dispatcher to tell which claim's time that is).
+-- * Turns between tenants (busy to dealt): per endpoint, the tenants with due
+--   work share the requests the claim fills. busy counts each tenant's
+--   requests in flight anywhere in the fleet (its in-flight rows, in
+--   --max-batch groups: at most what the endpoint lets run). turn_walk walks
+--   the tenants with pending rows over deliveries_turns (endpoint, tenant,
+--   next_attempt_at) WHERE pending, one descent per tenant, whose first entry
+--   is its earliest pending row (so "due" is exact): the names in order, then
+--   the deliveries without a tenant (one tenant of their own), from the one
+--   after turn_after (turn_null: after the untenanted; neither: from the
+--   start), round once. It stops when it has found turns_wanted due tenants
+--   with nothing in flight, or after turn_steps tenants looked at; a walk cut
+--   short before any due tenant hands the turn to the tenant of the
+--   endpoint's earliest due row (takers), so a claim always takes due work.
+--   demand counts each taker's due rows, capped where no taker could use more;
+--   dealt deals the turns: round j of a tenant with k requests in flight is
+--   dealt as round j + k, in walk order within a round, each tenant up to its
+--   demand (work-conserving: a tenant alone takes every turn). The locked
+--   CTEs (locked_named, locked_untenanted) take each tenant's rows for its
+--   turns as locked below, and rounds numbers the groups in the order of the
+--   deal, so the slots granted go to the first turns and the prefetched
+--   groups follow. A group holds one tenant's rows.
 -- * sized numbers each endpoint's rows in order (rank) and reads each payload's
 --   size in bytes (octet_length of the text: what the dispatcher will hold),
 --   by a probe per row rather than a join (see claimed below).
@@ -145,17 +166,27 @@ limits AS MATERIALIZED (
 ),
 -- Fair turns between the tenants of each endpoint (events without a tenant
 -- count as one, after the named ones in the walk's order):
-turn_walk (endpoint_id, tenant, untenanted, lap, visited, found, due) AS (
-    SELECT l.endpoint_id, l.turn_after, l.turn_null, 0, 0, 0, false
+busy AS MATERIALIZED (
+    SELECT d.endpoint_id, d.tenant, ceil(count(*) / max(l.max_batch)::numeric)::int AS ahead
+    FROM limits l
+    JOIN outbox.deliveries d ON d.endpoint_id = l.endpoint_id AND d.state = 'in_flight'
+    WHERE l.wanted_rows > 0
+    GROUP BY d.endpoint_id, d.tenant
+),
+turn_walk (endpoint_id, tenant, untenanted, lap, visited, found, due, ahead) AS (
+    SELECT l.endpoint_id, l.turn_after, l.turn_null, 0, 0, 0, false, 0
     FROM limits l
     WHERE l.wanted_rows > 0
     UNION ALL
     SELECT w.endpoint_id, n.tenant, n.untenanted, n.lap, w.visited + 1,
-           w.found + n.due::int, n.due
+           w.found + (n.due AND n.ahead = 0)::int, n.due, n.ahead
     FROM turn_walk w
     JOIN limits l ON l.endpoint_id = w.endpoint_id
     CROSS JOIN LATERAL (
-        SELECT x.tenant, x.untenanted, x.lap, x.at <= now() AS due
+        SELECT x.tenant, x.untenanted, x.lap, x.at <= now() AS due,
+               coalesce((SELECT b.ahead FROM busy b
+                         WHERE b.endpoint_id = w.endpoint_id
+                           AND b.tenant IS NOT DISTINCT FROM x.tenant), 0) AS ahead
         FROM ((SELECT d.tenant, false AS untenanted, w.lap, d.next_attempt_at AS at
                FROM outbox.deliveries d
                WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
@@ -199,7 +230,7 @@ turn_walk (endpoint_id, tenant, untenanted, lap, visited, found, due) AS (
       AND (n.lap = 0 OR l.turn_null OR (NOT n.untenanted AND n.tenant <= l.turn_after))
 ),
 walked AS MATERIALIZED (
-    SELECT w.endpoint_id, w.tenant, w.untenanted, w.visited AS place
+    SELECT w.endpoint_id, w.tenant, w.untenanted, w.visited AS place, w.ahead
     FROM turn_walk w
     WHERE w.due
 ),
@@ -209,7 +240,7 @@ takers AS MATERIALIZED (
     -- A walk cut short by its steps before it found a tenant with due work: the
     -- tenant of the endpoint's earliest due row takes the turn (the next walk
     -- starts after it).
-    SELECT l.endpoint_id, h.tenant, h.tenant IS NULL, 0
+    SELECT l.endpoint_id, h.tenant, h.tenant IS NULL, 0, 0
     FROM limits l
     CROSS JOIN LATERAL (
         SELECT d.tenant
@@ -222,7 +253,7 @@ takers AS MATERIALIZED (
     WHERE l.wanted_rows > 0 AND l.endpoint_id NOT IN (SELECT endpoint_id FROM walked)
 ),
 demand AS MATERIALIZED (
-    SELECT t.endpoint_id, t.tenant, t.untenanted, t.place, l.turns_wanted,
+    SELECT t.endpoint_id, t.tenant, t.untenanted, t.place, t.ahead, l.turns_wanted,
            CASE WHEN c.takers = 1 THEN l.turns_wanted
                 WHEN t.untenanted THEN
                     ceil((SELECT count(*) FROM (
@@ -230,7 +261,7 @@ demand AS MATERIALIZED (
                               WHERE d.endpoint_id = t.endpoint_id AND d.state = 'pending'
                                 AND d.tenant IS NULL
                                 AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
-                              LIMIT (l.turns_wanted - c.takers + 1) * l.max_batch) r)
+                              LIMIT greatest(1, l.turns_wanted - c.idle + 1) * l.max_batch) r)
                          / l.max_batch::numeric)::int
                 ELSE
                     ceil((SELECT count(*) FROM (
@@ -238,25 +269,27 @@ demand AS MATERIALIZED (
                               WHERE d.endpoint_id = t.endpoint_id AND d.state = 'pending'
                                 AND d.tenant = t.tenant
                                 AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
-                              LIMIT (l.turns_wanted - c.takers + 1) * l.max_batch) r)
+                              LIMIT greatest(1, l.turns_wanted - c.idle + 1) * l.max_batch) r)
                          / l.max_batch::numeric)::int
            END AS groups
     FROM takers t
     JOIN limits l ON l.endpoint_id = t.endpoint_id
-    JOIN (SELECT endpoint_id, count(*)::int AS takers FROM takers GROUP BY endpoint_id) c
+    JOIN (SELECT endpoint_id, count(*)::int AS takers,
+                 count(*) FILTER (WHERE ahead = 0)::int AS idle
+          FROM takers GROUP BY endpoint_id) c
       ON c.endpoint_id = t.endpoint_id
 ),
 dealt AS MATERIALIZED (
-    SELECT x.endpoint_id, x.tenant, x.untenanted, x.place, count(*)::int AS turns
-    FROM (SELECT d.*, row_number() OVER (PARTITION BY d.endpoint_id ORDER BY j, d.place)
-                      AS nth
+    SELECT x.endpoint_id, x.tenant, x.untenanted, x.place, x.ahead, count(*)::int AS turns
+    FROM (SELECT d.*, row_number() OVER (PARTITION BY d.endpoint_id
+                                         ORDER BY j + d.ahead, d.place) AS nth
           FROM demand d
           CROSS JOIN LATERAL generate_series(0, least(d.groups, d.turns_wanted) - 1) j) x
     WHERE x.nth <= x.turns_wanted
-    GROUP BY x.endpoint_id, x.tenant, x.untenanted, x.place
+    GROUP BY x.endpoint_id, x.tenant, x.untenanted, x.place, x.ahead
 ),
 locked_named AS MATERIALIZED (
-    SELECT c.id, c.endpoint_id, c.event_id, c.next_attempt_at, c.seq, t.place
+    SELECT c.id, c.endpoint_id, c.event_id, c.next_attempt_at, c.seq, t.place, t.ahead
     FROM dealt t
     JOIN limits l ON l.endpoint_id = t.endpoint_id
     CROSS JOIN LATERAL (
@@ -275,7 +308,7 @@ locked_named AS MATERIALIZED (
     WHERE NOT t.untenanted
 ),
 locked_untenanted AS MATERIALIZED (
-    SELECT c.id, c.endpoint_id, c.event_id, c.next_attempt_at, c.seq, t.place
+    SELECT c.id, c.endpoint_id, c.event_id, c.next_attempt_at, c.seq, t.place, t.ahead
     FROM dealt t
     JOIN limits l ON l.endpoint_id = t.endpoint_id
     CROSS JOIN LATERAL (
@@ -296,7 +329,8 @@ locked_untenanted AS MATERIALIZED (
 rounds AS MATERIALIZED (
     SELECT k.*, l.pos, l.max_batch, l.wanted_rows,
            (row_number() OVER (PARTITION BY k.endpoint_id, k.place
-                               ORDER BY k.next_attempt_at, k.seq) - 1) / l.max_batch AS round,
+                               ORDER BY k.next_attempt_at, k.seq) - 1) / l.max_batch
+           + k.ahead AS round,
            (SELECT octet_length(e.payload::text) FROM outbox.events e
             WHERE e.id = k.event_id) AS size
     FROM (SELECT * FROM locked_named UNION ALL SELECT * FROM locked_untenanted) k
