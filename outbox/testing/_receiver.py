@@ -70,7 +70,12 @@ def _ok(_: Request) -> Response:
 
 
 class Receiver:
-    """``with Receiver() as rx: ... rx.url ... rx.requests``"""
+    """``with Receiver() as rx: ... rx.url ... rx.requests``
+
+    ``Receiver(tls=context)`` serves HTTPS with a server ``ssl.SSLContext``:
+    a certificate of a private CA (``--ca-file``), and one that requires a
+    client certificate (``--client-cert``) when the context asks for it.
+    """
 
     def __init__(self, responder: Responder = _ok, *, record: bool = True,
                  tls: ssl.SSLContext | None = None) -> None:
