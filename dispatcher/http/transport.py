@@ -131,6 +131,11 @@ class H1Transport:
             await open_connection(conn, key.host, key.port, tls=tls, policy=self._policy,
                                   resolve=self._resolve, dials=self.dials, tls_note=note)
         else:
+            # Behind the proxy a name's addresses are the proxy's to see; an address
+            # written in the URL is ours, and judged as on a direct connection.
+            refusal = self._policy.refusal(key.host) if self._policy is not None else None
+            if refusal is not None:
+                raise BlockedAddress(refusal)
             await open_through(conn, key.proxy, key.host, key.port, tls=tls,
                                resolve=self._resolve, dials=self.dials, tls_note=note)
 

@@ -176,8 +176,10 @@ def test_through_a_proxy_with_credentials_masked(dsn: str, pki: Pki) -> None:
     own CA inside it; the password in no log line; the SSRF guard's limit said at start."""
     with ForwardProxy(credentials=("egress", "pr0xy-pw")) as proxy, \
             Receiver(tls=server_context(pki)) as receiver, psycopg.connect(dsn) as conn:
-        # One request at a time: one connection, kept alive through the tunnel.
-        add_endpoint(conn, "partner", receiver.url, ca_file=pki.ca_file, max_in_flight=1)
+        # One request at a time: one connection, kept alive through the tunnel. A name:
+        # the guard refuses 127.0.0.1 written in a URL, proxy or not.
+        add_endpoint(conn, "partner", f"https://hooks.test:{receiver.port}/",
+                     ca_file=pki.ca_file, max_in_flight=1)
         events = [publish(dsn, "a") for _ in range(3)]
         with Dispatcher(dsn, "--block-private-networks", "--allow-network", "192.0.2.0/24",
                         env={"HTTPS_PROXY": proxy.url}) as dispatcher:

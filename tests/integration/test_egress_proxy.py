@@ -186,14 +186,16 @@ def test_a_hostile_proxy_is_bounded_like_an_endpoint(pki: Pki, misbehave: Any,
     assert result.duration < 2.0
 
 
-def test_the_guard_never_applies_to_the_proxy_and_still_to_direct_hosts(
+def test_the_guard_never_applies_to_the_proxy_and_still_to_what_it_can_see(
         receiver: Receiver) -> None:
-    """--block-private-networks: the proxy (127.0.0.1 here) is dialled; a host NO_PROXY
-    sends direct is still judged, and refused."""
+    """--block-private-networks: the proxy (127.0.0.1 here) is dialled and a name behind it
+    goes through; an address written in the URL is still judged, and so is a host NO_PROXY
+    sends direct: both refused."""
     with ForwardProxy() as proxy:
         async def main(sender: HttpSender) -> list[AttemptResult]:
-            return [await sender.send(receiver.url, [], b"{}", 5.0),
-                    await sender.send(f"http://localhost:{receiver.port}/", [], b"{}", 5.0)]
-        through, direct = run(main, http=proxy.url, no_proxy="localhost", block=True)
-    assert (through.status, direct.error_kind) == (200, "blocked")
+            return [await sender.send(f"http://{url}:{receiver.port}/", [], b"{}", 5.0)
+                    for url in ("hooks.test", "127.0.0.1", "localhost")]
+        through, literal, direct = run(main, http=proxy.url, no_proxy="localhost", block=True)
+    assert (through.status, literal.error_kind, direct.error_kind) == (200, "blocked",
+                                                                       "blocked")
     assert proxy.forwarded == 1
