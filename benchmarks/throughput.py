@@ -33,6 +33,12 @@ drains it directly and through PgBouncer in transaction mode (Debian's
 ``pgbouncer``, started on 127.0.0.1 with ``default_pool_size = 20``), and
 directly as it would through a pooler (no prepared statements, settings in
 each statement's transaction) to tell the pooler's hops from that.
+``--compare egress`` drains it over plain http, over TLS directly (a
+receiver signed by a CA made for the run, trusted through the endpoint's
+``ca_file``), and over TLS through a forward proxy on 127.0.0.1
+(``HTTPS_PROXY``: one ``CONNECT`` tunnel per connection, TLS to the
+receiver inside it); the proxy and the receivers run in this process, so
+the dispatcher's CPU is its own.
 """
 
 from __future__ import annotations
@@ -195,12 +201,15 @@ AS_POOLED = ["-c", "import runpy, sys; import dispatcher.db as db; "
 
 
 def start_dispatcher(dsn: str, *extra: str, command: list[str] | None = None,
-                     tree: str | None = None) -> subprocess.Popen[bytes]:
-    """The dispatcher on ``dsn``; ``tree``: another checkout's, run from there."""
+                     tree: str | None = None,
+                     env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """The dispatcher on ``dsn``; ``tree``: another checkout's, run from there; ``env``:
+    variables on top of this process's (a proxy)."""
+    environ = {**ENV, **(env or {})}
     return subprocess.Popen(
         [sys.executable, *(command or DISPATCHER), "--dsn", dsn, "--metrics-port", str(free_port()),
          "--log-level", "WARNING", "--retention", "0", *extra],
-        env=ENV if tree is None else {**ENV, "PYTHONPATH": tree}, cwd=tree)
+        env=environ if tree is None else {**environ, "PYTHONPATH": tree}, cwd=tree)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -215,13 +224,13 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str],
                     processes: int = 1, *, span: Callable[[], Any] | None = None,
                     command: list[str] | None = None, publish_dsn: str | None = None,
-                    ) -> tuple[float, float]:
+                    env: dict[str, str] | None = None) -> tuple[float, float]:
     """Publish a backlog, start the dispatcher(s), time first to last arrival: events/s,
     and the dispatchers' CPU ms per event over the same span.
 
     ``span`` makes the context manager each batch is published in (a traced
     backlog); ``command`` runs the dispatcher; ``publish_dsn`` is where the
-    backlog is published (default ``dsn``)."""
+    backlog is published (default ``dsn``); ``env``: the dispatchers' extra variables."""
     with psycopg.connect(publish_dsn or dsn) as conn:
         for start in range(0, events, 1000):
             with span() if span is not None else contextlib.nullcontext():
@@ -229,7 +238,7 @@ def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str],
                                            for i in range(start, min(events, start + 1000))])
             conn.commit()
     arrivals.reset()
-    procs = [start_dispatcher(dsn, *extra, command=command) for _ in range(processes)]
+    procs = [start_dispatcher(dsn, *extra, command=command, env=env) for _ in range(processes)]
     cpu_at_first: list[float] = []
     arrivals.on_first = lambda: cpu_at_first.append(sum(cpu_seconds(p.pid) for p in procs))
     try:
@@ -300,9 +309,10 @@ def main() -> None:
                         "recording a failed attempt; events/s counts delivered events")
     parser.add_argument("--tmpfs", action="store_true",
                         help="data directory on tmpfs (commits cost nothing) instead of disk")
-    parser.add_argument("--compare", choices=("tracing", "pooler"),
+    parser.add_argument("--compare", choices=("tracing", "pooler", "egress"),
                         help="side by side: tracing absent / trace context / SDK to memory, "
-                        "or direct / through PgBouncer")
+                        "direct / through PgBouncer, or plain http / TLS / TLS through a "
+                        "proxy")
     args = parser.parse_args()
     if args.compare:
         compare(args)
@@ -371,6 +381,8 @@ def compare(args: argparse.Namespace) -> None:
             setups = {"tracing absent": {},
                       "trace context, no SDK": {"span": traced},
                       "SDK, spans to memory": {"span": traced, "command": MEMORY_SPANS}}
+        elif args.compare == "egress":
+            setups = egress_setups(stack, pg.dsn, rx.url, arrivals)
         else:
             sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
             from tests.support.pgbouncer import PgBouncer
@@ -385,6 +397,11 @@ def compare(args: argparse.Namespace) -> None:
             for name, setup in setups.items():
                 options = dict(setup)
                 dsn = options.pop("dsn", pg.dsn)
+                endpoint = options.pop("endpoint", None)
+                if endpoint is not None:  # where the endpoint points, for this setup
+                    with psycopg.connect(pg.dsn) as conn:
+                        conn.execute("UPDATE outbox.endpoints SET url = %s, ca_file = %s",
+                                     endpoint)
                 results[name].append(dispatcher_rate(dsn, arrivals, args.events, extra,
                                                      args.dispatchers, **options))
                 rate, cpu = results[name][-1]
@@ -398,6 +415,24 @@ def compare(args: argparse.Namespace) -> None:
         first = first or (rate, cpu)
         print(f"{name:<24} median {rate:8.0f} events/s, {cpu:.3f} ms CPU per event "
               f"({rate / first[0]:.0%} of the first; CPU {1000 * (cpu - first[1]):+.0f} us/event)")
+
+
+def egress_setups(stack: contextlib.ExitStack, dsn: str, plain_url: str,
+                  arrivals: Arrivals) -> dict[str, dict[str, Any]]:
+    """Plain http, TLS direct, TLS through a proxy: the endpoint's URL and CA file for each,
+    and the proxy variable for the last."""
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.support.egress import ForwardProxy, Pki, server_context
+
+    pki = Pki(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+    tls = stack.enter_context(Receiver(arrivals, record=False, tls=server_context(pki)))
+    proxy = stack.enter_context(ForwardProxy())
+    return {"plain http": {"endpoint": (plain_url, None)},
+            "TLS direct": {"endpoint": (tls.url, pki.ca_file)},
+            "TLS through the proxy": {"endpoint": (tls.url, pki.ca_file),
+                                      "env": {"HTTPS_PROXY": proxy.url}}}
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from dispatcher.db import Database, Health, retry_until
 from dispatcher.deliver import Deliverer
 from dispatcher.endpoint_view import EndpointView
 from dispatcher.flights import Flights
+from dispatcher.http.proxy import ProxyRoutes
 from dispatcher.http.sender import HttpSender
 from dispatcher.leases import Leases
 from dispatcher.listener import Listener
@@ -79,10 +80,12 @@ def build(config: DispatcherConfig) -> Parts:
     claim_db, complete_db, upkeep_db = (Database(config.dsn, health, role)
                                         for role in ("claim", "complete", "maintenance"))
     leases = Leases(config.lease, endpoints.longest_timeout)
+    proxies = config.proxies()
     sender = HttpSender(max_connections=config.concurrency,
                         block_private_networks=config.block_private_networks,
                         allow_networks=config.allow_networks,
-                        user_agent=f"outbox-dispatcher/{__version__}")
+                        user_agent=f"outbox-dispatcher/{__version__}", proxies=proxies)
+    _say_proxies(proxies, block_private=config.block_private_networks)
     completer = Completer(complete_db, leases, control.wake.set, control.give_up,
                           endpoints.describe)
     tracing = configure_tracing(config.traces_exporter, __version__)
@@ -92,7 +95,8 @@ def build(config: DispatcherConfig) -> Parts:
                       on_done=control.wake.set)
     maintenance = Maintenance(config, db=upkeep_db, endpoints=endpoints, metrics=metrics,
                               leases=leases, wake=control.wake.set,
-                              endpoints_changed=control.endpoints_changed)
+                              endpoints_changed=control.endpoints_changed,
+                              tls_problems=sender.transport.tls.problems)
     once = OncePass(flights=flights, completer=completer, deliverer=deliverer,
                     maintenance=maintenance, db=upkeep_db) if config.once else None
     claimer = Claimer(db=claim_db, endpoints=endpoints, flights=flights, leases=leases,
@@ -107,6 +111,19 @@ def build(config: DispatcherConfig) -> Parts:
     return Parts(config, control, health, metrics, endpoints, leases, sender, deliverer,
                  flights, completer, claimer, maintenance, listener, gate,
                  (claim_db, complete_db, upkeep_db), tracing, once)
+
+
+def _say_proxies(proxies: ProxyRoutes, *, block_private: bool) -> None:
+    """Name the proxies in use at start (credentials masked), and what the SSRF guard can
+    no longer see behind them."""
+    for scheme, proxy in (("https", proxies.https), ("http", proxies.http)):
+        if proxy is not None:
+            log.info("%s:// endpoints go through the proxy %s%s", scheme, proxy,
+                     " (but the hosts NO_PROXY names)" if proxies.direct else "")
+    if proxies and block_private:
+        log.warning("--block-private-networks cannot see the address of an endpoint reached "
+                    "through a proxy (the proxy resolves its name): enforce the rule at the "
+                    "proxy; it still applies to the connections made directly (NO_PROXY)")
 
 
 def _install_signals(control: Control) -> None:

@@ -35,7 +35,9 @@ _Parser = OneLineParser
 # (see build_config); OTEL_TRACES_EXPORTER is OpenTelemetry's own, read as its SDK does.
 _OTHER_VARIABLES = {"dsn": "OUTBOX_DSN", "listen_dsn": "OUTBOX_LISTEN_DSN",
                     "allow_networks": "OUTBOX_ALLOW_NETWORK",
-                    "traces_exporter": "OTEL_TRACES_EXPORTER"}
+                    "traces_exporter": "OTEL_TRACES_EXPORTER",
+                    "https_proxy": "HTTPS_PROXY", "http_proxy": "HTTP_PROXY",
+                    "no_proxy": "NO_PROXY"}
 # Options whose setting has another name: --allow-network, repeated, gives allow_networks.
 _SETTING_OF_OPTION = {"allow_network": "allow_networks"}
 
@@ -176,11 +178,20 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
     # OpenTelemetry's own variable, read here as the SDK reads it; the other OTEL_*
     # (endpoints, sampler, resource) are read by the SDK itself, if tracing is on.
     values["traces_exporter"] = environ.get("OTEL_TRACES_EXPORTER", "")
+    # The proxy variables as requests and httpx read them: either case, lower case first.
+    for setting in ("https_proxy", "http_proxy", "no_proxy"):
+        values[setting] = _either_case(environ, setting)
     # Only the variables an env: secret may name, holding a whsec_ secret: the rest
     # (OUTBOX_DSN with its password first, cloud keys) never reaches the endpoint view.
     secrets = {k: v for k, v in environ.items()
                if env_name_allowed(k) and v.strip().startswith("whsec_")}
     return DispatcherConfig(environ=secrets, **values)
+
+
+def _either_case(environ: Mapping[str, str], name: str) -> str:
+    """The lower-case variable's value if set and not empty, else the upper-case one's."""
+    return (environ.get(name.lower(), "").strip()
+            or environ.get(name.upper(), "").strip())
 
 
 def _warn_about_environment(environ: Mapping[str, str], dsn: str) -> None:

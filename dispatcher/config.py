@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Literal
 
 from dispatcher.http.netguard import parse_allow_list
+from dispatcher.http.proxy import ProxyRoutes
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -63,6 +64,17 @@ class DispatcherConfig:
     """Log line format. Defaults to text."""
     log_level: str = "INFO"
     """Lowest level logged. Defaults to INFO."""
+    https_proxy: str = field(default="", repr=False)
+    """The forward proxy of https:// endpoints, http://[USER:PASSWORD@]HOST[:PORT], reached
+    with CONNECT (TLS stays end to end); https_proxy wins over HTTPS_PROXY. Credentials go
+    as Proxy-Authorization and are shown nowhere. Defaults to none (direct)."""
+    http_proxy: str = field(default="", repr=False)
+    """The forward proxy of http:// endpoints, sent absolute-form requests; http_proxy wins
+    over HTTP_PROXY. Defaults to none (direct)."""
+    no_proxy: str = ""
+    """Hosts reached directly whatever the proxies (no_proxy wins over NO_PROXY): host names
+    (and the names under them), IP addresses, CIDR ranges, or *, each with an optional
+    :PORT, separated by commas. Defaults to none."""
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The variables env:NAME secrets may name, at start: whsec_ values only, none of the
     configuration's. Defaults to empty."""
@@ -89,6 +101,14 @@ class DispatcherConfig:
             raise ConfigError("--retention must not be negative")
         for item in self.allow_networks:
             _check_allow(item)
+        self.proxies()  # raises ConfigError for a proxy it cannot use
+
+    def proxies(self) -> ProxyRoutes:
+        """The proxies requests go through, and the hosts that skip them."""
+        try:
+            return ProxyRoutes.from_settings(self.https_proxy, self.http_proxy, self.no_proxy)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _check_allow(item: str) -> None:

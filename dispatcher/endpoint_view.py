@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
-from dispatcher.policy.model import Endpoint
+from dispatcher.policy.model import Endpoint, TlsFiles
 from outbox._shared.endpoint_defaults import Format
+from outbox._shared.tls_files import HEARTBEAT_PREFIX
 from outbox.endpoints import decode_secret
 
 log = logging.getLogger("dispatcher.endpoints")
@@ -67,6 +68,9 @@ class EndpointRow(NamedTuple):
     enabled: bool
     breaker_failures: int
     send_tracestate: bool
+    ca_file: str | None
+    client_cert: str | None
+    client_key: str | None
     now: datetime  # the database's clock, for rotated secrets' overlaps
     version: str  # the row's xmin
 
@@ -83,6 +87,12 @@ def _renew_at(previous_json: str, now: datetime) -> datetime | None:
         if expires > now:
             ends.append(expires)
     return min(ends, default=None)
+
+
+def _tls_files(row: EndpointRow) -> TlsFiles | None:
+    """The endpoint's own TLS files, None when it names none (the default trust)."""
+    files = TlsFiles(row.ca_file, row.client_cert, row.client_key)
+    return files if any(files) else None
 
 
 class EndpointView:
@@ -160,7 +170,7 @@ class EndpointView:
             rate_limit=float(row.rate_limit) if row.rate_limit is not None else None,
             max_batch=row.max_batch, format=cast(Format, row.format),
             headers=json.loads(row.headers or "{}"), breaker_failures=row.breaker_failures,
-            send_tracestate=bool(row.send_tracestate))
+            send_tracestate=bool(row.send_tracestate), tls=_tls_files(row))
         self._enabled[row.id] = bool(row.enabled)
         self._versions[row.id] = row.version
         renew = _renew_at(row.previous_secrets, row.now)
@@ -175,9 +185,16 @@ class EndpointView:
             return None
         return self.by_id.get(endpoint_id)
 
-    def problems(self) -> dict[str, str]:
-        """Endpoint name -> why this process cannot serve it (a secret it cannot use)."""
-        return {self.describe(ep_id): why for ep_id, why in sorted(self._broken.items())}
+    def problems(self, tls: Mapping[TlsFiles, str] | None = None) -> dict[str, str]:
+        """Endpoint name -> why this process cannot serve it: a secret it cannot use, else
+        (``tls``: the problems of the TLS files sets this process last tried) its files."""
+        found = {self.describe(ep_id): why for ep_id, why in sorted(self._broken.items())}
+        if tls:
+            for endpoint in self.by_id.values():
+                why = tls.get(endpoint.tls) if endpoint.tls is not None else None
+                if why is not None and endpoint.name not in found:
+                    found[endpoint.name] = HEARTBEAT_PREFIX + why
+        return found
 
     def describe(self, endpoint_id: int) -> str:
         """The endpoint's name, for logs (its id when it is no longer loaded)."""

@@ -33,7 +33,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import psycopg
@@ -44,6 +44,7 @@ from dispatcher.endpoint_view import EndpointView
 from dispatcher.leases import Leases
 from dispatcher.limits.slots import slots_json
 from dispatcher.observe.metrics import Metrics
+from dispatcher.policy.model import TlsFiles
 from outbox import __version__
 from outbox._shared.text import counted, first_line
 from outbox.retention import apurge
@@ -70,9 +71,13 @@ class _Step:
 class Maintenance:
     def __init__(self, config: DispatcherConfig, *, db: Database, endpoints: EndpointView,
                  metrics: Metrics, leases: Leases, wake: Callable[[], None],
-                 endpoints_changed: asyncio.Event) -> None:
+                 endpoints_changed: asyncio.Event,
+                 tls_problems: Callable[[], Mapping[TlsFiles, str]] = dict) -> None:
         """``wake``: tell the claimer something came due (rescued or unparked deliveries);
-        ``endpoints_changed``: set by the listener when an endpoint command committed."""
+        ``endpoints_changed``: set by the listener when an endpoint command committed;
+        ``tls_problems``: the endpoints' TLS files this process could not use, for the
+        heartbeat."""
+        self._tls_problems = tls_problems
         self._config = config
         self._db = db
         self._endpoints = endpoints
@@ -127,9 +132,10 @@ class Maintenance:
 
     async def beat(self) -> None:
         """This process is alive, and these endpoints it cannot serve (``outbox status``)."""
+        problems = self._endpoints.problems(self._tls_problems())
         await self._db.fetch("heartbeat", {
             "me": self._me, "host": socket.gethostname(), "pid": os.getpid(),
-            "version": __version__, "problems": json.dumps(self._endpoints.problems())})
+            "version": __version__, "problems": json.dumps(problems)})
         self._beating = True
 
     async def resign(self) -> None:

@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from outbox._shared.times import rfc3339
+from outbox._shared.tls_files import HEARTBEAT_PREFIX
 from outbox.endpoints import check_patterns, glob_to_like
 from outbox.errors import EndpointNotFound, EventsNotFound
 from outbox.retention import PurgeResult, apurge, purge, uuid7_floor
@@ -241,6 +242,8 @@ def status(conn: psycopg.Connection[Any]) -> Status:
 def _problem(enabled: bool, reason: str | None, circuit: str, opened: datetime | None,
              reported: str | None) -> str | None:
     """One line on what stops an endpoint's deliveries, most pressing first."""
+    if reported and reported.startswith(HEARTBEAT_PREFIX):
+        return f"dispatchers cannot use its TLS files: {reported[len(HEARTBEAT_PREFIX):]}"
     if reported:
         return f"dispatchers cannot sign: {reported}"
     if not enabled:

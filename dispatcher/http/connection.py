@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import cast
+from typing import NamedTuple, cast
 
 import httpx
 
 from dispatcher.http.parse import ResponseParser
+from dispatcher.http.proxy import Proxy
+from dispatcher.policy.model import TlsFiles
 
-PoolKey = tuple[str, str, int]  # scheme, host (ASCII), port
+
+class PoolKey(NamedTuple):
+    """What a connection is for: a request may use any connection of its own key only."""
+
+    scheme: str
+    host: str  # ASCII, as the URL has it (an IPv6 address without brackets)
+    port: int
+    tls: TlsFiles | None = None  # the endpoint's own CA bundle and client certificate
+    proxy: Proxy | None = None   # the proxy the connection goes through; None: direct
+
 
 # Body bytes buffered before we stop reading the socket until the reader catches up.
 _HIGH_WATER = 256 * 1024

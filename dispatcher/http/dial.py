@@ -84,8 +84,15 @@ def out_of_files(exc: BaseException) -> bool:
 
 async def open_connection(conn: Connection, host: str, port: int, *, tls: ssl.SSLContext | None,
                           policy: NetworkPolicy | None, resolve: Resolver,
-                          dials: DialLimit | None = None) -> None:
+                          dials: DialLimit | None = None, tls_note: str = "") -> None:
     """Connect ``conn`` to ``host``: a checked address that answers first, TLS on top."""
+    sock = await connect_socket(host, port, policy=policy, resolve=resolve, dials=dials)
+    await attach(conn, sock, host, port, tls=tls, tls_note=tls_note)
+
+
+async def connect_socket(host: str, port: int, *, policy: NetworkPolicy | None,
+                         resolve: Resolver, dials: DialLimit | None = None) -> socket.socket:
+    """A TCP socket connected to ``host:port``, to an address the policy (if any) allows."""
     refusal = policy.refusal(host) if policy is not None else None
     if refusal is not None:
         raise BlockedAddress(refusal)
@@ -100,17 +107,27 @@ async def open_connection(conn: Connection, host: str, port: int, *, tls: ssl.SS
     if not infos:
         raise httpx.ConnectError(f"cannot resolve {host}: no address")
     try:
-        sock = await _first_to_connect(infos, dials or DialLimit())
+        return await _first_to_connect(infos, dials or DialLimit())
     except DescriptorsExhausted:
         raise
     except OSError as exc:
         failure = httpx.ConnectTimeout if isinstance(exc, TimeoutError) else httpx.ConnectError
         raise failure(f"cannot connect to {host}:{port}: {exc}") from exc
+
+
+async def attach(conn: Connection, sock: socket.socket, host: str, port: int, *,
+                 tls: ssl.SSLContext | None, tls_note: str = "") -> None:
+    """Make ``sock`` the transport of ``conn``, with TLS to ``host`` on top when ``tls``.
+
+    ``tls_note`` follows the error of a handshake that fails (which CA
+    bundle was trusted, which proxy carried it). The socket is closed
+    unless a transport took it.
+    """
     try:
         await asyncio.get_running_loop().create_connection(
             lambda: conn, sock=sock, ssl=tls, server_hostname=host if tls else None)
     except OSError as exc:  # TLS refused (certificate, name, handshake)
-        raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+        raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}{tls_note}") from exc
     finally:
         if conn.transport is None:  # the transport owns the socket once it exists
             sock.close()

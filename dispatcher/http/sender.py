@@ -30,9 +30,11 @@ from dataclasses import dataclass
 
 import httpx
 
+from dispatcher.http import tunnel
 from dispatcher.http.netguard import NetworkPolicy
+from dispatcher.http.proxy import Proxy, ProxyRoutes
 from dispatcher.http.transport import BlockedAddress, DescriptorsExhausted, H1Transport, PoolKey
-from dispatcher.policy.model import AttemptResult, ErrorKind
+from dispatcher.policy.model import AttemptResult, ErrorKind, TlsFiles
 
 # How much of a response body we read and keep: enough for an error message,
 # never megabytes from a misbehaving endpoint.
@@ -52,13 +54,16 @@ class HttpSender:
     def __init__(self, max_connections: int, block_private_networks: bool,
                  allow_networks: Sequence[str], user_agent: str, *,
                  max_connections_per_host: int | None = None,
-                 transport: H1Transport | None = None) -> None:
+                 transport: H1Transport | None = None,
+                 proxies: ProxyRoutes | None = None) -> None:
         """Raises ValueError, with a message for the user, for a bad ``allow_networks`` entry.
 
         ``max_connections_per_host`` defaults to ``max_connections``;
         ``transport`` is one tuned for a test (its resolver, CAs or limits),
-        and the policy is then the one it was given.
+        and the policy is then the one it was given; ``proxies``: the proxies
+        requests go through, and the hosts that skip them (none: all direct).
         """
+        self._proxies = proxies if proxies else None
         policy = NetworkPolicy.build(block_private_networks, allow_networks)  # checked always
         self.transport = transport or H1Transport(
             max_connections=max_connections,
@@ -71,21 +76,30 @@ class HttpSender:
         self._default_names = frozenset(name for name, _ in self._defaults)
 
     async def send(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
-                   timeout: float) -> AttemptResult:  # noqa: ASYNC109 - applied inside
-        """POST ``body`` to ``url``; the outcome, within ``timeout`` seconds overall."""
+                   timeout: float,  # noqa: ASYNC109 - applied inside
+                   tls: TlsFiles | None = None) -> AttemptResult:
+        """POST ``body`` to ``url``; the outcome, within ``timeout`` seconds overall.
+
+        ``tls``: the endpoint's own CA bundle and client certificate (None: the defaults).
+        """
         started = time.monotonic()
+        tunnel.new_attempt()
         try:
             async with asyncio.timeout(timeout):
-                return await self._post(url, headers, body, started)
+                return await self._post(url, headers, body, started, tls)
         except TimeoutError:
+            waiting = tunnel.waiting_for()
+            if waiting is not None:  # the proxy's fault, not the endpoint's
+                return _failed("connect", f"{waiting} within {timeout:g} s", started)
             return _failed("timeout", f"no complete response within {timeout:g} s", started)
         except Exception as exc:  # an attempt reports, it never raises
             return _failed(*_classified(exc, url), started)
 
     async def _post(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
-                    started: float) -> AttemptResult:
+                    started: float, tls: TlsFiles | None) -> AttemptResult:
         """The request as bytes through our own transport."""
         target = self._target(url)
+        key = target.key if tls is None else target.key._replace(tls=tls)
         head = target.head
         if headers:
             names = {name.lower() for name, _ in headers}
@@ -102,8 +116,13 @@ class HttpSender:
             payload, apart = b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body), b""
         else:  # a large body is not copied behind its head
             payload, apart = b"%scontent-length: %d\r\n\r\n" % (head, len(body)), body
-        status, raw, excerpt = await self.transport.post(target.key, payload,
-                                                         BODY_EXCERPT_BYTES, apart)
+        status, raw, excerpt = await self.transport.post(key, payload, BODY_EXCERPT_BYTES,
+                                                         apart)
+        if status == 407 and key.proxy is not None:
+            # Only a proxy asks for its credentials: its failure, retried, not the endpoint's
+            # refusal (which a 4xx would be, dead-lettered at once).
+            raise tunnel.ProxyError(f"proxy {key.proxy} refused the request: 407 Proxy "
+                                    "Authentication Required")
         return AttemptResult(
             status=status,
             headers={n.decode("latin-1").lower(): v.decode("latin-1") for n, v in raw},
@@ -125,11 +144,12 @@ class HttpSender:
                 f"a URL with a user name or password is not sent: {_redacted(parsed)} "
                 "(send credentials in an Authorization header)")
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        start = (f"POST {parsed.raw_path.decode('ascii')} HTTP/1.1\r\n"
-                 f"host: {parsed.netloc.decode('ascii')}\r\n")
-        defaults = "".join(f"{name}: {value}\r\n" for name, value in self._defaults)
-        target = _Target((parsed.scheme, parsed.raw_host.decode("ascii"), port),
-                         start.encode("ascii"), (start + defaults).encode("ascii"))
+        host = parsed.raw_host.decode("ascii")
+        proxy = self._proxies.proxy_for(parsed.scheme, host, port) if self._proxies else None
+        start = _request_start(parsed, proxy)
+        defaults = "".join(f"{name}: {value}\r\n" for name, value in self._defaults).encode()
+        target = _Target(PoolKey(parsed.scheme, host, port, None, proxy), start,
+                         start + defaults)
         if len(self._targets) >= _URL_CACHE_SIZE:
             self._targets.popitem(last=False)
         self._targets[url] = target
@@ -145,6 +165,19 @@ class _Target:
     key: PoolKey  # scheme, host, port: the pool's key
     start: bytes  # request line and host, each ending CRLF
     head: bytes   # the same and the default headers
+
+
+def _request_start(url: httpx.URL, proxy: Proxy | None) -> bytes:
+    """The request line and host of a POST to ``url``: origin-form, or absolute-form with the
+    proxy's credentials for an http:// URL sent through a proxy (https goes in a tunnel)."""
+    path = url.raw_path.decode("ascii")
+    netloc = url.netloc.decode("ascii")
+    if proxy is None or url.scheme != "http":
+        return f"POST {path} HTTP/1.1\r\nhost: {netloc}\r\n".encode("ascii")
+    start = f"POST http://{netloc}{path} HTTP/1.1\r\nhost: {netloc}\r\n".encode("ascii")
+    if proxy.authorization is not None:
+        start += b"proxy-authorization: %s\r\n" % proxy.authorization
+    return start
 
 
 def _classified(exc: Exception, url: str) -> tuple[ErrorKind, str]:

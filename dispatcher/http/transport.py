@@ -5,9 +5,11 @@ request (``sender``) and this sends it on a pooled connection and reads the
 answer, at a fraction of a general-purpose client's CPU per request
 (BENCHMARKS.md, "HTTP client"): one write per request, the response parsed
 by llhttp in the protocol callback (``connection``, ``parse``), connections
-opened by ``dial`` (DNS on threads of its own, SSRF guard, TLS), and nothing
-a webhook POST does not need: no request or response objects, redirects,
-cookies, proxies, decompression or environment. Tests run it against real
+opened by ``dial`` (DNS on threads of its own, SSRF guard, TLS) or, when the
+pool key names a proxy, by ``tunnel``, with the TLS context of the
+endpoint's own files (``tls``), and nothing a webhook POST does not need:
+no request or response objects, redirects, cookies, decompression or
+environment. Tests run it against real
 servers on 127.0.0.1; one that needs an error no server can cause
 subclasses it and overrides ``post``.
 
@@ -23,7 +25,8 @@ Errors are httpx's exception classes (the sender classifies by them), but
 ``DescriptorsExhausted`` (an ``OSError``: this process has no file
 descriptor left, nothing the endpoint did), which passes through as it is:
 ``BlockedAddress`` (a ``ConnectError``) when the policy refuses the host;
-``ConnectError`` (refused, DNS, TLS); ``ConnectTimeout`` (the kernel gave up
+``ConnectError`` (refused, DNS, TLS; ``TlsFileError`` for the endpoint's own
+files, ``ProxyError`` for the proxy's failures); ``ConnectTimeout`` (the kernel gave up
 connecting); ``ReadError`` (reset, or closed before the response ended);
 ``RemoteProtocolError`` (a malformed answer). There are no timeouts here:
 the sender's deadline covers the whole attempt, and cancellation closes the
@@ -35,26 +38,28 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-import certifi
-
 from dispatcher.http.connection import Connection, PoolKey
 from dispatcher.http.dial import BlockedAddress, DescriptorsExhausted, DialLimit, open_connection
 from dispatcher.http.netguard import NetworkPolicy
 from dispatcher.http.parse import ResponseParser
 from dispatcher.http.pool import Pool
 from dispatcher.http.resolve import HostResolver, Resolver
+from dispatcher.http.tls import TlsContexts
+from dispatcher.http.tunnel import open_through
 
 __all__ = ["BlockedAddress", "DescriptorsExhausted", "H1Transport", "PoolKey"]
 
 
 class H1Transport:
-    """HTTP/1.1 with keep-alive and bounded pools; TLS always verified, nothing from the env."""
+    """HTTP/1.1 with keep-alive and bounded pools; TLS always verified; a proxy when the key
+    names one (the sender reads the proxy variables, through the dispatcher's config)."""
 
     def __init__(self, *, max_connections: int = 100, max_connections_per_host: int = 0,
                  keepalive_expiry: float = 4.0, policy: NetworkPolicy | None = None,
                  resolver: Resolver | None = None,
                  tls_context: ssl.SSLContext | None = None) -> None:
-        """``resolver`` replaces the system's DNS and ``tls_context`` certifi's CAs (tests).
+        """``resolver`` replaces the system's DNS and ``tls_context`` certifi's CAs for the
+        endpoints without a CA bundle of their own (tests).
 
         The policy checks whatever the resolver answers. Without one, names are
         looked up by a ``HostResolver`` of this transport's own, closed with it.
@@ -67,7 +72,7 @@ class H1Transport:
         if resolver is None:
             resolver = self._own_resolver = HostResolver()
         self._resolve = resolver
-        self._tls = tls_context
+        self.tls = TlsContexts(tls_context)
         self.dials = DialLimit()  # the ceiling on sockets connecting at once
 
     def idle_connections(self) -> int:
@@ -117,15 +122,29 @@ class H1Transport:
         await asyncio.sleep(0)  # let the transports finish closing
 
     async def _open(self, conn: Connection) -> None:
-        scheme, host, port = conn.key
-        tls = self._context() if scheme == "https" else None
-        await open_connection(conn, host, port, tls=tls, policy=self._policy,
-                              resolve=self._resolve, dials=self.dials)
+        """Connect a new connection: direct (the policy applies) or through its proxy (the
+        policy cannot see the endpoint's address there), TLS with the endpoint's files."""
+        key = conn.key
+        tls = self.tls.context(key.tls) if key.scheme == "https" else None
+        note = _trusted(key)
+        if key.proxy is None:
+            await open_connection(conn, key.host, key.port, tls=tls, policy=self._policy,
+                                  resolve=self._resolve, dials=self.dials, tls_note=note)
+        else:
+            # Behind the proxy a name's addresses are the proxy's to see; an address
+            # written in the URL is ours, and judged as on a direct connection.
+            refusal = self._policy.refusal(key.host) if self._policy is not None else None
+            if refusal is not None:
+                raise BlockedAddress(refusal)
+            await open_through(conn, key.proxy, key.host, key.port, tls=tls,
+                               resolve=self._resolve, dials=self.dials, tls_note=note)
 
-    def _context(self) -> ssl.SSLContext:
-        if self._tls is None:
-            # Certificates from certifi, as httpx does: SSL_CERT_FILE and friends
-            # in the environment do not change whom we trust.
-            self._tls = ssl.create_default_context(cafile=certifi.where())
-            self._tls.set_alpn_protocols(["http/1.1"])
-        return self._tls
+
+def _trusted(key: PoolKey) -> str:
+    """What a failed handshake's message adds: the endpoint's own files, if it has any."""
+    files = key.tls
+    if files is None or key.scheme != "https":
+        return ""
+    named = [f"{option} {path}" for option, path in zip(files._fields, files, strict=True)
+             if path is not None]
+    return f" (with {', '.join(named)})"

@@ -31,6 +31,20 @@ ErrorKind = Literal["timeout", "connect", "blocked", "internal", "other"]
 endpoint's: retried, and never a vote of its circuit breaker."""
 
 
+class TlsFiles(NamedTuple):
+    """An endpoint's own TLS files, paths on this process's filesystem (None: not given).
+
+    One ``ssl.SSLContext`` is made per distinct set (``dispatcher.http.tls``)
+    and shared by every connection that uses it; a set is also part of the
+    connection pool's key, so a connection made with one identity never
+    carries another endpoint's request.
+    """
+
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     """An endpoint as the dispatcher uses it, secrets already resolved to key bytes."""
@@ -52,6 +66,7 @@ class Endpoint:
     headers: Mapping[str, str] = field(default_factory=dict)
     breaker_failures: int = DEFAULT_BREAKER_FAILURES  # 0: no circuit breaker
     send_tracestate: bool = True  # False: traceparent alone goes out
+    tls: TlsFiles | None = None  # its CA bundle and client certificate; None: the defaults
 
 
 @dataclass(frozen=True, slots=True)

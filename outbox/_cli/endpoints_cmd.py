@@ -24,6 +24,7 @@ from outbox.endpoints import (
     DEFAULT_MAX_BACKOFF,
     EndpointSpec,
     check_secret,
+    file_warning,
     generate_secret,
     load_sync_file,
     parse_header,
@@ -36,7 +37,8 @@ _MAX_OVERLAP = timedelta(days=365)
 _SCALAR_OPTIONS = ("url", "secret", "max_attempts", "timeout", "min_backoff", "max_backoff",
                    "max_in_flight", "rate_limit", "max_batch", "format", "breaker_failures",
                    "breaker_cooldown", "max_pending", "max_pending_per_tenant",
-                   "send_tracestate")
+                   "send_tracestate", "ca_file", "client_cert", "client_key")
+_TLS_OPTIONS = frozenset({"ca_file", "client_cert", "client_key"})
 
 
 def register(sub: Any) -> None:
@@ -117,6 +119,16 @@ def _option_arguments(parser: argparse.ArgumentParser, *, url_required: bool) ->
                         "publish() of that tenant's events past it raises BacklogFull naming "
                         "the endpoint and the tenant; other tenants publish as before; "
                         "default: no bound")
+    parser.add_argument("--ca-file", metavar="PATH",
+                        help="PEM bundle of the CAs the endpoint's certificate is checked "
+                        "against instead of the default bundle; a path on the dispatcher's "
+                        "filesystem")
+    parser.add_argument("--client-cert", metavar="PATH",
+                        help="client certificate (PEM) shown to the endpoint, mutual TLS; "
+                        "with --client-key; a path on the dispatcher's filesystem")
+    parser.add_argument("--client-key", metavar="PATH",
+                        help="the client certificate's private key (PEM, unencrypted); "
+                        "with --client-cert")
     tracestate = parser.add_mutually_exclusive_group()
     tracestate.add_argument("--send-tracestate", dest="send_tracestate", action="store_const",
                             const=True, help="send the event's tracestate beside its "
@@ -134,7 +146,7 @@ def _command(commands: Any, name: str, func: Any, text: str) -> argparse.Argumen
 
 _OPTION_WORD = re.compile(r"\b(?:min_backoff|max_backoff|max_attempts|max_in_flight|"
                           r"max_batch|max_pending_per_tenant|max_pending|rate_limit|"
-                          r"breaker_failures|"
+                          r"breaker_failures|client_cert|client_key|ca_file|"
                           r"breaker_cooldown)\b")
 
 
@@ -178,6 +190,7 @@ def _add(args: argparse.Namespace) -> int:
             store.add_endpoint(conn, spec)
     except InvalidEndpoint as exc:
         raise _usage(exc) from None
+    _warn_about_files(spec, cli=True)
     signing = signing_label(spec.secret) or "unsigned"
     print(f"added endpoint {spec.name}: {shown_url(spec.url)} for {', '.join(spec.events)}"
           f" ({signing})")
@@ -202,6 +215,8 @@ def _update(args: argparse.Namespace) -> int:
         options = _given_options(args)
         with common.connect(args) as conn:
             changed = store.update_endpoint(conn, args.name, options, unset=unset)
+            if _TLS_OPTIONS & set(options):
+                _warn_about_files(store.spec_of(conn, args.name), cli=True)
     except InvalidEndpoint as exc:
         raise _usage(exc) from None
     if changed:
@@ -209,6 +224,16 @@ def _update(args: argparse.Namespace) -> int:
     else:
         print(f"endpoint {args.name} unchanged: its options were already so")
     return common.EXIT_OK
+
+
+def _warn_about_files(spec: EndpointSpec, *, cli: bool) -> None:
+    """Say so when the TLS files the endpoint names cannot be used as read from here; the
+    options named as the command line spells them (``cli``) or as the sync file does."""
+    warning = file_warning(spec)
+    if warning is not None:
+        if cli:
+            warning = _OPTION_WORD.sub(lambda m: "--" + m.group(0).replace("_", "-"), warning)
+        print(warning, file=sys.stderr)
 
 
 def _enable(args: argparse.Namespace) -> int:
@@ -278,6 +303,11 @@ def _sync(args: argparse.Namespace) -> int:
         return endpoints_view.print_plan(report, force=args.force)
     with common.connect(args) as conn:
         report = store.sync_endpoints(conn, specs, force=args.force)
+    named = set(report.added) | {name for name, options in report.changed.items()
+                                 if _TLS_OPTIONS & set(options)}
+    for spec in specs:
+        if spec.name in named:
+            _warn_about_files(spec, cli=False)
     for name in report.added:
         common.print_line(f"added {name}")
     for name, options in report.changed.items():

@@ -13,15 +13,20 @@ from outbox import endpoints as store
 from outbox._cli import common
 from outbox._shared.text import counted
 from outbox._shared.urls import shown_url
+from outbox.admin import status
 from outbox.endpoints import signing_label
 
 
 def show(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
         found = [e for e in store.list_endpoints(conn) if e.name == args.name]
-    if not found:
-        raise common.CommandFailed(f"no endpoint named {args.name!r}")
-    doc = as_json(found[0])
+        if not found:
+            raise common.CommandFailed(f"no endpoint named {args.name!r}")
+        # What stops its deliveries, as `outbox status` says it: what the running
+        # dispatchers report (a secret or TLS files they cannot use), a pause, a circuit.
+        problem = next((e.problem for e in status(conn).endpoints if e.name == args.name),
+                       None)
+    doc = {**as_json(found[0]), "problem": problem}
     if args.json:
         common.print_json(doc)
         return common.EXIT_OK
@@ -83,6 +88,8 @@ def as_json(e: store.StoredEndpoint) -> dict[str, Any]:
         "breaker_cooldown": c["breaker_cooldown_seconds"],
         "max_pending": c["max_pending"], "max_pending_per_tenant": c["max_pending_per_tenant"],
         "send_tracestate": c["send_tracestate"],
+        # Paths on the dispatcher's filesystem; the files themselves are never read here.
+        "ca_file": c["ca_file"], "client_cert": c["client_cert"], "client_key": c["client_key"],
         # Header values are often credentials (Authorization): names only.
         "headers": dict.fromkeys(c["headers"], "(hidden)"),
         "enabled": e.enabled, "disabled_reason": e.disabled_reason,

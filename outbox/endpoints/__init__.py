@@ -6,6 +6,7 @@ What ``outbox endpoints`` does, callable from Python with a psycopg connection:
   on construction, and the secrets (``whsec_...``, ``env:NAME``);
 - ``_checks``: one checker per option, shared by the spec and the dispatcher;
 - ``_sync``: a TOML sync file read into specs, and the plan to apply it;
+- ``_files``: the TLS files a spec names, judged where the command runs (a warning);
 - ``_store``: the changes in the database, in the caller's transaction.
 """
 
@@ -26,6 +27,7 @@ from outbox.endpoints._checks import (
     env_name_allowed,
     glob_to_like,
 )
+from outbox.endpoints._files import file_warning
 from outbox.endpoints._spec import (
     EndpointSpec,
     decode_secret,
@@ -42,6 +44,7 @@ from outbox.endpoints._store import (
     remove_endpoint,
     rotate_secret,
     set_enabled,
+    spec_of,
     sync_endpoints,
     update_endpoint,
 )
@@ -65,6 +68,7 @@ __all__ = [
     "check_secret",
     "decode_secret",
     "env_name_allowed",
+    "file_warning",
     "generate_secret",
     "glob_to_like",
     "list_endpoints",
@@ -75,6 +79,7 @@ __all__ = [
     "rotate_secret",
     "set_enabled",
     "signing_label",
+    "spec_of",
     "sync_endpoints",
     "update_endpoint",
 ]

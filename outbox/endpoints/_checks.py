@@ -270,6 +270,36 @@ def check_headers(headers: object) -> dict[str, str]:
     return clean
 
 
+_PATH_MAX = 4096  # PATH_MAX on Linux
+_PATH_BAD = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_path(path: object, field: str) -> str | None:
+    """An absolute path of a file the dispatcher reads (None: not given).
+
+    Absolute, since the dispatcher's working directory is not the
+    operator's; no control characters, which no mounted Secret's path
+    holds and which would garble every message that names the file.
+    """
+    if path is None:
+        return None
+    if not isinstance(path, str) or not path:
+        raise InvalidEndpoint("must be the path of a file on the dispatcher's filesystem",
+                              field)
+    if len(path) > _PATH_MAX or _PATH_BAD.search(path):
+        raise InvalidEndpoint(f"must be a path of at most {_PATH_MAX} characters without "
+                              "control characters", field)
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: argv bytes that were not UTF-8
+        raise InvalidEndpoint("is not valid UTF-8 text", field) from None
+    if not path.startswith("/"):
+        raise InvalidEndpoint(f"must be an absolute path (such as /etc/outbox/tls/{field}.pem), "
+                              f"not {path!r}: the dispatcher's working directory is not "
+                              "this one", field)
+    return path
+
+
 def check_int(value: object, field: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidEndpoint(f"must be a whole number from {low} to {high}, not {value!r}",

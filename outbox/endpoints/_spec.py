@@ -111,6 +111,18 @@ class EndpointSpec:
     send_tracestate: bool = True
     """Whether requests carry the event's W3C ``tracestate`` beside its ``traceparent``
     (cut to 512 characters); false sends ``traceparent`` alone."""
+    ca_file: str | None = None
+    """A PEM bundle of the certificate authorities the endpoint's TLS certificate is checked
+    against instead of the default bundle (an internal CA): an absolute path on the
+    dispatcher's filesystem (a mounted Secret), read again when the file changes; None for
+    the default bundle."""
+    client_cert: str | None = None
+    """The client certificate (PEM, its chain after it) presented to the endpoint, for mutual
+    TLS: an absolute path on the dispatcher's filesystem, given with ``client_key``, read
+    again when the file changes; None for none."""
+    client_key: str | None = None
+    """The client certificate's private key (PEM, unencrypted): an absolute path on the
+    dispatcher's filesystem, given with ``client_cert``; None for none."""
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -156,6 +168,15 @@ class EndpointSpec:
         if not isinstance(self.send_tracestate, bool):
             raise InvalidEndpoint(f"must be true or false, not {self.send_tracestate!r}",
                                   "send_tracestate")
+        for option in ("ca_file", "client_cert", "client_key"):
+            put(option, checks.check_path(getattr(self, option), option))
+        if ((self.ca_file is not None or self.client_cert is not None)
+                and not self.url.lower().startswith("https://")):
+            raise InvalidEndpoint("ca_file, client_cert and client_key are for https:// URLs: "
+                                  "an http:// endpoint has no TLS to use them in")
+        if (self.client_cert is None) != (self.client_key is None):
+            raise InvalidEndpoint("client_cert and client_key are given together: the "
+                                  "certificate and the key that belongs to it")
 
     @property
     def events_like(self) -> tuple[str, ...]:
@@ -176,6 +197,8 @@ class EndpointSpec:
             "max_pending": self.max_pending,
             "max_pending_per_tenant": self.max_pending_per_tenant,
             "send_tracestate": self.send_tracestate,
+            "ca_file": self.ca_file, "client_cert": self.client_cert,
+            "client_key": self.client_key,
         }
 
     @classmethod

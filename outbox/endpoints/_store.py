@@ -59,7 +59,8 @@ _OPTION_COLUMNS = ("name", "url", "events", "events_like", "secret", "max_attemp
                    "timeout_seconds", "min_backoff_seconds", "max_backoff_seconds",
                    "max_in_flight", "rate_limit", "max_batch", "format", "headers",
                    "breaker_failures", "breaker_cooldown_seconds", "max_pending",
-                   "max_pending_per_tenant", "send_tracestate")
+                   "max_pending_per_tenant", "send_tracestate", "ca_file", "client_cert",
+                   "client_key")
 
 
 def _lock(conn: Conn) -> None:
@@ -217,7 +218,8 @@ _FIELD_OF_COLUMN = {"url": "url", "events": "events", "secret": "secret",
                     "breaker_failures": "breaker_failures",
                     "breaker_cooldown_seconds": "breaker_cooldown", "max_pending": "max_pending",
                     "max_pending_per_tenant": "max_pending_per_tenant",
-                    "send_tracestate": "send_tracestate"}
+                    "send_tracestate": "send_tracestate", "ca_file": "ca_file",
+                    "client_cert": "client_cert", "client_key": "client_key"}
 
 
 def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],
@@ -230,12 +232,8 @@ def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],
     A new secret replaces the old one at once (``rotate-secret`` keeps both).
     """
     _lock(conn)
-    current = next((s for s in list_endpoints(conn) if s.name == name), None)
-    if current is None:
-        raise EndpointNotFound(name)
-    merged: dict[str, object] = {_FIELD_OF_COLUMN[column]: value
-                                 for column, value in current.columns.items()
-                                 if column in _FIELD_OF_COLUMN}
+    current = _live(conn, name)
+    merged = _options_of(current)
     for option in unset:
         merged.pop(option, None)
     merged.update(options)
@@ -244,3 +242,21 @@ def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],
     if changed:
         conn.execute(queries["endpoint_replace"], {**_params(spec), "id": current.id})
     return changed
+
+
+def spec_of(conn: Conn, name: str) -> EndpointSpec:
+    """The live endpoint's definition as it is stored (in the caller's transaction)."""
+    return EndpointSpec.from_options(name, _options_of(_live(conn, name)))
+
+
+def _live(conn: Conn, name: str) -> StoredEndpoint:
+    current = next((s for s in list_endpoints(conn) if s.name == name), None)
+    if current is None:
+        raise EndpointNotFound(name)
+    return current
+
+
+def _options_of(stored: StoredEndpoint) -> dict[str, object]:
+    """A stored endpoint's options, keyed as EndpointSpec.from_options takes them."""
+    return {_FIELD_OF_COLUMN[column]: value for column, value in stored.columns.items()
+            if column in _FIELD_OF_COLUMN}

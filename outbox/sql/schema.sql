@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 11.
+-- outbox-dispatcher schema: the current shape, version 12.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -49,7 +49,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 11 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 12 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -103,7 +103,14 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     -- --max-pending-per-tenant: one tenant's undelivered deliveries here, at
     -- most (NULL: no bound), counted through deliveries_turns and
     -- deliveries_in_flight (version 8).
-    max_pending_per_tenant bigint CHECK (max_pending_per_tenant > 0)
+    max_pending_per_tenant bigint CHECK (max_pending_per_tenant > 0),
+    -- The endpoint's own TLS files on the dispatcher's filesystem: the CA
+    -- bundle its certificate is checked against (NULL: the default bundle),
+    -- the client certificate and key it is shown (version 12).
+    ca_file              text,
+    client_cert          text,
+    client_key           text,
+    CONSTRAINT endpoints_client_identity CHECK ((client_cert IS NULL) = (client_key IS NULL))
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS endpoints_name_live
@@ -508,4 +515,4 @@ GRANT EXECUTE ON FUNCTION
     outbox.event_matches_v1(text, timestamptz, text, text[], timestamptz, timestamptz, text)
     TO PUBLIC;
 
-INSERT INTO outbox.schema_version (version) VALUES (11) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (12) ON CONFLICT DO NOTHING;

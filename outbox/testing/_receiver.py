@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -69,9 +70,18 @@ def _ok(_: Request) -> Response:
 
 
 class Receiver:
-    """``with Receiver() as rx: ... rx.url ... rx.requests``"""
+    """``with Receiver() as rx: ... rx.url ... rx.requests``
 
-    def __init__(self, responder: Responder = _ok, *, record: bool = True) -> None:
+    ``Receiver(tls=context)`` serves HTTPS with a server ``ssl.SSLContext``:
+    a certificate of a private CA (``--ca-file``), and one that requires a
+    client certificate (``--client-cert``) when the context asks for it.
+    """
+
+    def __init__(self, responder: Responder = _ok, *, record: bool = True,
+                 tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: serve HTTPS with this server context (its certificate, and whether it
+        asks for a client certificate), as an endpoint signed by a private CA would."""
+        self.tls = tls
         self.responder: Responder = responder
         self.record = record
         self.requests: list[Request] = []
@@ -87,8 +97,8 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        """Where to point an endpoint: ``http://127.0.0.1:PORT/``."""
-        return f"http://127.0.0.1:{self.port}/"
+        """Where to point an endpoint: ``http://127.0.0.1:PORT/`` (``https://`` with ``tls``)."""
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/"
 
     def start(self) -> Receiver:
         """Listen on a free port of 127.0.0.1, on a thread of its own; ``with`` calls it."""
@@ -98,7 +108,8 @@ class Receiver:
         return self
 
     async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=1024)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=1024,
+                                                  ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
 
     def close(self) -> None:

@@ -1,11 +1,12 @@
 """Fault catalogue: what the environment cannot switch on or off in the dispatcher.
 
-TLS is verified against the certifi bundle only and requests never go
-through a proxy, so the variables that turn those knobs in other HTTP
+TLS is verified against the certifi bundle (or an endpoint's own
+``--ca-file``) only, so the variables that turn that knob in other HTTP
 stacks (``SSL_CERT_FILE``, ``SSL_CERT_DIR``, ``REQUESTS_CA_BUNDLE``,
-``CURL_CA_BUNDLE``, ``PYTHONHTTPSVERIFY``, ``HTTP(S)_PROXY``,
-``ALL_PROXY``) are set for a real dispatcher process here and must change
-nothing. What the logs, metrics and ``last_error`` may show is checked in
+``CURL_CA_BUNDLE``, ``PYTHONHTTPSVERIFY``) and ``ALL_PROXY`` (the proxy
+variables read are ``HTTPS_PROXY``, ``HTTP_PROXY`` and ``NO_PROXY``:
+tests/acceptance/test_egress.py) are set for a real dispatcher process
+here and must change nothing. What the logs, metrics and ``last_error`` may show is checked in
 ``tests/integration/test_echoed_secrets.py``.
 """
 
@@ -40,9 +41,10 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_environment_switches_neither_tls_verification_nor_proxies(
+def test_environment_switches_neither_tls_verification_nor_all_proxy(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver, tmp_path: Path) -> None:
-    """CA and proxy variables for the dispatcher: self-signed TLS still refused, no proxy."""
+    """CA variables and ALL_PROXY for the dispatcher: self-signed TLS still refused, no
+    proxy."""
     cert, key = _self_signed(tmp_path)
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(cert, key)
@@ -55,8 +57,7 @@ def test_environment_switches_neither_tls_verification_nor_proxies(
         via = f"http://127.0.0.1:{proxy.port}"
         env = {"SSL_CERT_FILE": str(cert), "SSL_CERT_DIR": str(tmp_path),
                "REQUESTS_CA_BUNDLE": str(cert), "CURL_CA_BUNDLE": str(cert),
-               "PYTHONHTTPSVERIFY": "0", "HTTP_PROXY": via, "HTTPS_PROXY": via,
-               "ALL_PROXY": via, "http_proxy": via, "https_proxy": via, "NO_PROXY": ""}
+               "PYTHONHTTPSVERIFY": "0", "ALL_PROXY": via, "all_proxy": via}
         add_endpoint(conn, "tls", tls.url, events=("tls.*",), max_attempts=1)
         add_endpoint(conn, "plain", receiver.url, events=("plain.*",))
         refused = publish(conn, "tls.checked", {"n": 1})

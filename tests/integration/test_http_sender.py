@@ -374,7 +374,7 @@ def test_transport_errors_map_to_error_kinds(failure: Exception, kind: str) -> N
     transport = Failing(failure)
     result = post("https://h.test/", [("webhook-signature", SIGNATURE)], transport=transport)
     assert (result.status, result.error_kind, result.error) == (None, kind, str(failure))
-    assert transport.keys == [("https", "h.test", 443)]
+    assert transport.keys == [PoolKey("https", "h.test", 443)]
 
 
 def test_read_error_mid_body_is_connect() -> None:

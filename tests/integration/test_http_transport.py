@@ -107,8 +107,8 @@ def answering(answer: bytes, close_after: bool = False) -> Handler:
 def encoded(url: str, body: bytes) -> tuple[PoolKey, bytes]:
     """The pool key of ``url`` and a POST of ``body`` to it, as bytes."""
     parsed = httpx.URL(url)
-    key = (parsed.scheme, parsed.raw_host.decode("ascii"),
-           parsed.port or (443 if parsed.scheme == "https" else 80))
+    key = PoolKey(parsed.scheme, parsed.raw_host.decode("ascii"),
+                  parsed.port or (443 if parsed.scheme == "https" else 80))
     head = b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-length: %d\r\n\r\n" % (
         parsed.raw_path, parsed.netloc, len(body))
     return key, head + body

@@ -18,10 +18,16 @@ _SCRIPT = Path(sys.executable).with_name("outbox")
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "outbox"]
 
 
+# A developer's proxy would carry the tests' requests to 127.0.0.1 elsewhere: those that
+# test the proxy set their own.
+_PROXY_VARIABLES = {"https_proxy", "http_proxy", "no_proxy", "all_proxy"}
+
+
 def clean_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without database settings, plus ``extra``."""
+    """This process's environment without database or proxy settings, plus ``extra``."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PG", "OUTBOX_")) and k != "DATABASE_URL"}
+           if not k.startswith(("PG", "OUTBOX_")) and k != "DATABASE_URL"
+           and k.lower() not in _PROXY_VARIABLES}
     env.update(extra or {})
     return env
 

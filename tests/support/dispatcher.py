@@ -51,7 +51,8 @@ _JSON_COLUMNS = {"headers", "previous_secrets"}
 _COLUMNS = {"secret", "max_attempts", "timeout_seconds", "min_backoff_seconds",
             "max_backoff_seconds", "max_in_flight", "rate_limit", "max_batch", "format",
             "breaker_failures", "breaker_cooldown_seconds", "max_pending",
-            "send_tracestate", "headers", "enabled", "previous_secrets", "disabled_reason"}
+            "send_tracestate", "headers", "enabled", "previous_secrets", "disabled_reason",
+            "ca_file", "client_cert", "client_key"}
 
 
 def add_endpoint(conn: psycopg.Connection[Any], name: str, url: str, *,

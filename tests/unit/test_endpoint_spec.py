@@ -493,3 +493,35 @@ def test_from_options_refuses_unknown_keys() -> None:
     with pytest.raises(InvalidEndpoint, match="is not a known option") as info:
         EndpointSpec.from_options("hooks", {"url": URL, "max_retries": 3})
     assert info.value.field == "max_retries"
+
+
+# -- an endpoint's own TLS files ---------------------------------------------------------
+
+def test_tls_files_are_absolute_paths_given_as_a_pair_for_https() -> None:
+    """ca_file alone, or client_cert with client_key, on an https:// URL: kept as written."""
+    spec = EndpointSpec("a", "https://h.test/", ca_file="/etc/tls/ca.pem",
+                        client_cert="/etc/tls/c.pem", client_key="/etc/tls/c.key")
+    assert (spec.columns()["ca_file"], spec.columns()["client_key"]) == (
+        "/etc/tls/ca.pem", "/etc/tls/c.key")
+    assert EndpointSpec("a", "https://h.test/").columns()["client_cert"] is None
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"ca_file": "ca.pem"}, "must be an absolute path"),
+    ({"ca_file": ""}, "must be the path of a file"),
+    ({"ca_file": "/etc/ca\n.pem"}, "without control characters"),
+    ({"ca_file": "/etc/\udcff.pem"}, "not valid UTF-8"),
+    ({"client_cert": "/c.pem"}, "client_cert and client_key are given together"),
+    ({"client_key": "/c.key"}, "client_cert and client_key are given together"),
+])
+def test_tls_files_that_cannot_be_meant_are_refused(options: dict[str, str],
+                                                    message: str) -> None:
+    """Relative, empty, garbled, or half a pair: refused before anything is written."""
+    with pytest.raises(InvalidEndpoint, match=message):
+        EndpointSpec("a", "https://h.test/", **options)  # type: ignore[arg-type]
+
+
+def test_tls_files_are_for_https_urls() -> None:
+    """An http:// endpoint has no TLS to use them in."""
+    with pytest.raises(InvalidEndpoint, match="are for https:// URLs"):
+        EndpointSpec("a", "http://h.test/", ca_file="/etc/tls/ca.pem")

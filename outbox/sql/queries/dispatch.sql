@@ -838,7 +838,8 @@ WHERE removed_at IS NULL;
 -- (previous_secrets' expires_at) on the database clock, never its own.
 SELECT id, name, url, secret, previous_secrets::text, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
-       format, headers::text, enabled, breaker_failures, send_tracestate, now(), xmin::text
+       format, headers::text, enabled, breaker_failures, send_tracestate,
+       ca_file, client_cert, client_key, now(), xmin::text
 FROM outbox.endpoints
 WHERE removed_at IS NULL AND id = ANY (%(ids)s::bigint[])
 ORDER BY id;
