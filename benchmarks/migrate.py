@@ -142,16 +142,56 @@ def run_step(dsn: str, sql: str, version: int, *, commit: bool,
     return took, locks, max(publisher.finish())
 
 
+def run_outside(dsn: str, step: Step) -> tuple[float, list[str], float]:
+    """A no-transaction step (CREATE INDEX CONCURRENTLY and the like), run once for real as
+    the migrator runs it, statement by statement: its duration, the publish-blocking locks
+    a watcher saw it hold (sampled every millisecond), the slowest publish meanwhile."""
+    before = max((r for r in releases() if r.version < step.version), key=lambda r: r.version)
+    publisher = Publisher(dsn, before)
+    time.sleep(0.3)
+    seen: set[str] = set()
+    done = threading.Event()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+
+        def watch() -> None:
+            with psycopg.connect(dsn, autocommit=True) as spy:
+                while not done.is_set():
+                    seen.update(f"{rel} {mode}" for rel, mode in spy.execute(
+                        "SELECT c.relname, l.mode FROM pg_locks l JOIN pg_class c "
+                        "ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE l.pid = %s AND l.granted AND n.nspname = 'outbox' "
+                        "AND c.relkind = 'r' AND l.mode = ANY (%s)",
+                        (pid, list(BLOCKS_PUBLISH))).fetchall())
+                    time.sleep(0.001)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        start = time.perf_counter()
+        conn.execute(queries["set_lock_timeout"], {"lock_timeout": "500ms", "local": False})
+        for statement in step.statements():
+            conn.execute(statement.encode())
+        conn.execute(queries["record_version"], {"version": step.version})
+        took = time.perf_counter() - start
+        done.set()
+        watcher.join()
+    time.sleep(0.3)
+    return took, sorted(seen), max(publisher.finish())
+
+
 def steps_part(dsn: str, runs: int) -> None:
     print("\n| step | transaction (median of runs) | max | locks blocking publish() "
           "| slowest publish() meanwhile | rewrote deliveries/events |")
     print("| --- | ---: | ---: | --- | ---: | --- |")
     oldest = releases()[0].version
     for step in (s for s in steps() if s.version > oldest):
-        results = [run_step(dsn, step.sql, step.version, commit=False) for _ in range(runs)]
         with psycopg.connect(dsn) as conn:
             before = relfilenodes(conn)
-        run_step(dsn, step.sql, step.version, commit=True)
+        if step.transactional:
+            results = [run_step(dsn, step.sql, step.version, commit=False) for _ in range(runs)]
+            run_step(dsn, step.sql, step.version, commit=True)
+        else:  # cannot be rolled back: once, for real
+            results = [run_outside(dsn, step)]
         with psycopg.connect(dsn) as conn:
             after = relfilenodes(conn)
         durations = [r[0] for r in results]

@@ -280,7 +280,7 @@ class _Runner:
                     return False
                 conn.execute(queries["set_lock_timeout"],
                              {"lock_timeout": self._timeout, "local": False})
-                for statement in _statements(step.sql):
+                for statement in step.statements():
                     conn.execute(statement.encode())
                 conn.execute(queries["record_version"], {"version": step.version})
                 return True
@@ -289,18 +289,4 @@ class _Runner:
                 conn.execute(queries["migrate_session_unlock"])
         finally:
             conn.autocommit = False
-
-
-def _statements(text: str) -> list[str]:
-    """A no-transaction step's statements: each ends with ``;`` at the end of a line."""
-    found, current = [], []
-    for line in text.splitlines():
-        current.append(line)
-        if line.rstrip().endswith(";"):
-            statement = "\n".join(current).strip()
-            current = []
-            if any(not part.strip().startswith("--") for part in statement.splitlines()
-                   if part.strip()):
-                found.append(statement)
-    return found
 

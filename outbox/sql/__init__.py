@@ -168,6 +168,20 @@ class Step:
     inbox: bool = False
     transactional: bool = True
 
+    def statements(self) -> list[str]:
+        """A no-transaction step's statements, run one by one: each ends with ``;`` at the
+        end of a line (a DO block's inner lines must not), comments alone are dropped."""
+        found, current = [], []
+        for line in self.sql.splitlines():
+            current.append(line)
+            if line.rstrip().endswith(";"):
+                statement = "\n".join(current).strip()
+                current = []
+                if any(not part.strip().startswith("--") for part in statement.splitlines()
+                       if part.strip()):
+                    found.append(statement)
+        return found
+
 
 _STEP_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _MARKER = re.compile(r"^--\s*step:\s*([a-z-]+)\s*$")

@@ -17,10 +17,17 @@
 -- The CHECK of the endpoints' new column scans that table (a few rows). The
 -- previous release's statements name their columns and never see these.
 
-ALTER TABLE outbox.events ADD COLUMN IF NOT EXISTS tenant text;
-ALTER TABLE outbox.deliveries ADD COLUMN IF NOT EXISTS tenant text;
+-- The tables in the order a publisher's statement locks them (endpoints,
+-- read to route the events, before it writes events and deliveries): a
+-- publisher already past endpoints holds nothing this step waits for but
+-- that, and one not yet there waits holding nothing. In another order the
+-- step could hold events while a publisher holding endpoints waits for
+-- events: a deadlock, cut only by the lock_timeout (and every try of it
+-- holding the publishers back meanwhile).
 ALTER TABLE outbox.endpoints ADD COLUMN IF NOT EXISTS max_pending_per_tenant bigint
     CHECK (max_pending_per_tenant > 0);
+ALTER TABLE outbox.events ADD COLUMN IF NOT EXISTS tenant text;
+ALTER TABLE outbox.deliveries ADD COLUMN IF NOT EXISTS tenant text;
 
 DO $grants$
 DECLARE
