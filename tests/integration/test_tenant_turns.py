@@ -170,3 +170,22 @@ def test_a_tenant_with_requests_in_flight_anywhere_waits_its_rounds(conn: Conn,
     _publish(conn, "c", 1)
     tenants = [tenant for _, tenant in _groups(claim(conn, [endpoint], rows=8))]
     assert tenants == ["b", "c", "b", "b", "a", "a", "a", "a"]
+
+
+def test_turns_go_within_the_rate_limit_and_the_circuits_probe(conn: Conn) -> None:
+    """A rate-limited endpoint deals its turns of the claim's horizon between the tenants;
+    an open circuit's one probe goes to one tenant."""
+    endpoint = _endpoint(conn)
+    conn.execute("UPDATE outbox.endpoints SET rate_limit = 20 WHERE id = %s", (endpoint,))
+    conn.commit()
+    _publish(conn, "a", 50)
+    _publish(conn, "b", 50)
+    tenants = [tenant for _, tenant in _groups(claim(conn, [endpoint], rows=8, horizon=0.2))]
+    assert 2 <= len(tenants) < 8  # the turns of 0.2 s at 20/s, not the 8 asked
+    assert tenants[:2] == ["a", "b"]
+    conn.execute("UPDATE outbox.endpoints SET rate_limit = NULL WHERE id = %s", (endpoint,))
+    conn.execute("UPDATE outbox.endpoint_state SET circuit = 'open', "
+                 "opened_at = now() - interval '1 hour' WHERE endpoint_id = %s", (endpoint,))
+    conn.commit()
+    probe = [ClaimRow._make(row) for row in claim(conn, [endpoint], rows=8)]
+    assert len(probe) == 1 and probe[0].probe
