@@ -1,12 +1,14 @@
 """``/search?q=TEXT``: the events an operator may hold the name of, from a log line or a
 customer's ticket.
 
-The text is tried as each of three things, through the listing ``outbox
-events list`` reads: an event id (the primary key), an idempotency key
-(its unique index; ``publish_many``'s own lookup), and an ordering key
-(``events list --key``: events newest first). The first two find one event
-at most, each by an index; the third walks the events newest first, as the
-command does, and so answers quickly for a key with recent events.
+The text is tried as an event id (the primary key) and as an idempotency
+key (its unique index; ``publish_many``'s own lookup): each names one event
+at most, found by an index, and a match is the answer. Only when neither
+matches is it taken for an ordering key, listed as ``outbox events list
+--key`` lists it (events newest first): no index leads there, so the walk
+costs what the command's does, answering soon for a key with recent events
+and within the view's statement timeout or not at all for a rare key on a
+very large table (BENCHMARKS.md, "The web view").
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from outbox.web.params import event_id
 
 
 def search(conn: psycopg.Connection[Any], text: str, *, limit: int) -> list[admin.EventLine]:
-    """The events ``text`` names, newest first, each once: by id, by idempotency key,
-    and of that ordering key (at most ``limit`` of those)."""
+    """The event ``text`` names by id or idempotency key; failing those, the events of
+    that ordering key, newest first (at most ``limit``)."""
     ids: list[uuid.UUID] = []
     as_id = event_id(text)
     if as_id is not None:
@@ -34,11 +36,4 @@ def search(conn: psycopg.Connection[Any], text: str, *, limit: int) -> list[admi
                            {"idempotency_keys": [text]}).fetchall()
     ids += [uuid.UUID(found) for _, found in rows]
     named = admin.events(conn, event_ids=ids, limit=len(ids)) if ids else []
-    keyed = admin.events(conn, key=text, limit=limit)
-    seen: set[str] = set()
-    found = []
-    for line in sorted([*named, *keyed], key=lambda e: e.event_id, reverse=True):
-        if line.event_id not in seen:
-            seen.add(line.event_id)
-            found.append(line)
-    return found
+    return named or admin.events(conn, key=text, limit=limit)

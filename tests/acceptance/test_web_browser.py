@@ -20,8 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from outbox.testing import Receiver
-from outbox.testing._receiver import Request, Response
+from outbox.testing import Receiver, Request, Response
 from tests.support.dispatcher import Dispatcher, add_endpoint, publish, wait_for_state
 from tests.support.web_server import web_server
 
