@@ -169,6 +169,22 @@ class DeadLetter:
     failed_at: datetime | None
     created_at: datetime | None = None  # when its event was published
     tenant: str | None = None  # its event's tenant
+    delivery_id: int = 0
+    """The dead delivery's own id: with ``failed_at``, where the next page starts."""
+
+    @property
+    def after(self) -> DeadPage:
+        """The place after this one, for :func:`dead_letters`'s ``before``."""
+        return DeadPage(self.failed_at, self.delivery_id)
+
+
+@dataclass(frozen=True)
+class DeadPage:
+    """Where a page of dead letters starts: below this (failed_at, delivery id) in the
+    listing's order, newest first; a dead letter without a failed_at is the oldest."""
+
+    failed_at: datetime | None
+    delivery_id: int
 
 
 Moment = datetime | timedelta
@@ -258,11 +274,14 @@ def _problem(enabled: bool, reason: str | None, circuit: str, opened: datetime |
 def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,
                  limit: int = DEFAULT_DEAD_LIMIT,
                  where: EventFilter = EventFilter(),
-                 failed_since: Moment | None = None) -> list[DeadLetter]:
+                 failed_since: Moment | None = None,
+                 before: DeadPage | None = None) -> list[DeadLetter]:
     """Dead deliveries, newest first, at most ``limit``.
 
     ``where`` bounds the events' publish time; ``failed_since`` the time the
-    delivery was dead-lettered ("what died in the last hour").
+    delivery was dead-lettered ("what died in the last hour"); ``before``
+    starts after a previous page's last row (its :attr:`DeadLetter.after`): a
+    keyset, so a page costs the same however deep it is.
 
     ``endpoint`` may name a removed endpoint too: a forced removal is exactly
     what leaves dead letters behind. A name no endpoint ever had raises
@@ -272,7 +291,9 @@ def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,
         raise ValueError("limit must be at least 1")
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         params = {"endpoint": endpoint, "limit": limit, **_filter_params(cur, where),
-                  "failed_since": _moment(cur, failed_since)}
+                  "failed_since": _moment(cur, failed_since),
+                  "before_at": before.failed_at if before else None,
+                  "before_id": before.delivery_id if before else None}
         rows = cur.execute(queries["admin_dead_list"], params).fetchall()
         if not rows and endpoint is not None:
             known = cur.execute(queries["admin_endpoint_ever_existed"],
@@ -295,13 +316,15 @@ class EventLine:
 
 
 def events(conn: psycopg.Connection[Any], *, where: EventFilter = EventFilter(),
-           key: str | None = None, limit: int = DEFAULT_EVENTS_LIMIT) -> list[EventLine]:
-    """Events newest first, at most ``limit``, narrowed as a replay is (``where``) and to
-    one ordering ``key``: how an operator finds an event without SQL."""
+           key: str | None = None, limit: int = DEFAULT_EVENTS_LIMIT,
+           event_ids: Sequence[uuid.UUID] | None = None) -> list[EventLine]:
+    """Events newest first, at most ``limit``, narrowed as a replay is (``where``), to
+    one ordering ``key`` and to ``event_ids``: how an operator finds an event without SQL."""
     if limit < 1:
         raise ValueError("limit must be at least 1")
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        params = {"key": key, "limit": limit, **_filter_params(cur, where)}
+        params = {"key": key, "limit": limit, **_filter_params(cur, where),
+                  "event_ids": list(event_ids) if event_ids is not None else None}
         params["since_id"] = _since_id(params["since"]) if params["since"] else None
         rows = cur.execute(queries["admin_events_list"], params).fetchall()
     return [EventLine(*row) for row in rows]
@@ -315,7 +338,8 @@ def retry_dead(conn: psycopg.Connection[Any], *, event_ids: Sequence[uuid.UUID] 
     ``event_ids``: the dead deliveries of these events, whatever their
     endpoint; ``endpoint``: every dead delivery of that live endpoint (an
     unknown or removed name raises :class:`~outbox.errors.EndpointNotFound`);
-    ``everything``: all of them; ``where`` narrows any of them. Dead letters
+    both: those events' dead deliveries at that endpoint (the web view's
+    retry button); ``everything``: all of them; ``where`` narrows any of them. Dead letters
     of removed endpoints are never retried, since no dispatcher serves a
     removed endpoint; they are counted in ``skipped``. ``dry_run``: count,
     change nothing.
@@ -340,7 +364,8 @@ def discard_dead(conn: psycopg.Connection[Any], *,
                  dry_run: bool = False) -> int:
     """Delete dead deliveries on purpose, with their attempt history; give one selector.
 
-    Chosen as :func:`retry_dead` chooses them, except that ``endpoint`` may
+    Chosen as :func:`retry_dead` chooses them (``event_ids`` with ``endpoint``
+    too), except that ``endpoint`` may
     name a removed endpoint too (its dead letters are what a forced removal
     leaves). Returns how many were deleted (with ``dry_run``: would be).
     """
@@ -399,8 +424,10 @@ def replay(conn: psycopg.Connection[Any], endpoint: str, *,
 
 def _one_selector(event_ids: Sequence[uuid.UUID] | None, endpoint: str | None,
                   everything: bool) -> None:
-    if sum((event_ids is not None, endpoint is not None, everything)) != 1:
-        raise ValueError("give exactly one of event_ids, endpoint or everything=True")
+    """Event ids, an endpoint, both (those events at that endpoint), or everything."""
+    if everything == (event_ids is not None or endpoint is not None):
+        raise ValueError("give exactly one selector: event_ids, endpoint, both, or "
+                         "everything=True")
 
 
 def _filter_params(cur: psycopg.Cursor[tuple[Any, ...]], where: EventFilter) -> dict[str, Any]:
@@ -449,6 +476,7 @@ __all__ = [
     "HORIZON_MIN_AGE_XIDS",
     "HORIZON_MIN_SECONDS",
     "DeadLetter",
+    "DeadPage",
     "EndpointStatus",
     "EventFilter",
     "EventLine",

@@ -21,7 +21,7 @@ from outbox._shared.usage import OneLineParser, quiet_pipe, undecodable, usage_l
 from outbox.errors import OutboxError
 
 _COMMANDS = ("migrate", "endpoints", "status", "show", "events", "dead", "replay", "purge",
-             "grants", "demo")
+             "grants", "web", "demo")
 
 
 _Parser = OneLineParser

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
 from typing import Any
 
 from outbox import admin
-from outbox._cli import common
+from outbox._cli import common, shapes
 from outbox._cli.args import add_filters, event_id, moment, positive_int
-from outbox._shared import times
+from outbox._cli.shapes import rfc3339
 from outbox._shared.text import counted
 
 __all__ = ["event_id", "positive_int", "register", "rfc3339"]
@@ -84,12 +83,7 @@ def run_list(args: argparse.Namespace) -> int:
         letters = admin.dead_letters(conn, endpoint=args.endpoint, limit=args.limit,
                                      where=_where(args), failed_since=args.failed_since)
     if args.json:
-        common.print_json([{
-            "event_id": d.event_id, "endpoint": d.endpoint, "type": d.type, "key": d.key,
-            "attempts": d.attempts, "last_error": d.last_error, "last_status": d.last_status,
-            "failed_at": rfc3339(d.failed_at), "created_at": rfc3339(d.created_at),
-            "tenant": d.tenant,
-        } for d in letters])
+        common.print_json(shapes.dead_letters(letters))
         return common.EXIT_OK
     common.print_table(
         ["failed at", "published", "endpoint", "event id", "type", "key", "attempts", "status",
@@ -128,14 +122,6 @@ def run_discard(args: argparse.Namespace) -> int:
     verb = "would be discarded (dry run)" if args.dry_run else "discarded"
     print(f"{counted(count, 'dead delivery', 'dead deliveries')} {verb}")
     return common.EXIT_OK
-
-
-def rfc3339(moment: datetime | None, *, seconds: bool = False) -> str | None:
-    """UTC, RFC 3339 with a Z: 2024-05-01T12:00:00.123456Z (``seconds``: without the
-    fraction); None stays None, for the columns a row may leave empty."""
-    if moment is None:
-        return None
-    return times.rfc3339(moment, timespec="seconds" if seconds else "auto")
 
 
 def _one_line(text: str | None) -> str:

@@ -6,9 +6,9 @@ import argparse
 from typing import Any
 
 from outbox import admin
-from outbox._cli import common
+from outbox._cli import common, shapes
 from outbox._cli.args import add_filters, positive_int
-from outbox._cli.dead_cmd import rfc3339
+from outbox._cli.shapes import rfc3339
 
 
 def register(sub: Any) -> None:
@@ -39,10 +39,7 @@ def run_list(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
         found = admin.events(conn, where=where, key=args.key, limit=args.limit)
     if args.json:
-        common.print_json([{
-            "event_id": e.event_id, "type": e.type, "key": e.key, "tenant": e.tenant,
-            "created_at": rfc3339(e.created_at), "deliveries": e.deliveries,
-        } for e in found])
+        common.print_json(shapes.events(found))
         return common.EXIT_OK
     common.print_table(
         ["published", "event id", "type", "key", "tenant", "deliveries"],

@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 from outbox import history
-from outbox._cli import common
-from outbox._cli.dead_cmd import event_id, rfc3339
+from outbox._cli import common, shapes
+from outbox._cli.args import event_id
+from outbox._cli.shapes import rfc3339
 from outbox._shared.text import counted
 from outbox.errors import EventsNotFound
 
@@ -36,10 +37,7 @@ def run(args: argparse.Namespace) -> int:
         except EventsNotFound:
             raise common.CommandFailed(f"no event {args.event_id} (unknown, or purged)") from None
     if args.json:
-        shown = as_json(story)
-        if args.payload:
-            shown["payload"] = json.loads(story.payload)
-        common.print_json(shown)
+        common.print_json(shapes.story(story, payload=args.payload))
         return common.EXIT_OK
     lines = as_text(story)
     if args.payload:
@@ -49,24 +47,6 @@ def run(args: argparse.Namespace) -> int:
     for line in lines:
         common.print_line(line)
     return common.EXIT_OK
-
-
-def as_json(story: history.EventStory) -> dict[str, Any]:
-    """The documented shape of ``show --json``."""
-    return {
-        "event_id": story.event_id, "type": story.type, "key": story.key,
-        "tenant": story.tenant, "created_at": rfc3339(story.created_at),
-        "trace_id": story.trace_id,
-        "deliveries": [{
-            "endpoint": d.endpoint, "state": d.state, "attempts": d.attempts,
-            "next_attempt_at": rfc3339(d.next_attempt_at), "last_error": d.last_error,
-            "last_status": d.last_status,
-            "history": [{
-                "attempt": a.attempt, "at": rfc3339(a.at), "status": a.status,
-                "reason": a.reason, "duration_seconds": a.duration_seconds, "error": a.error,
-            } for a in d.history],
-        } for d in story.deliveries],
-    }
 
 
 def _header(story: history.EventStory) -> list[str]:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 from outbox import admin
-from outbox._cli import common
+from outbox._cli import common, shapes
 
 
 def register(sub: Any) -> None:
@@ -70,14 +69,7 @@ def _show(conn: Any, *, as_json: bool, tenants: bool = False) -> None:
     holder = admin.horizon(conn)
     backlogs = admin.tenant_backlogs(conn) if tenants else None
     if as_json:
-        shown: dict[str, Any] = {
-            "endpoints": [asdict(e) for e in result.endpoints],
-            "unrouted": result.unrouted,
-            "dispatchers": result.dispatchers,
-            "horizon": None if holder is None else asdict(holder),
-        }
-        if backlogs is not None:
-            shown["tenants"] = [asdict(b) for b in backlogs]
+        shown = shapes.status(result, holder, backlogs)
         common.print_json(shown)
         return
     common.print_table(

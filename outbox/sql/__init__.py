@@ -140,10 +140,11 @@ def _load() -> dict[QueryName, LiteralString]:
     return cast(dict[QueryName, LiteralString], loaded)
 
 
-def grants_text() -> str:
+def grants_text(part: str = "grants") -> str:
     """The packaged grants.sql: the application's and the dispatcher's privileges,
-    with ``{application}`` and ``{dispatcher}`` where their role names go."""
-    return resources.files(__package__).joinpath("grants.sql").read_text("utf-8")
+    with ``{application}`` and ``{dispatcher}`` where their role names go; ``part``
+    ``"grants_viewer"``: the read-only viewer's, which goes in its ``{viewer_grants}``."""
+    return resources.files(__package__).joinpath(f"{part}.sql").read_text("utf-8")
 
 
 def schema_text() -> str:

@@ -1,4 +1,5 @@
--- The grants of the two roles that do not own the outbox schema, printed by
+-- The grants of the two roles that do not own the outbox schema (three with
+-- `--viewer`: grants_viewer.sql goes before the COMMIT), printed by
 -- `outbox grants` with their names in place of the braces. Run as the
 -- operator (the owner) after every `outbox migrate`: each run first takes
 -- back whatever the roles held in the schema, so the result is exactly this.
@@ -16,7 +17,7 @@ BEGIN
         RAISE EXCEPTION 'there is no outbox schema here: run `outbox migrate` first';
     END IF;
     IF owner IN (SELECT oid FROM pg_catalog.pg_roles
-                 WHERE rolname IN ({application_name}, {dispatcher_name})) THEN
+                 WHERE rolname IN ({role_names})) THEN
         RAISE EXCEPTION 'role % owns the outbox schema: it needs no grants, and these would '
                         'take its own away; name the application''s and the dispatcher''s '
                         'own roles (docs/upgrading.md, "Roles")',
@@ -83,5 +84,5 @@ GRANT SELECT, INSERT, DELETE ON outbox.attempts TO {dispatcher};
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox.dispatchers TO {dispatcher};
 GRANT SELECT, UPDATE ON outbox.endpoint_state, outbox.endpoint_slots, outbox.endpoint_backlog,
     outbox.maintainer TO {dispatcher};
-
+{viewer_grants}
 COMMIT;

@@ -82,6 +82,26 @@ def test_dead_letters_newest_first_filtered_and_limited(conn: Conn) -> None:
         admin.dead_letters(conn, endpoint="never")
 
 
+def test_dead_letters_in_keyset_pages(conn: Conn) -> None:
+    """Pages of dead letters, each starting after the last of the one before, miss nothing."""
+    add_endpoint(conn, "a")
+    events = [publish(conn) for _ in range(5)]
+    for n, event in enumerate(events):
+        set_state(conn, event, "a", "dead", finished_ago=f"{n} minutes")
+    conn.execute("UPDATE outbox.deliveries SET finished_at = NULL WHERE event_id = %s",
+                 (events[4],))  # an earlier release's dead letter: the oldest
+    conn.commit()
+    pages, before = [], None
+    while True:
+        page = admin.dead_letters(conn, limit=2, before=before)
+        if not page:
+            break
+        pages.append([d.event_id for d in page])
+        before = page[-1].after
+    assert pages == [[str(events[0]), str(events[1])], [str(events[2]), str(events[3])],
+                     [str(events[4])]]
+
+
 def test_dead_letters_of_a_removed_endpoint_are_listed(conn: Conn) -> None:
     """A removed endpoint's dead letters stay visible, by its name too."""
     gone = add_endpoint(conn, "gone")
@@ -145,6 +165,20 @@ def test_retry_skips_removed_endpoints_and_refuses_unknown_names(conn: Conn) -> 
         admin.retry_dead(conn, endpoint="gone")
     with pytest.raises(ValueError, match="exactly one"):
         admin.retry_dead(conn, endpoint="a", everything=True)
+
+
+def test_retry_and_discard_of_one_event_at_one_endpoint(conn: Conn) -> None:
+    """Event ids with an endpoint choose those events' dead deliveries there, no others."""
+    add_endpoint(conn, "a")
+    add_endpoint(conn, "b")
+    event = publish(conn)
+    set_state(conn, event, "a", "dead")
+    set_state(conn, event, "b", "dead")
+    assert admin.retry_dead(conn, event_ids=[event], endpoint="b").retried == 1
+    assert [d[1] for d in deliveries(conn, event)] == ["dead", "pending"]
+    assert admin.discard_dead(conn, event_ids=[event], endpoint="b") == 0
+    assert admin.discard_dead(conn, event_ids=[event], endpoint="a") == 1
+    assert [d[1] for d in deliveries(conn, event)] == ["pending"]
 
 
 def test_replay_of_a_delivered_event_adds_a_delivery(conn: Conn) -> None:

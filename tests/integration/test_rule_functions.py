@@ -28,9 +28,10 @@ _STATEMENTS: dict[QueryName, dict[str, Any]] = {
     "complete": {"results": "[]", "slots": "[]", "circuits": json.dumps([[1, True, 0]])},
     "park_blocked": {"endpoint_ids": [1], "budget": 10},
     "admin_dead_list": {"endpoint": None, "types": ["order.%"], "since": None, "until": None,
-                        "failed_since": None, "limit": 10, "tenant": None},
+                        "failed_since": None, "limit": 10, "tenant": None, "before_at": None,
+                        "before_id": None},
     "admin_events_list": {"since_id": None, "types": None, "key": None, "since": None,
-                          "until": None, "limit": 10, "tenant": None},
+                          "until": None, "limit": 10, "tenant": None, "event_ids": None},
 }
 
 

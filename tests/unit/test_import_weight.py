@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 TREE = Path(__file__).resolve().parents[2]
-SIDECAR = ("dispatcher", "httptools", "httpx", "prometheus_client", "tenacity")
-"""The dispatcher and what only it needs: its HTTP client, parser, metrics and retries."""
+SIDECAR = ("dispatcher", "httptools", "httpx", "prometheus_client", "tenacity", "starlette",
+           "jinja2", "uvicorn")
+"""The dispatcher and what only it needs: its HTTP client, parser, metrics and retries; and
+the web view's framework, templates and server."""
 
 
 def _loaded_after(statement: str) -> list[str]:
@@ -28,9 +30,11 @@ def _loaded_after(statement: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("statement", ["import outbox", "from outbox import receive"])
+@pytest.mark.parametrize("statement", ["import outbox", "from outbox import receive",
+                                       "from outbox.cli import build_parser; build_parser()"])
 def test_the_producer_loads_nothing_of_the_sidecar(statement: str) -> None:
-    """`import outbox` and `from outbox import receive` load no dispatcher, httpx, tenacity..."""
+    """`import outbox`, `from outbox import receive` and the `outbox` command's parser load
+    no dispatcher, httpx, tenacity, nor the web view's Starlette, Jinja2 or uvicorn..."""
     assert _loaded_after(statement) == []
 
 

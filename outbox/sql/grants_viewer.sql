@@ -1,0 +1,15 @@
+
+-- The viewer reads what `outbox web` shows (and `outbox status`, `dead list`,
+-- `show` and `events list` print) and changes nothing: every delivery and
+-- attempt, the events without their headers, the fleet's state, and of the
+-- endpoints only what the pages show: never a secret, a URL or a header
+-- value. Enough for the web view without --allow-actions (its actions need
+-- the operator's role, as `outbox dead retry` does).
+REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM {viewer};
+GRANT USAGE ON SCHEMA outbox TO {viewer};
+GRANT SELECT (id, name, enabled, max_pending, disabled_reason, removed_at)
+    ON outbox.endpoints TO {viewer};
+GRANT SELECT (id, type, key, payload, idempotency_key, created_at, unrouted, traceparent,
+              tenant) ON outbox.events TO {viewer};
+GRANT SELECT ON outbox.deliveries, outbox.attempts, outbox.endpoint_state, outbox.dispatchers,
+    outbox.maintainer, outbox.schema_version TO {viewer};

@@ -1,0 +1,102 @@
+"""The composition root of ``outbox web``: the connections, the counts' cache, the guard and
+the routes, built once from a :class:`~outbox.web.config.WebConfig`.
+
+Errors a page may meet are answered here, once for all pages: a bad query
+parameter is a 400 with the command's message; an unknown endpoint a 404; a
+statement cancelled by its timeout, a database that cannot be reached or
+every connection busy a 503 saying which; any other database error a 500
+with its first line (never a traceback).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from outbox._shared.schema import MISSING, is_missing
+from outbox._shared.text import first_line
+from outbox.errors import EndpointNotFound
+from outbox.web import actions, pages
+from outbox.web.cache import Snapshot
+from outbox.web.config import WebConfig
+from outbox.web.db import NoConnection, Pool
+from outbox.web.guard import Guard, Tokens
+from outbox.web.params import BadParameter
+from outbox.web.render import problem
+from outbox.web.state import Parts
+
+log = logging.getLogger("outbox.web")
+
+
+def create_app(config: WebConfig) -> Starlette:
+    """The ASGI application (uvicorn serves it; tests drive it with Starlette's client)."""
+    readers = Pool(config.dsn, size=config.connections, read_only=True, wait=10,
+                   statement_timeout=config.statement_timeout_seconds)
+    writer = (Pool(config.dsn, size=1, read_only=False, wait=10,
+                   statement_timeout=config.statement_timeout_seconds)
+              if config.allow_actions else None)
+
+    def count() -> pages.Overview:
+        with readers.connection() as conn:
+            return pages.read_overview(conn)
+
+    state = Parts(config=config, readers=readers, writer=writer, counts=Snapshot(count),
+                  tokens=Tokens())
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        state.counts.warm()
+        yield
+        readers.close()
+        if writer is not None:
+            writer.close()
+
+    routes = [
+        Route("/", pages.overview),
+        Route("/dead", pages.dead),
+        Route("/search", pages.find),
+        Route("/events/{event_id}", pages.event),
+        Route("/events/{event_id}/retry", actions.retry, methods=["POST"]),
+        Route("/events/{event_id}/discard", actions.discard, methods=["POST"]),
+        Mount("/static", StaticFiles(packages=[("outbox.web", "static")]), name="static"),
+    ]
+    guard = Middleware(Guard, password=config.password, loopback=config.loopback,
+                       read_only=None if config.allow_actions else actions.READ_ONLY)
+    app = Starlette(routes=routes, middleware=[guard], lifespan=lifespan,
+                    exception_handlers={BadParameter: _bad, EndpointNotFound: _unknown,
+                                        NoConnection: _busy, psycopg.Error: _database})
+    app.state.parts = state
+    return app
+
+
+async def _bad(request: Request, exc: Exception) -> Response:
+    return problem(request, 400, str(exc))
+
+
+async def _unknown(request: Request, exc: Exception) -> Response:
+    return problem(request, 404, str(exc))
+
+
+async def _busy(request: Request, exc: Exception) -> Response:
+    return problem(request, 503, f"{exc}: try again in a moment")
+
+
+async def _database(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        return problem(request, 503, "the database did not answer within the view's statement "
+                       "timeout: narrow the filters, or try again when it is less busy")
+    if isinstance(exc, psycopg.Error) and is_missing(exc):
+        return problem(request, 503, MISSING)
+    if isinstance(exc, psycopg.OperationalError):
+        return problem(request, 503, f"cannot reach the database: {first_line(exc)}")
+    log.error("database error on %s: %s", request.url.path, first_line(exc))
+    return problem(request, 500, f"database error: {first_line(exc)}")

@@ -1,0 +1,120 @@
+"""What stands between a browser and the view: the Host check, basic authentication,
+the response headers, and the token every POST carries.
+
+- **Host.** Bound to a loopback address, the view answers only requests
+  addressed to one (``127.0.0.1``, ``[::1]``, ``localhost``): a web page
+  whose name an attacker rebinds to 127.0.0.1 reaches the port, but with
+  its own name in ``Host``, and is refused (421).
+- **Password.** With ``OUTBOX_WEB_PASSWORD`` every request needs HTTP basic
+  authentication as user ``outbox``; user and password are compared in
+  constant time, both always.
+- **Headers.** No script may run (there is none), no other site may frame
+  the pages, no page is cached or sends a Referer.
+- **Tokens.** A form's hidden ``token`` is an HMAC, under a key made when
+  the process starts, of a random value the browser holds in a cookie
+  (HttpOnly, SameSite=Strict): another site can make a browser send the
+  cookie but can neither read it nor compute the token, so its forged
+  POST is refused. A restart makes new keys: a page loaded before it must
+  be loaded again.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import secrets
+
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from outbox.web.config import USER, is_loopback
+
+COOKIE = "outbox_csrf"
+_SECURITY_HEADERS = [
+    (b"content-security-policy", b"default-src 'none'; style-src 'self'; img-src 'self'; "
+     b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+
+
+class Tokens:
+    """The cookie values a browser holds, and the form tokens bound to them."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self._key = key or secrets.token_bytes(32)
+
+    @staticmethod
+    def cookie() -> str:
+        return secrets.token_urlsafe(32)
+
+    def token(self, cookie: str) -> str:
+        return hmac.new(self._key, cookie.encode(), "sha256").hexdigest()
+
+    def valid(self, cookie: str | None, token: str | None) -> bool:
+        """Whether ``token`` was made for ``cookie`` by this process (constant time)."""
+        if not cookie or not token:
+            return False
+        return hmac.compare_digest(self.token(cookie).encode(), token.encode())
+
+
+def request_host(header: str) -> str:
+    """The host of a ``Host`` header, without its port: ``[::1]:8080`` -> ``[::1]``."""
+    if header.startswith("["):
+        return header.partition("]")[0] + "]"
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def authorised(header: str | None, password: str) -> bool:
+    """Whether an ``Authorization`` header gives user ``outbox`` and ``password``."""
+    scheme, _, encoded = (header or "").partition(" ")
+    try:
+        given = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        given = b""
+    user, _, secret = given.partition(b":")
+    right_user = hmac.compare_digest(user, USER.encode())
+    right_secret = hmac.compare_digest(secret, password.encode())
+    return scheme.lower() == "basic" and right_user & right_secret
+
+
+class Guard:
+    """ASGI middleware: the Host check, basic authentication, no POST at all when the view
+    is read-only (403, whatever the address), and the response headers."""
+
+    def __init__(self, app: ASGIApp, *, password: str | None, loopback: bool,
+                 read_only: str | None) -> None:
+        """``read_only``: the refusal of every POST, or None with --allow-actions."""
+        self._app = app
+        self._password = password
+        self._loopback = loopback
+        self._read_only = read_only
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_SECURITY_HEADERS]
+            await send(message)
+
+        refusal: PlainTextResponse | None = None
+        if self._loopback and not is_loopback(request_host(headers.get("host", ""))):
+            refusal = PlainTextResponse(
+                "this view answers only requests addressed to its loopback address\n", 421)
+        elif self._password and not authorised(headers.get("authorization"), self._password):
+            refusal = PlainTextResponse("authentication required (user outbox)\n", 401, headers={
+                "WWW-Authenticate": 'Basic realm="outbox", charset="UTF-8"'})
+        elif self._read_only and scope["method"] not in {"GET", "HEAD"}:
+            refusal = PlainTextResponse(self._read_only + "\n", 403)
+        if refusal is not None:
+            await refusal(scope, receive, with_headers)
+            return
+        await self._app(scope, receive, with_headers)

@@ -1,0 +1,126 @@
+"""The four pages, each read through the admin functions its command uses, each also as
+that command's ``--json`` document (``?format=json``).
+
+===================  ===========================================  =======================
+address              what it shows                                its command
+===================  ===========================================  =======================
+``/``                the endpoints: backlog, circuit, problems    ``outbox status``
+``/dead``            dead letters, newest first, filtered, paged  ``outbox dead list``
+``/events/ID``       one event's story (``?payload=1``: its data)  ``outbox show``
+``/search?q=TEXT``   events by id, idempotency or ordering key    ``outbox events list``
+===================  ===========================================  =======================
+
+Handlers are plain functions: Starlette runs them on its threads, where the
+admin functions' blocking calls belong.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from outbox import admin, history
+from outbox._cli import shapes
+from outbox._cli.status_cmd import describe_horizon
+from outbox.errors import EventsNotFound
+from outbox.web.guard import COOKIE
+from outbox.web.params import BadParameter, dead_query, event_id, page_mark
+from outbox.web.render import document, page, problem, wants_json
+from outbox.web.search import search
+from outbox.web.state import parts
+
+MAX_SEARCH = 1000
+"""The longest text ``/search`` takes: longer than any id or key a person pastes."""
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What ``outbox status`` reads, read at once (and cached as one)."""
+
+    status: admin.Status
+    holder: admin.HorizonHolder | None
+    waits: admin.KeyWaits
+
+
+def read_overview(conn: Any) -> Overview:
+    return Overview(admin.status(conn), admin.horizon(conn), admin.key_waits(conn))
+
+
+def overview(request: Request) -> Response:
+    view, age = parts(request).counts.get()
+    headers = {"Age": str(int(age))}
+    if wants_json(request):
+        return document(shapes.status(view.status, view.holder), headers=headers)
+    horizon = describe_horizon(view.holder) if view.holder is not None else None
+    return page(request, "overview.html", headers=headers, view=view, age=age,
+                horizon=horizon)
+
+
+def dead(request: Request) -> Response:
+    config = parts(request).config
+    query = dead_query(request.query_params, default_limit=config.page_size)
+    with parts(request).readers.connection() as conn:
+        letters = admin.dead_letters(conn, endpoint=query.endpoint, limit=query.limit + 1,
+                                     where=query.where, before=query.before)
+    more, letters = len(letters) > query.limit, letters[:query.limit]
+    following = query.link(before=page_mark(letters[-1])) if more else None
+    headers = {"Link": f'<{following}>; rel="next"'} if following else None
+    if wants_json(request):
+        return document(shapes.dead_letters(letters), headers=headers)
+    return page(request, "dead.html", headers=headers, letters=letters, query=query,
+                following=following, first=query.link(before=None) if query.before else None)
+
+
+def event(request: Request) -> Response:
+    found = event_id(request.path_params["event_id"])
+    if found is None:
+        return problem(request, 404, "not an event id (a UUID)")
+    state = parts(request)
+    with state.readers.connection() as conn:
+        try:
+            story = history.show(conn, found)
+        except EventsNotFound:
+            return problem(request, 404, f"no event {found} (unknown, or purged)")
+    with_payload = request.query_params.get("payload") == "1"
+    if wants_json(request):
+        return document(shapes.story(story, payload=with_payload))
+    cookie = request.cookies.get(COOKIE) or state.tokens.cookie()
+    payload = (json.dumps(json.loads(story.payload), indent=2, ensure_ascii=False).splitlines()
+               if with_payload else None)
+    response = page(request, "event.html", story=story, payload=payload,
+                    actions=state.config.allow_actions, token=state.tokens.token(cookie),
+                    done=_done(request))
+    if state.config.allow_actions and COOKIE not in request.cookies:
+        response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/")
+    return response
+
+
+def _done(request: Request) -> dict[str, Any] | None:
+    """What the action just taken did, as its redirect tells it (shown, never trusted)."""
+    params = request.query_params
+    verb, count = params.get("done"), params.get("count", "")
+    if verb not in {"retried", "discarded"} or not count.isdigit():
+        return None
+    return {"verb": verb, "count": int(count), "endpoint": params.get("endpoint", "")}
+
+
+def find(request: Request) -> Response:
+    text = request.query_params.get("q", "").strip()
+    if len(text) > MAX_SEARCH:
+        raise BadParameter(f"q: at most {MAX_SEARCH} characters")
+    if not text:
+        if wants_json(request):
+            raise BadParameter("q: give an event id, an idempotency key or an ordering key")
+        return page(request, "search.html", text="", found=None)
+    state = parts(request)
+    with state.readers.connection() as conn:
+        found = search(conn, text, limit=state.config.page_size)
+    if wants_json(request):
+        return document(shapes.events(found))
+    if len(found) == 1:
+        return RedirectResponse(f"/events/{found[0].event_id}", 303)
+    return page(request, "search.html", text=text, found=found)

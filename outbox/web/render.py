@@ -1,0 +1,74 @@
+"""Pages and documents: the Jinja2 templates beside this module, and JSON as the commands
+print it.
+
+Every value a template shows is escaped for HTML (autoescape) and, before
+that, made printable as the commands make it for a terminal: a stored type
+or error holding bidi overrides or control characters is shown with visible
+escapes, not obeyed by the browser.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from outbox import __version__
+from outbox._cli.shapes import rfc3339
+from outbox._cli.status_cmd import format_age
+from outbox._shared.text import printable
+
+
+def _shown(value: Any) -> Any:
+    """Every ``{{ value }}``: text made printable (markup the templates built is left)."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return printable(value)
+    return "" if value is None else value
+
+
+def _when(moment: Any) -> str:
+    return rfc3339(moment, seconds=True) or "-"
+
+
+def _environment() -> Environment:
+    env = Environment(loader=PackageLoader("outbox.web", "templates"),
+                      autoescape=select_autoescape(default=True), finalize=_shown,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["when"] = _when
+    env.filters["age"] = format_age
+    env.filters["flat"] = lambda text: " ".join((text or "").split())
+    env.globals["version"] = __version__
+    return env
+
+
+_ENV = _environment()
+
+
+def wants_json(request: Request) -> bool:
+    """``?format=json``: the document the matching command prints with ``--json``."""
+    return request.query_params.get("format") == "json"
+
+
+def page(request: Request, template: str, status: int = 200,
+         headers: dict[str, str] | None = None, **context: Any) -> HTMLResponse:
+    """One page of ``templates/``, with what every page's frame needs."""
+    html = _ENV.get_template(template).render(request=request, path=request.url.path,
+                                              **context)
+    return HTMLResponse(html, status, headers=headers)
+
+
+def document(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """JSON exactly as ``outbox ... --json`` prints it (indented, times as RFC 3339)."""
+    body = json.dumps(value, indent=2, default=str) + "\n"
+    return Response(body, status, headers=headers, media_type="application/json")
+
+
+def problem(request: Request, status: int, message: str) -> Response:
+    """An error as a page, or as ``{"error": ...}`` for a script."""
+    if wants_json(request):
+        return document({"error": message}, status)
+    return page(request, "problem.html", status, message=message, code=status)

@@ -1,0 +1,32 @@
+"""The parts one running view shares between its requests, built once by :mod:`.app`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from starlette.requests import Request
+
+from outbox.web.cache import Snapshot
+from outbox.web.config import WebConfig
+from outbox.web.db import Pool
+from outbox.web.guard import Tokens
+
+if TYPE_CHECKING:
+    from outbox.web.pages import Overview
+
+
+@dataclass(frozen=True)
+class Parts:
+    config: WebConfig
+    readers: Pool
+    """Read-only connections, for every page."""
+    writer: Pool | None
+    """The one connection that may write, for the actions; None without --allow-actions."""
+    counts: Snapshot[Overview]
+    tokens: Tokens
+
+
+def parts(request: Request) -> Parts:
+    app: Any = request.app
+    return cast(Parts, app.state.parts)

@@ -1,0 +1,67 @@
+"""The viewer role of `outbox grants --viewer`: enough for the web view and the reading
+commands, and nothing more: no secret, URL or header value, no write."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from outbox.testing import Receiver
+from tests.conftest import Cluster
+from tests.support.cli import run_outbox
+from tests.support.roles import Roles, ok, setup
+from tests.support.web import dead_scene, web_client
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def viewer(cluster: Cluster) -> Any:
+    """A login role of its own; asked for before ``roles``, so that it is dropped after the
+    database its grants are in."""
+    name = f"viewer_{os.getpid()}_{next(_counter)}"
+    with cluster.admin() as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        with cluster.admin() as admin:
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def test_the_viewer_reads_every_page_and_nothing_secret(viewer: str, roles: Roles,
+                                                      receiver: Receiver) -> None:
+    """Applied with --apply, the viewer serves every page and runs the reading commands,
+    and may read no endpoint secret, URL or header, no event header, and write nothing."""
+    setup(roles, receiver)
+    op = roles.dsn(roles.operator)
+    applied = ok(run_outbox(op, "grants", "--application", roles.application,
+                            "--dispatcher", roles.dispatcher, "--viewer", viewer, "--apply"))
+    assert f"viewer {viewer}" in applied
+    with roles.connect(roles.operator) as conn:
+        scene = dead_scene(conn)
+    dsn = roles.dsn(viewer)
+    event = scene["dead"]
+    with web_client(dsn) as client:
+        for path in ("/", "/dead", "/dead?endpoint=billing", f"/events/{event}",
+                     f"/events/{event}?payload=1", "/search?q=customer-7",
+                     "/search?q=order-1234"):
+            response = client.get(path)
+            assert response.status_code in (200, 303), (path, response.text)
+    for args in (("status",), ("dead", "list"), ("show", str(event)),
+                 ("events", "list", "--key", "customer-7")):
+        ok(run_outbox(dsn, *args))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in ("SELECT secret FROM outbox.endpoints",
+                          "SELECT url FROM outbox.endpoints",
+                          "SELECT headers FROM outbox.endpoints",
+                          "SELECT headers FROM outbox.events",
+                          "UPDATE outbox.deliveries SET attempts = 0",
+                          "DELETE FROM outbox.attempts"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
