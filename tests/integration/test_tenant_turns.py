@@ -188,4 +188,5 @@ def test_turns_go_within_the_rate_limit_and_the_circuits_probe(conn: Conn) -> No
                  "opened_at = now() - interval '1 hour' WHERE endpoint_id = %s", (endpoint,))
     conn.commit()
     probe = [ClaimRow._make(row) for row in claim(conn, [endpoint], rows=8)]
-    assert len(probe) == 1 and probe[0].probe
+    assert len(probe) == 1
+    assert probe[0].probe
