@@ -7,8 +7,8 @@ tenant, which count as one tenant), from the one after the tenant served
 last, and deals the request slots and prefetched groups it may fill one per
 tenant in that order, then a second each to those with more due, and so on:
 a batch holds one tenant's events, and a turn is a request. The walk stops
-after ``turns`` tenants with due work (no tenant can use more turns than the
-claim has), or after TURN_STEPS tenants looked at, so a claim's cost does not
+after as many tenants with due work and nothing in flight as the claim has
+turns to deal, or after TURN_STEPS tenants looked at, so a claim's cost does not
 grow with the number of tenants: the next claim goes on from where this one
 left. This module is the Python half: the cursor, one per endpoint, moved
 past the tenant of the last request each claim formed.

@@ -65,7 +65,9 @@
 --   dealt deals the turns: round j of a tenant with k requests in flight is
 --   dealt as round j + k, in walk order within a round, each tenant up to its
 --   demand (work-conserving: a tenant alone takes every turn). The locked
---   CTEs (locked_named, locked_untenanted) take each tenant's rows for its
+--   CTEs (locked_named, locked_untenanted: two, and two arms in the walk and
+--   in demand, because `tenant IS NOT DISTINCT FROM` cannot use the index,
+--   while `= tenant` and `IS NULL` each can) take each tenant's rows for its
 --   turns as locked below, and rounds numbers the groups in the order of the
 --   deal, so the slots granted go to the first turns and the prefetched
 --   groups follow. A group holds one tenant's rows.
