@@ -10,19 +10,19 @@ page, never a session left waiting in front of ``publish()`` or a claim.
 Readers are ``default_transaction_read_only``: whatever a page runs, it
 cannot write. Statements are never prepared server-side, so that a plan
 chosen for one filter is not reused for another (and a transaction pooler
-in between does no harm).
+in between does no harm). The pooling itself is psycopg_pool's (opened on
+demand, a broken connection replaced, a waiter bounded); this module is the
+settings.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from outbox._shared.dsn import server_options
 
@@ -45,42 +45,22 @@ class Pool:
             settings.append("-c default_transaction_read_only=on")
         else:
             settings.append(f"-c lock_timeout={min(millis, 2000)}")
-        self._dsn = dsn
-        self._options = server_options(dsn, " ".join(settings))
-        self._idle: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
-        self._room = threading.BoundedSemaphore(size)
         self._wait = wait
-
-    def _open(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10,
-                               application_name="outbox-web", options=self._options)
-        conn.prepare_threshold = None
-        return conn
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            dsn, min_size=0, max_size=size, open=True, name="outbox-web",
+            kwargs={"autocommit": True, "connect_timeout": 10, "prepare_threshold": None,
+                    "application_name": "outbox-web",
+                    "options": server_options(dsn, " ".join(settings))})
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A healthy connection for the block; a broken one is closed, not given back."""
-        if not self._room.acquire(timeout=self._wait):
-            raise NoConnection(f"every database connection was busy for {self._wait:g} s")
-        conn: psycopg.Connection[Any] | None = None
         try:
-            try:
-                conn = self._idle.get_nowait()
-            except queue.Empty:
-                conn = self._open()
-            yield conn
-        finally:
-            if conn is not None:
-                idle = conn.info.transaction_status == TransactionStatus.IDLE
-                if conn.broken or conn.closed or not idle:
-                    conn.close()
-                else:
-                    self._idle.put(conn)
-            self._room.release()
+            with self._pool.connection(timeout=self._wait) as conn:
+                yield conn
+        except PoolTimeout:
+            raise NoConnection(f"every database connection was busy for {self._wait:g} s"
+                               ) from None
 
     def close(self) -> None:
-        while True:
-            try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
-                return
+        self._pool.close()

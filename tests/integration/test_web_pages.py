@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from outbox.web.db import NoConnection, Pool
 from tests.support.admin import set_state
 from tests.support.cli import run_outbox
 from tests.support.dispatcher import add_endpoint, publish
@@ -244,7 +245,6 @@ def test_the_views_connections_read_only_under_a_statement_timeout(dsn: str, con
             "AND datname = current_database()").fetchone()
     assert rows is not None
     assert rows[0] >= 1
-    from outbox.web.db import Pool
     pool = Pool(dsn, size=1, statement_timeout=1.5, read_only=True, wait=1)
     with pool.connection() as reader:
         settings = reader.execute("SELECT current_setting('statement_timeout'), "
@@ -266,3 +266,21 @@ def test_a_statement_past_its_timeout_is_a_503(dsn: str, conn: Conn) -> None:
         conn.rollback()
     assert response.status_code == 503
     assert "statement timeout" in response.text
+
+
+def test_a_request_waits_a_bounded_time_for_a_busy_connection(dsn: str) -> None:
+    """The readers' pool: its connections are the view's, read-only and under the timeout;
+    with every one of them busy, the next waiter gives up after its wait (a 503 page)."""
+    pool = Pool(dsn, size=1, statement_timeout=1.0, read_only=True, wait=0.2)
+    try:
+        with pool.connection() as conn:
+            row = conn.execute("SELECT current_setting('statement_timeout'), "
+                               "current_setting('default_transaction_read_only'), "
+                               "current_setting('application_name')").fetchone()
+            assert row == ("1s", "on", "outbox-web")
+            with pytest.raises(NoConnection), pool.connection():
+                pass
+        with pool.connection() as conn:  # given back, and reused
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        pool.close()
