@@ -42,7 +42,7 @@ from dispatcher.observe.tracing import configure as configure_tracing
 from dispatcher.once import OncePass
 from dispatcher.schema_gate import GateVerdict, SchemaGate
 from dispatcher.shutdown import drain
-from outbox import __version__
+from outbox._shared.version import current as version
 from outbox.sql import SCHEMA_VERSION
 
 log = logging.getLogger("dispatcher")
@@ -84,11 +84,11 @@ def build(config: DispatcherConfig) -> Parts:
     sender = HttpSender(max_connections=config.concurrency,
                         block_private_networks=config.block_private_networks,
                         allow_networks=config.allow_networks,
-                        user_agent=f"outbox-dispatcher/{__version__}", proxies=proxies)
+                        user_agent=f"outbox-dispatcher/{version()}", proxies=proxies)
     _say_proxies(proxies, block_private=config.block_private_networks)
     completer = Completer(complete_db, leases, control.wake.set, control.give_up,
                           endpoints.describe)
-    tracing = configure_tracing(config.traces_exporter, __version__)
+    tracing = configure_tracing(config.traces_exporter, version())
     deliverer = Deliverer(sender, completer, metrics, control.wake.set,
                           tracing=tracing)
     flights = Flights(deliverer, free_slot=completer.free, hand_back=completer.hand_back,

@@ -18,13 +18,14 @@ from typing import Any
 
 from dispatcher.config import ConfigError, DispatcherConfig
 from dispatcher.observe.logs import setup_logging
-from outbox import __version__
+from outbox._shared import extras
 from outbox._shared.argtypes import duration, seconds
 from outbox._shared.dsn import InvalidDsn, check_dsn, nothing_configured, resolve_dsn
+from outbox._shared.secrets import env_name_allowed
 from outbox._shared.usage import OneLineParser, undecodable, usage_line
-from outbox.endpoints import env_name_allowed
+from outbox._shared.version import current as version
 
-EXIT_USAGE = 2
+EXIT_FAILURE, EXIT_USAGE = 1, 2
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="outbox-dispatcher",
                 description="Deliver committed outbox events over HTTP. Every option also "
                             "reads from OUTBOX_<OPTION>, e.g. OUTBOX_CONCURRENCY.")
-    p.add_argument("--version", action="version", version=f"outbox-dispatcher {__version__}")
+    p.add_argument("--version", action="version", version=f"outbox-dispatcher {version()}")
     p.add_argument("--dsn",
                    help="database URL (default: $OUTBOX_DSN, $DATABASE_URL, PG* variables)")
     p.add_argument("--listen-dsn", metavar="DSN",
@@ -211,6 +212,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage_line("outbox-dispatcher", f"argument '{bad}' is not valid UTF-8"), end="",
               file=sys.stderr)
         return EXIT_USAGE
+    missing = None if {"-h", "--help", "--version"} & set(argv) else extras.missing(
+        "outbox-dispatcher", "dispatcher", extras.DISPATCHER)
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return EXIT_FAILURE
     try:
         config = build_config(argv, os.environ)
     except ConfigError as exc:

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple, cast
 
 from dispatcher.policy.model import Endpoint, TlsFiles
 from outbox._shared.endpoint_defaults import Format
+from outbox._shared.secrets import decode_secret
 from outbox._shared.tls_files import HEARTBEAT_PREFIX
-from outbox.endpoints import decode_secret
 
 log = logging.getLogger("dispatcher.endpoints")
 

@@ -45,8 +45,8 @@ from dispatcher.leases import Leases
 from dispatcher.limits.slots import slots_json
 from dispatcher.observe.metrics import Metrics
 from dispatcher.policy.model import TlsFiles
-from outbox import __version__
 from outbox._shared.text import counted, first_line
+from outbox._shared.version import current as version
 from outbox.retention import apurge
 
 log = logging.getLogger("dispatcher.maintenance")
@@ -135,7 +135,7 @@ class Maintenance:
         problems = self._endpoints.problems(self._tls_problems())
         await self._db.fetch("heartbeat", {
             "me": self._me, "host": socket.gethostname(), "pid": os.getpid(),
-            "version": __version__, "problems": json.dumps(problems)})
+            "version": version(), "problems": json.dumps(problems)})
         self._beating = True
 
     async def resign(self) -> None:

@@ -23,21 +23,20 @@ from outbox.errors import (
 
 
 def __getattr__(name: str) -> str:
-    """``__version__``, read from the installed package's metadata on first use.
+    """``__version__``, read from the installed package's metadata on first use (with the
+    commit, from a git checkout: ``outbox._shared.version``).
 
     Lazy: importlib.metadata costs an application ~25 ms at import time,
     for a string it rarely asks for.
     """
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
+        from outbox._shared.version import current
 
-        try:
-            found = version("outbox-dispatcher")
-        except PackageNotFoundError:  # a source tree that was never installed
-            found = "0+unknown"
+        found = current()
         globals()["__version__"] = found
         return found
     raise AttributeError(f"module 'outbox' has no attribute {name!r}")
+
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",

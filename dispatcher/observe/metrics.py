@@ -53,7 +53,7 @@ from prometheus_client.metrics_core import Metric
 from psycopg.rows import tuple_row
 
 from dispatcher.observe.horizon import HorizonCollector, HorizonWatch
-from outbox import __version__
+from outbox._shared.version import current as version
 from outbox.sql import SCHEMA_VERSION, queries
 
 REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")
@@ -166,7 +166,7 @@ class _BuildInfo:
         info = GaugeMetricFamily(
             "outbox_build_info", "The running outbox-dispatcher: its version and the schema "
             "version it is built for; always 1.", labels=["version", "schema_version"])
-        info.add_metric([__version__, str(SCHEMA_VERSION)], 1.0)
+        info.add_metric([version(), str(SCHEMA_VERSION)], 1.0)
         return [info]
 
 

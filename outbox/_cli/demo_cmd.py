@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from outbox._cli import common
 from outbox._postgres import PostgresNotFound
+from outbox._shared import extras
 
 if TYPE_CHECKING:
     from outbox.demo import Progress, Summary
@@ -174,6 +175,9 @@ NEXT_STEPS = (
 
 
 def run(args: argparse.Namespace) -> int:
+    missing = extras.missing("outbox demo", "dispatcher", extras.DISPATCHER)
+    if missing is not None:  # the demo runs the real dispatcher
+        raise common.CommandFailed(missing)
     print(f"outbox demo: {args.events} events through a throwaway PostgreSQL, the "
           "dispatcher and a flaky local receiver", flush=True)
     from outbox.demo import DemoFailed, Interrupted, run_demo

@@ -10,16 +10,13 @@ address other than loopback without ``OUTBOX_WEB_PASSWORD`` is refused
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 from typing import Any
 
 from outbox._cli import common
+from outbox._shared import extras
 from outbox._shared.dsn import resolve_dsn
 from outbox.web.config import DEFAULT_HOST, DEFAULT_PORT, InsecureWebConfig, WebConfig
-
-NEEDS = ("starlette", "jinja2", "uvicorn")
-"""What ``outbox-dispatcher[web]`` installs, and the view imports."""
 
 
 def register(sub: Any) -> None:
@@ -64,11 +61,9 @@ def run(args: argparse.Namespace) -> int:
                            password=os.environ.get("OUTBOX_WEB_PASSWORD") or None)
     except InsecureWebConfig as exc:
         raise common.UsageError(str(exc)) from None
-    missing = [name for name in NEEDS if importlib.util.find_spec(name) is None]
-    if missing:
-        raise common.CommandFailed(
-            f"outbox web needs {', '.join(missing)}: install the extra with "
-            "pip install 'outbox-dispatcher[web]'")
+    missing = extras.missing("outbox web", "web", extras.WEB)
+    if missing is not None:
+        raise common.CommandFailed(missing)
     with common.connect(args):  # the database answers, and holds the schema this reads
         pass
     from outbox.web.serve import bind, serve, url

@@ -85,9 +85,10 @@ def signature(ca_file: str | None, client_cert: str | None,
 
 
 def load(ca_file: str | None, client_cert: str | None, client_key: str | None, *,
-         default_cafile: str, now: Callable[[], float] = time.time) -> Loaded:
-    """A client context trusting ``ca_file`` (else ``default_cafile``), presenting the
-    client certificate if one is given; TlsFileProblem for the first file that cannot serve."""
+         default_cafile: str | None, now: Callable[[], float] = time.time) -> Loaded:
+    """A client context trusting ``ca_file`` (else ``default_cafile``; None: the system's
+    authorities), presenting the client certificate if one is given; TlsFileProblem for the
+    first file that cannot serve."""
     if (client_cert is None) != (client_key is None):
         given, missing = (("client_cert", "client_key") if client_key is None
                           else ("client_key", "client_cert"))

@@ -3,8 +3,10 @@
 What ``outbox endpoints`` does, callable from Python with a psycopg connection:
 
 - ``_spec``: :class:`EndpointSpec`, one endpoint's whole definition, checked
-  on construction, and the secrets (``whsec_...``, ``env:NAME``);
-- ``_checks``: one checker per option, shared by the spec and the dispatcher;
+  on construction, and new secrets made;
+- ``_checks``: one checker per option;
+- the secrets' forms (``whsec_...``, ``env:NAME``) and the keys they give live
+  in ``outbox._shared.secrets``, which the dispatcher reads them with too;
 - ``_sync``: a TOML sync file read into specs, and the plan to apply it;
 - ``_files``: the TLS files a spec names, judged where the command runs (a warning);
 - ``_store``: the changes in the database, in the caller's transaction.
@@ -20,17 +22,16 @@ from outbox._shared.endpoint_defaults import (
     FORMATS,
     Format,
 )
-from outbox.endpoints._checks import (
+from outbox._shared.secrets import (
     ENV_SECRET_PREFIX,
-    check_patterns,
     check_secret,
+    decode_secret,
     env_name_allowed,
-    glob_to_like,
 )
+from outbox.endpoints._checks import check_patterns, glob_to_like
 from outbox.endpoints._files import file_warning
 from outbox.endpoints._spec import (
     EndpointSpec,
-    decode_secret,
     generate_secret,
     parse_header,
     signing_label,

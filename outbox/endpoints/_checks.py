@@ -1,10 +1,11 @@
 """One checker per endpoint option: pure functions that return the clean value or raise.
 
-They are shared by :class:`outbox.endpoints.EndpointSpec` (the command line
-and sync files) and :func:`outbox.endpoints.decode_secret` (the dispatcher),
-so an endpoint is judged by the same rules wherever it comes from. Every
-failure is an :class:`~outbox.errors.InvalidEndpoint` naming the option and
-saying what to write instead; none repeats a secret.
+They serve :class:`outbox.endpoints.EndpointSpec` (the command line and sync
+files), so an endpoint is judged by the same rules wherever it comes from;
+the secret's rules, which the dispatcher shares, are in
+``outbox._shared.secrets``. Every failure is an
+:class:`~outbox.errors.InvalidEndpoint` naming the option and saying what to
+write instead; none repeats a secret.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from urllib.parse import urlsplit
 
 from outbox._shared.headers import HEADER_NAME, is_reserved, value_problem
 from outbox._shared.urls import shown_url
-from outbox._shared.wire import SECRET_PREFIX, BadSecret, secret_key
 from outbox.errors import InvalidEndpoint
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -28,30 +28,6 @@ _HOST_MAX = 253  # characters of a DNS name, dots included (RFC 1035)
 # The event type charset of outbox._event, plus the glob characters * and ?.
 _PATTERN = re.compile(r"[A-Za-z0-9_\-:/*?]+(?:\.[A-Za-z0-9_\-:/*?]+)*")
 _PATTERN_MAX = 255
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-ENV_SECRET_PREFIX = "OUTBOX_SECRET_"  # noqa: S105 - a variable name's prefix, not a password
-"""The recommended prefix of ``env:`` secrets; allowed inside the dispatcher's own namespace."""
-# Variables an endpoint's env: secret may never name: the dispatcher's own
-# configuration (OUTBOX_*, the DSN among it), and the database's (DATABASE_URL,
-# libpq's PG* variables, PGPASSWORD among them).
-_ENV_DENIED_PREFIXES = ("OUTBOX_", "PG")
-_ENV_DENIED = frozenset({"DATABASE_URL"})
-
-
-def env_name_allowed(name: str) -> bool:
-    """Whether an ``env:`` secret may name this variable (see _ENV_DENIED_PREFIXES)."""
-    if name.startswith(ENV_SECRET_PREFIX):
-        return name != ENV_SECRET_PREFIX
-    return not name.startswith(_ENV_DENIED_PREFIXES) and name not in _ENV_DENIED
-"""What the name of an ``env:`` secret's variable starts with.
-
-The dispatcher's environment also holds ``OUTBOX_DSN`` (with its password)
-and whatever else its pod carries; whoever may define endpoints must not be
-able to have the dispatcher sign with any of those: a receiver they control
-would get an HMAC under the database password, to test guesses against
-offline.
-"""
-_KEY_BYTES = (24, 64)  # Standard Webhooks: secret keys of 24 to 64 bytes
 
 
 def check_name(name: object) -> str:
@@ -184,63 +160,6 @@ def glob_to_like(pattern: str) -> str:
         else:
             out.append(char)
     return "".join(out)
-
-
-def check_secret(secret: object) -> str | None:
-    """``whsec_<base64>`` (its key checked) or ``env:NAME`` (see ``check_env_name``); None
-    means unsigned."""
-    if secret is None:
-        return None
-    if not isinstance(secret, str):
-        raise InvalidEndpoint(f"must be a string, not {type(secret).__name__}", "secret")
-    if secret.startswith("env:"):
-        check_env_name(secret[4:])
-    elif secret.startswith(SECRET_PREFIX):
-        key_bytes(secret, "the whsec_ secret")
-    else:
-        raise InvalidEndpoint(
-            "must be 'whsec_' followed by the base64 of 24 to 64 random bytes, or "
-            "'env:NAME' to read it from the dispatcher's environment",
-            "secret")
-    return secret
-
-
-def check_env_name(name: str) -> str:
-    """The variable name of an ``env:`` secret: valid, and none of the configuration's."""
-    example = f"env:{ENV_SECRET_PREFIX}WORKFLOW"
-    if not ENV_NAME.fullmatch(name):
-        raise InvalidEndpoint(
-            "env: must be followed by an environment variable name of letters, digits "
-            f"and '_', such as {example}", "secret")
-    if not env_name_allowed(name):
-        raise InvalidEndpoint(
-            f"env:{name} is not allowed: OUTBOX_* (but {ENV_SECRET_PREFIX}*), DATABASE_URL "
-            f"and PG* hold the dispatcher's and the database's configuration, never a "
-            f"signing secret; use a name of its own, such as {example}", "secret")
-    return name
-
-
-def key_bytes(secret: str, what: str, *, show_length: bool = True) -> bytes:
-    """The HMAC key of a ``whsec_`` secret, read as every side reads it
-    (``outbox._shared.wire.secret_key``), and of 24 to 64 bytes: the length
-    is the rule of endpoint definitions on top.
-
-    ``show_length=False`` keeps the key's length out of the message: for a
-    variable of the dispatcher's environment, which its reader did not write.
-    """
-    try:
-        key = secret_key(secret)
-    except BadSecret as exc:
-        if exc.rule != "empty":
-            raise InvalidEndpoint(f"is not valid: {what} is not base64", "secret") from None
-        key = b""  # told below, as a key of the wrong size
-    low, high = _KEY_BYTES
-    if not low <= len(key) <= high:
-        holds = f"holds a {len(key)}-byte key" if show_length else "holds a key of another size"
-        raise InvalidEndpoint(
-            f"is not valid: {what} {holds}; Standard Webhooks keys "
-            f"are {low} to {high} bytes", "secret")
-    return key
 
 
 def check_headers(headers: object) -> dict[str, str]:

@@ -5,11 +5,12 @@ the command may well run where they do not exist, so what it finds is a
 warning, never a refusal. Where they can be read, they are judged as the
 dispatcher judges them (``outbox._shared.tls_files``), so a key that does
 not belong to its certificate is told before the first delivery fails.
+Without a CA bundle of the endpoint's own, the context trusts the system's
+(the dispatcher trusts certifi's): which authorities are trusted changes no
+judgement made here, and the command needs nothing of the dispatcher's.
 """
 
 from __future__ import annotations
-
-import certifi
 
 from outbox._shared.tls_files import TlsFileProblem, load
 from outbox.endpoints._spec import EndpointSpec
@@ -20,7 +21,7 @@ def local_file_problem(spec: EndpointSpec) -> str | None:
     if spec.ca_file is None and spec.client_cert is None:
         return None
     try:
-        load(spec.ca_file, spec.client_cert, spec.client_key, default_cafile=certifi.where())
+        load(spec.ca_file, spec.client_cert, spec.client_key, default_cafile=None)
     except TlsFileProblem as exc:
         return str(exc)
     return None

@@ -13,7 +13,7 @@ SQL ``LIKE``, so each spec also carries its patterns translated to LIKE.
 
 Secrets are ``whsec_<base64>`` or ``env:NAME``, NAME none of the
 configuration's (``OUTBOX_*`` but ``OUTBOX_SECRET_*``, ``DATABASE_URL``,
-``PG*``); :func:`decode_secret` turns either into HMAC key bytes,
+``PG*``); ``outbox._shared.secrets.decode_secret`` turns either into HMAC key bytes,
 reading ``env:`` references from the environment mapping it is given (the
 dispatcher's snapshot), never from ``os.environ``, refusing other names
 there too, for endpoints written into the table by hand, and any variable
@@ -40,6 +40,7 @@ from outbox._shared.endpoint_defaults import (
     FORMATS,
     Format,
 )
+from outbox._shared.secrets import check_secret
 from outbox.durations import parse_duration
 from outbox.endpoints import _checks as checks
 from outbox.errors import InvalidEndpoint
@@ -131,7 +132,7 @@ class EndpointSpec:
         put("name", checks.check_name(self.name))
         put("url", checks.check_url(self.url))
         put("events", checks.check_patterns(self.events))
-        put("secret", checks.check_secret(self.secret))
+        put("secret", check_secret(self.secret))
         put("max_attempts", checks.check_int(self.max_attempts, "max_attempts", 1, MAX_ATTEMPTS))
         put("timeout", checks.check_number(self.timeout, "timeout", 0, MAX_TIMEOUT,
                                            low_inclusive=False))
@@ -257,31 +258,3 @@ def signing_label(secret: str | None) -> str | None:
     if secret.startswith("env:"):
         return secret
     return "whsec"
-
-def decode_secret(text: str, environ: Mapping[str, str]) -> bytes:
-    """The HMAC key of a secret: ``whsec_<base64>``, or ``env:NAME`` looked up in ``environ``.
-
-    NAME must not be the configuration's, checked before ``environ`` is
-    read, so that an endpoint written by hand cannot sign with ``OUTBOX_DSN``,
-    ``DATABASE_URL`` or ``PGPASSWORD``. The variable must hold a ``whsec_``
-    secret, prefix included: a value without it (a cloud key, a password) is
-    never a signing key, whatever its name. Surrounding whitespace such as a
-    trailing newline from a mounted file is ignored. Raises InvalidEndpoint
-    (field ``secret``) when the name is not allowed or the variable does not
-    hold a valid ``whsec_`` secret; the message names the variable, never its
-    value nor its length, and says the same whether the variable is missing
-    or holds something else (no way to learn what the environment holds).
-    """
-    if text.startswith("env:"):
-        var = checks.check_env_name(text[4:])
-        value = environ.get(var, "").strip()
-        if not value.startswith("whsec_"):
-            raise InvalidEndpoint(
-                f"env:{var}: the dispatcher's environment has no variable {var} holding a "
-                "whsec_ secret (set it to whsec_ followed by the base64 of 24 to 64 "
-                "random bytes)", "secret")
-        return checks.key_bytes(value, f"the whsec_ secret in {var}", show_length=False)
-    if text.startswith("whsec_"):
-        return checks.key_bytes(text, "the whsec_ secret")
-    checks.check_secret(text)  # raises, saying what a secret looks like
-    raise AssertionError("unreachable")  # pragma: no cover
