@@ -10,11 +10,11 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
 
+from outbox._present import args as arguments
 from outbox._shared.dsn import (
     InvalidDsn,
     check_dsn,
@@ -38,20 +38,11 @@ class CommandFailed(Exception):
 
 
 def check_window(args: argparse.Namespace) -> None:
-    """A time window that holds nothing is a mistake, said as one (exit 2), not ``(none)``.
-
-    ``--since`` and ``--until`` are each a timestamp or a duration back from
-    now (``args.moment``), compared on one clock.
-    """
-    since, until = getattr(args, "since", None), getattr(args, "until", None)
-    if since is None or until is None:
-        return
-    now = datetime.now(UTC)
-    start = now - since if isinstance(since, timedelta) else since
-    end = now - until if isinstance(until, timedelta) else until
-    if start >= end:
-        raise UsageError(f"argument --until: {end.isoformat(timespec='seconds')} is not after "
-                         f"--since {start.isoformat(timespec='seconds')}: the window is empty")
+    """``--since`` not before ``--until``: exit 2 (see ``outbox._present.args.check_window``)."""
+    try:
+        arguments.check_window(getattr(args, "since", None), getattr(args, "until", None))
+    except arguments.EmptyWindow as exc:
+        raise UsageError("argument " + exc.said("--")) from None
 
 
 def add_dsn_option(parser: argparse.ArgumentParser) -> None:

@@ -7,9 +7,10 @@ import sys
 from typing import Any
 
 from outbox import admin
-from outbox._cli import common, shapes
-from outbox._cli.args import add_filters, event_id, moment, positive_int
-from outbox._cli.shapes import rfc3339
+from outbox._cli import common
+from outbox._present import shapes
+from outbox._present.args import add_filters, event_id, moment, positive_int
+from outbox._present.shapes import rfc3339
 from outbox._shared.text import counted
 
 __all__ = ["event_id", "positive_int", "register", "rfc3339"]

@@ -6,9 +6,10 @@ import argparse
 from typing import Any
 
 from outbox import admin
-from outbox._cli import common, shapes
-from outbox._cli.args import add_filters, positive_int
-from outbox._cli.shapes import rfc3339
+from outbox._cli import common
+from outbox._present import shapes
+from outbox._present.args import add_filters, positive_int
+from outbox._present.shapes import rfc3339
 
 
 def register(sub: Any) -> None:

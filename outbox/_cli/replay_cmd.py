@@ -8,7 +8,7 @@ from typing import Any
 
 from outbox import admin
 from outbox._cli import common
-from outbox._cli.args import add_tenant, event_id, moment, type_pattern
+from outbox._present.args import add_tenant, event_id, moment, type_pattern
 from outbox._shared.text import counted
 
 __all__ = ["register", "since"]

@@ -7,9 +7,10 @@ import json
 from typing import Any
 
 from outbox import history
-from outbox._cli import common, shapes
-from outbox._cli.args import event_id
-from outbox._cli.shapes import rfc3339
+from outbox._cli import common
+from outbox._present import shapes
+from outbox._present.args import event_id
+from outbox._present.shapes import rfc3339
 from outbox._shared.text import counted
 from outbox.errors import EventsNotFound
 

@@ -10,7 +10,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from outbox import admin
-from outbox._cli import common, shapes
+from outbox._cli import common
+from outbox._present import shapes
+from outbox._present.words import describe_horizon, format_age
 
 
 def register(sub: Any) -> None:
@@ -109,43 +111,9 @@ def _show(conn: Any, *, as_json: bool, tenants: bool = False) -> None:
         common.print_line(describe_horizon(holder))
 
 
-def describe_horizon(h: admin.HorizonHolder) -> str:
-    """One line naming who holds the horizon back, how long, and what it costs."""
-    if h.source == "slot":
-        who = f"replication slot {h.name}" + (f" (pid {h.pid})" if h.pid is not None else "")
-    elif h.source == "prepared":
-        who = f"prepared transaction {h.name!r} (owner {h.user})"
-    else:
-        about = ", ".join(part for part in (
-            f"application {h.application_name!r}" if h.application_name else "",
-            f"user {h.user}" if h.user else "") if part)
-        who = f"pid {h.pid}" + (f" ({about})" if about else "")
-    if h.held_seconds is not None:
-        verb = "prepared" if h.source == "prepared" else "open"
-        held = f"{verb} for {format_age(h.held_seconds)}"
-    elif h.source == "backend":
-        held = "open for a time this role may not see (pg_monitor shows it)"
-    else:
-        held = "held"
-    return (f"horizon held by {who}: {held}, {h.age_xids:,} transactions old; vacuum cannot "
-            "remove dead deliveries behind it, so claims slow down")
-
-
 def _bound(e: admin.EndpointStatus) -> str:
     """Undelivered against the --max-pending bound, as a percentage of it; "-" if none."""
     if e.max_pending is None:
         return "-"
     undelivered = e.pending + e.in_flight
     return f"{undelivered}/{e.max_pending} ({100 * undelivered // e.max_pending}%)"
-
-
-def format_age(seconds: float) -> str:
-    """A short human age: 45s, 12m05s, 3h07m, 2d04h."""
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from outbox import admin, history
-from outbox._cli import shapes
-from outbox._cli.status_cmd import describe_horizon
+from outbox._present import shapes
+from outbox._present.words import describe_horizon
 from outbox.errors import EventsNotFound
 from outbox.web.guard import COOKIE
 from outbox.web.params import BadParameter, dead_query, event_id, page_mark

@@ -19,9 +19,8 @@ from urllib.parse import urlencode
 from starlette.datastructures import QueryParams
 
 from outbox import admin
-from outbox._cli.args import moment, tenant, type_pattern
-from outbox._cli.common import UsageError, check_window
-from outbox._cli.shapes import rfc3339
+from outbox._present.args import EmptyWindow, check_window, moment, tenant, type_pattern
+from outbox._present.shapes import rfc3339
 
 T = TypeVar("T")
 MAX_LIMIT = 500
@@ -70,9 +69,9 @@ def dead_query(params: QueryParams, *, default_limit: int) -> DeadQuery:
     if (text := _one(params, "until")) is not None:
         until = _read("until", text, moment)
     try:
-        check_window(argparse.Namespace(since=since, until=until))
-    except UsageError as exc:
-        raise BadParameter(str(exc).replace("argument --", "").replace("--", "")) from None
+        check_window(since, until)
+    except EmptyWindow as exc:
+        raise BadParameter(exc.said("")) from None
     types = tuple(_read("type", t.strip(), type_pattern)
                   for t in params.getlist("type") if t.strip())
     who = _one(params, "tenant")

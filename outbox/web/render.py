@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from outbox import __version__
-from outbox._cli.shapes import rfc3339
-from outbox._cli.status_cmd import format_age
+from outbox._present.shapes import rfc3339
+from outbox._present.words import format_age
 from outbox._shared.text import printable
 
 

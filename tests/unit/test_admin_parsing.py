@@ -10,8 +10,8 @@ import pytest
 
 from outbox._cli.dead_cmd import event_id, positive_int, rfc3339
 from outbox._cli.replay_cmd import since
-from outbox._cli.status_cmd import format_age
 from outbox._event import uuid7
+from outbox._present.words import format_age
 from outbox.retention import uuid7_floor
 
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from dispatcher.cli import unknown_variables
-from outbox._cli.args import MAX_COUNT, moment, positive_int, type_pattern
+from outbox._present.args import MAX_COUNT, moment, positive_int, type_pattern
 from outbox._shared.dsn import InvalidDsn, check_dsn, nothing_configured
 from outbox._shared.text import counted, printable
 from outbox._shared.usage import undecodable, usage_line

@@ -1,8 +1,9 @@
-"""Argument types shared by the subcommands: each turns a bad value into a usage error (exit 2).
+"""Argument types of the commands and the web view: each turns a bad value into a usage error.
 
 argparse reports an ``ArgumentTypeError`` as one line naming the option as
-typed; nothing here reaches the database with a value it would refuse
-(a number beyond its range, a time before year 1).
+typed (exit 2), the web view as a page's 400; nothing here reaches the
+database with a value it would refuse (a number beyond its range, a time
+before year 1), nor a window that holds nothing.
 """
 
 from __future__ import annotations
@@ -72,6 +73,34 @@ def moment(text: str) -> datetime | timedelta:
         raise argparse.ArgumentTypeError(
             f"invalid time {text!r}: that long ago is before year 1") from None
     return ago
+
+
+class EmptyWindow(ValueError):
+    """A time window whose start is not before its end: it holds nothing."""
+
+    def __init__(self, start: datetime, end: datetime) -> None:
+        super().__init__(start, end)
+        self.start, self.end = start, end
+
+    def said(self, prefix: str) -> str:
+        """The refusal, naming the options with ``prefix`` (``--`` on the command line)."""
+        return (f"{prefix}until: {self.end.isoformat(timespec='seconds')} is not after "
+                f"{prefix}since {self.start.isoformat(timespec='seconds')}: the window is empty")
+
+
+def check_window(since: datetime | timedelta | None, until: datetime | timedelta | None) -> None:
+    """A time window that holds nothing is a mistake, said as one, not ``(none)``.
+
+    ``since`` and ``until`` are each a timestamp or a duration back from now
+    (:func:`moment`), compared on one clock; EmptyWindow when the window is empty.
+    """
+    if since is None or until is None:
+        return
+    now = datetime.now(UTC)
+    start = now - since if isinstance(since, timedelta) else since
+    end = now - until if isinstance(until, timedelta) else until
+    if start >= end:
+        raise EmptyWindow(start, end)
 
 
 def type_pattern(text: str) -> str:
