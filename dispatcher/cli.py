@@ -212,8 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage_line("outbox-dispatcher", f"argument '{bad}' is not valid UTF-8"), end="",
               file=sys.stderr)
         return EXIT_USAGE
-    missing = None if {"-h", "--help", "--version"} & set(argv) else extras.missing(
-        "outbox-dispatcher", "dispatcher", extras.DISPATCHER)
+    # Before anything, --help included: without its extra, nothing here can run.
+    missing = extras.missing("outbox-dispatcher", "dispatcher", extras.DISPATCHER)
     if missing is not None:
         print(missing, file=sys.stderr)
         return EXIT_FAILURE
