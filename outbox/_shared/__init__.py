@@ -15,5 +15,12 @@ dispatcher's pure policy can take the header rules without a database driver.
 - ``urls``: an endpoint URL as it may be shown (query values masked);
 - ``schema``: a database's schema state, read and judged, and a missing schema told;
 - ``argtypes``: the argument types both commands take (durations);
-- ``times``: moments written as RFC 3339 in UTC with ``Z``.
+- ``times``: moments written as RFC 3339 in UTC with ``Z``;
+- ``secrets``: an endpoint secret's forms (``whsec_...``, ``env:NAME``),
+  checked as the commands write them and decoded as the dispatcher signs;
+- ``version``: the running version, with the commit from a git checkout;
+- ``extras``: the optional parts of the install, and the line that adds one;
+- ``tls_files``: an endpoint's TLS files read and judged, by the commands
+  (a warning) and the dispatcher (its context);
+- ``usage``: the one-line usage errors of both commands.
 """
