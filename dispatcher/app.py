@@ -43,6 +43,7 @@ from dispatcher.once import OncePass
 from dispatcher.schema_gate import GateVerdict, SchemaGate
 from dispatcher.shutdown import drain
 from outbox._shared.version import current as version
+from outbox._shared.version import installed
 from outbox.sql import SCHEMA_VERSION
 
 log = logging.getLogger("dispatcher")
@@ -84,7 +85,7 @@ def build(config: DispatcherConfig) -> Parts:
     sender = HttpSender(max_connections=config.concurrency,
                         block_private_networks=config.block_private_networks,
                         allow_networks=config.allow_networks,
-                        user_agent=f"outbox-dispatcher/{version()}", proxies=proxies)
+                        user_agent=f"outbox-dispatcher/{installed()}", proxies=proxies)
     _say_proxies(proxies, block_private=config.block_private_networks)
     completer = Completer(complete_db, leases, control.wake.set, control.give_up,
                           endpoints.describe)

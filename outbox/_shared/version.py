@@ -27,14 +27,23 @@ _SHA = re.compile(r"[0-9a-f]{40}")
 
 
 @functools.cache
-def current() -> str:
-    """The installed distribution's version, with ``+g<commit>`` from a git checkout."""
+def installed() -> str:
+    """The installed distribution's version, as its metadata says (``0+unknown`` for a
+    source tree that was never installed): what the dispatcher's User-Agent names, to
+    endpoints that need not learn more of the build."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        found = version("outbox-dispatcher")
-    except PackageNotFoundError:  # a source tree that was never installed
+        return version("outbox-dispatcher")
+    except PackageNotFoundError:
         return "0+unknown"
+
+
+@functools.cache
+def current() -> str:
+    """The installed version, with ``+g<commit>`` from a git checkout: what ``--version``,
+    the heartbeats and ``outbox_build_info`` show."""
+    found = installed()
     commit = checkout_commit(TREE)
     if commit is None or "+" in found:
         return found

@@ -54,9 +54,16 @@ def as_http(request: Request) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + request.body
 
 
+CREDENTIALS = ("authorization", "x-api-key", "webhook-signature")
+
+
 def as_json(request: Request) -> bytes:
-    """The request as a JSON document, '/' escaped as PHP's json_encode does."""
-    document = {"headers": request.headers, "body": request.body.decode()}
+    """The request as a JSON document, '/' escaped as PHP's json_encode does; the headers
+    that carry credentials first, so that the length of the others (a version in the
+    User-Agent) cannot move them past where last_error is cut."""
+    headers = {name: request.headers[name] for name in CREDENTIALS if name in request.headers}
+    headers |= {name: value for name, value in request.headers.items() if name not in headers}
+    document = {"headers": headers, "body": request.body.decode()}
     return json.dumps(document).replace("/", "\\/").encode()
 
 
