@@ -212,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage_line("outbox-dispatcher", f"argument '{bad}' is not valid UTF-8"), end="",
               file=sys.stderr)
         return EXIT_USAGE
-    # Before anything, --help included: without its extra, nothing here can run.
+    # Before the options are read, --help included: without its extra nothing here runs.
     missing = extras.missing("outbox-dispatcher", "dispatcher", extras.DISPATCHER)
     if missing is not None:
         print(missing, file=sys.stderr)
