@@ -4,7 +4,7 @@
 view's pages (``outbox web``) show the same rows: they read the same
 arguments, refuse the same values, and say the same things in the same
 words. Both import this package and nothing of each other (an import
-contract in pyproject.toml keeps it so):
+rule in pyproject.toml keeps it so):
 
 - ``shapes``: the documented ``--json`` documents, which the pages answer at
   ``?format=json``; RFC 3339 times;

@@ -82,11 +82,11 @@ def test_the_bare_install_asks_for_psycopg_alone_and_the_extra_for_the_rest() ->
 
 
 def test_the_layer_rule_forbids_the_producer_every_package_of_the_extra() -> None:
-    """The import contract on the whole `outbox` package (the demo and the web view
+    """The import rule on the whole `outbox` package (the demo and the web view
     included) forbids each module of the dispatcher's extra, and another forbids it the
     dispatcher itself."""
-    contracts = PROJECT["tool"]["importlinter"]["contracts"]
-    forbidden = [set(c["forbidden_modules"]) for c in contracts
+    rules = PROJECT["tool"]["importlinter"]["contracts"]
+    forbidden = [set(c["forbidden_modules"]) for c in rules
                  if c["type"] == "forbidden" and c["source_modules"] == ["outbox"]
                  and not c.get("ignore_imports")]
     assert any(found >= set(extras.DISPATCHER) for found in forbidden), forbidden
