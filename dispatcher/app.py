@@ -32,6 +32,7 @@ from dispatcher.flights import Flights
 from dispatcher.http.proxy import ProxyRoutes
 from dispatcher.http.sender import HttpSender
 from dispatcher.leases import Leases
+from dispatcher.limits.slots import SlotBook
 from dispatcher.listener import Listener
 from dispatcher.maintenance import Maintenance
 from dispatcher.observe.metrics import Metrics
@@ -80,7 +81,8 @@ def build(config: DispatcherConfig) -> Parts:
     endpoints = EndpointView(config.environ)
     claim_db, complete_db, upkeep_db = (Database(config.dsn, health, role)
                                         for role in ("claim", "complete", "maintenance"))
-    leases = Leases(config.lease, endpoints.longest_timeout)
+    slots = SlotBook()
+    leases = Leases(config.lease, endpoints.longest_timeout, slots.held)
     proxies = config.proxies()
     sender = HttpSender(max_connections=config.concurrency,
                         block_private_networks=config.block_private_networks,
@@ -88,19 +90,19 @@ def build(config: DispatcherConfig) -> Parts:
                         user_agent=f"outbox-dispatcher/{installed()}", proxies=proxies)
     _say_proxies(proxies, block_private=config.block_private_networks)
     completer = Completer(complete_db, leases, control.wake.set, control.give_up,
-                          endpoints.describe)
+                          endpoints.describe, slots=slots)
     tracing = configure_tracing(config.traces_exporter, version())
     deliverer = Deliverer(sender, completer, metrics, control.wake.set,
                           tracing=tracing)
     flights = Flights(deliverer, free_slot=completer.free, hand_back=completer.hand_back,
-                      on_done=control.wake.set)
+                      on_done=control.wake.set, slots=slots)
     maintenance = Maintenance(config, db=upkeep_db, endpoints=endpoints, metrics=metrics,
                               leases=leases, wake=control.wake.set,
                               endpoints_changed=control.endpoints_changed,
                               tls_problems=sender.transport.tls.problems)
     once = OncePass(flights=flights, completer=completer, deliverer=deliverer,
                     maintenance=maintenance, db=upkeep_db) if config.once else None
-    claimer = Claimer(db=claim_db, endpoints=endpoints, flights=flights, leases=leases,
+    claimer = Claimer(db=claim_db, endpoints=endpoints, flights=flights, leases=leases, slots=slots,
                       wake=control.wake, stopping=control.stopping,
                       beat=control.heartbeat.beat, concurrency=config.concurrency,
                       batch_size=config.batch_size, poll_interval=config.poll_interval,

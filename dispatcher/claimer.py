@@ -1,8 +1,8 @@
 """The claim loop: take due deliveries in one statement, hand them to requests.
 
-Each claim first learns which endpoints have due work (the ``due_endpoints``
-walk, from the cursor of their turns; its findings serve the claims of the
-next WALK_GAP seconds), then asks those, and the endpoints with requests
+Each claim first learns which endpoints have due work (``limits.walk``: the
+``due_endpoints`` statement from the cursor of their turns; a walk's findings
+serve the claims of the next few milliseconds), then asks those, and the endpoints with requests
 running here, for what this dispatcher could use (``limits.quota``: request
 slots dealt in turns, a round of prefetch, a row cap), and the claim
 statement grants what the fleet's limits allow: slots under
@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from dispatcher.db import Database, DatabaseDown
 from dispatcher.endpoint_view import EndpointView
@@ -34,8 +36,9 @@ from dispatcher.flights import Flights, Group
 from dispatcher.leases import Leases
 from dispatcher.limits import keys, rate
 from dispatcher.limits.quota import BATCH_BYTES, HELD_BYTES, Plan, Quotas
-from dispatcher.limits.slots import SPARE_LINGER
+from dispatcher.limits.slots import SPARE_LINGER, SlotBook
 from dispatcher.limits.turns import Turns
+from dispatcher.limits.walk import Step, Walk
 from dispatcher.policy.floors import Floors
 from dispatcher.policy.model import ClaimRow, Endpoint, Slot
 
@@ -47,38 +50,9 @@ for a slot or two: the gap gathers them, so that a fleet of dispatchers sharing 
 endpoint's slots makes few large claims rather than many small ones. After a rich claim
 the next one goes at once: a lone dispatcher's prefetched round may last less than the gap."""
 LEAN_CLAIM = 8
-WALK_STEPS = 256
-"""Endpoints with pending rows one ``due_endpoints`` walk looks at, at most: a claim's cost
-stays bounded however many endpoints wait on retries; the next walk goes on from there."""
-WALK_LAPS = 64
-"""Walks one claim may make while they find nothing due (a lap of 16,384 endpoints)."""
-WALK_GAP = 0.02
-"""Seconds a walk's findings serve the claims that follow, while every endpoint it found
-got its slots: fresh work elsewhere waits at most this long, under load only."""
 PassOver = Callable[[bool, bool], bool]
 """--once's end, asked after each claim: given whether that claim may have left more due
 and whether a rate-limit turn is awaited, True when the pass is over (``app.once_over``)."""
-
-
-@dataclass(slots=True)
-class _Walk:
-    """What the last ``due_endpoints`` walk found, kept for the claims right after it."""
-
-    due: list[Endpoint] = field(default_factory=list)
-    more: bool = False  # it stopped at a limit: other endpoints may have due work
-    at: float = float("-inf")  # when, on the monotonic clock
-
-    def fresh(self, now: float) -> bool:
-        return bool(self.due) and not self.more and now - self.at < WALK_GAP
-
-    def found(self, now: float, due: list[Endpoint], *, more: bool) -> None:
-        self.due, self.more, self.at = due, more, now
-
-    def ran_dry(self, asked: list[int], got: dict[int, int]) -> None:
-        """Endpoints a claim found nothing for drop out until the next walk."""
-        dry = {ep_id for ep_id in asked if not got.get(ep_id)}
-        if dry:
-            self.due = [ep for ep in self.due if ep.id not in dry]
 
 
 @dataclass(slots=True)
@@ -97,14 +71,16 @@ class Claimer:
     def __init__(self, *, db: Database, endpoints: EndpointView, flights: Flights, leases: Leases,
                  wake: asyncio.Event, stopping: asyncio.Event, beat: Callable[[], None],
                  concurrency: int, batch_size: int, poll_interval: float,
-                 pass_over: PassOver | None = None) -> None:
+                 pass_over: PassOver | None = None, slots: SlotBook | None = None) -> None:
         """``wake``: set when something may be due (the claimer clears and waits on it);
         ``stopping``: claim no more; ``beat``: the liveness heartbeat, called each turn;
-        ``pass_over``: with --once, asked after each claim whether the pass is over."""
+        ``pass_over``: with --once, asked after each claim whether the pass is over;
+        ``slots``: the slots held, where those a claim grants are entered."""
         self._db = db
         self._endpoints = endpoints
         self._flights = flights
         self._leases = leases
+        self._slots = slots if slots is not None else SlotBook()
         self._wake = wake
         self._stopping = stopping
         self._beat = beat
@@ -113,7 +89,7 @@ class Claimer:
         self._poll_interval = poll_interval
         self._pass_over = pass_over
         self._quotas = Quotas()
-        self._walk = _Walk()
+        self._walk = Walk(endpoints.usable, want=concurrency)
         self._floors = Floors()
         self._turns = Turns()
         self._throttled: float | None = None
@@ -144,26 +120,15 @@ class Claimer:
         if budget <= 0:
             return False
         with flights.claiming():
-            due, more_due = await self._due()
-            plan = self._plan(due, more_due, budget)
-            if plan.starved and flights.give_back_spares():
-                plan = self._plan(due, more_due, budget)
-            self._quotas.served(due, plan)
+            plan = await self._plan(budget)
             self._throttled = None
             if not plan.endpoint_ids:
                 return False
             started = time.monotonic()
-            floors = self._floors.for_claim(plan.endpoint_ids, started)
-            rows = [ClaimRow._make(raw) for raw in await self._db.fetch("claim", {
-                **plan.params(), **self._turns.for_claim(plan.endpoint_ids),
-                "floors": floors, "lease_seconds": self._leases.seconds(),
-                "horizon": rate.RATE_HORIZON, "pace": rate.PACE, "budget": budget})]
-            self._floors.claimed(plan.endpoint_ids, floors, rows)
-            self._turns.claimed(rows)
-            claimed = self._group(rows, started)
+            claimed = self._group(await self._claim(plan, budget, started), started)
             for group in claimed.groups:
                 if group.slot is not None:
-                    self._leases.hold_slot(group.slot)
+                    self._slots.hold(group.slot)
                     flights.start(group)
                 else:
                     flights.queue(group)
@@ -172,15 +137,36 @@ class Claimer:
         if (time.monotonic() - started > keys.PARK_AFTER
                 and await keys.park(self._db, plan.endpoint_ids)):
             self._wake.set()  # the next claim walks past what was just parked
-        taken = sum(claimed.rows.values())
-        self._lean = taken < LEAN_CLAIM
-        if taken:
-            self._row_bytes = claimed.size / taken
+        self._measure(claimed)
         # Cut short by the byte budget, the claim may have left due rows behind.
         return self._quotas.claimed(plan, claimed.rows) or claimed.size >= budget
 
-    def _plan(self, due: list[Endpoint], more_due: bool, budget: int) -> Plan:
-        """What to ask each endpoint for: those with due work, and those busy here."""
+    async def _plan(self, budget: int) -> Plan:
+        """What to ask each endpoint for: those with due work, and those busy here.
+
+        A fresh walk for due work (``limits.walk``) when the last one is stale;
+        the cursor then moves past the endpoints the plan gives a request slot.
+        """
+        walk = self._walk
+        now = time.monotonic()
+        if walk.stale(now):
+            floor_ids, floors = self._floors.for_walk(now)
+            await walk.look(now, functools.partial(self._due_endpoints, floor_ids, floors))
+        plan = self._size(walk.due, walk.more, budget)
+        if plan.starved and self._flights.give_back_spares():
+            plan = self._size(walk.due, walk.more, budget)
+        walk.served(plan.endpoint_ids, plan.requests)
+        return plan
+
+    async def _due_endpoints(self, floor_ids: list[int], floors: list[datetime], after: int,
+                             steps: int) -> Sequence[Step]:
+        """One run of the walk for due work, from ``after``, looking from ``floors``."""
+        return await self._db.fetch("due_endpoints", {
+            "after": after, "want": self._concurrency, "budget": steps,
+            "horizon": rate.RATE_HORIZON, "floor_ids": floor_ids, "floors": floors})
+
+    def _size(self, due: list[Endpoint], more_due: bool, budget: int) -> Plan:
+        """The plan for ``due`` and the endpoints with requests running here."""
         running, waiting = self._flights.counts()
         seen = {ep.id for ep in due}
         busy = [ep for ep_id in running
@@ -189,6 +175,24 @@ class Claimer:
                                  concurrency=self._concurrency,
                                  batch_size=self._rows_for(budget), more_due=more_due,
                                  spare=self._flights.spares())
+
+    async def _claim(self, plan: Plan, budget: int, started: float) -> list[ClaimRow]:
+        """The claim statement's rows for ``plan``; ``started``: on the monotonic clock."""
+        floors = self._floors.for_claim(plan.endpoint_ids, started)
+        rows = [ClaimRow._make(raw) for raw in await self._db.fetch("claim", {
+            **plan.params(), **self._turns.for_claim(plan.endpoint_ids),
+            "floors": floors, "lease_seconds": self._leases.seconds(),
+            "horizon": rate.RATE_HORIZON, "pace": rate.PACE, "budget": budget})]
+        self._floors.claimed(plan.endpoint_ids, floors, rows)
+        self._turns.claimed(rows)
+        return rows
+
+    def _measure(self, claimed: _Claimed) -> None:
+        """Whether the claim was lean (CLAIM_GAP), and its bytes per row (``_rows_for``)."""
+        taken = sum(claimed.rows.values())
+        self._lean = taken < LEAN_CLAIM
+        if taken:
+            self._row_bytes = claimed.size / taken
 
     def _rows_for(self, budget: int) -> int:
         """Rows to ask for: --batch-size, or fewer when the last claim's events were large.
@@ -200,36 +204,6 @@ class Claimer:
         if self._row_bytes <= 0:
             return self._batch_size
         return max(1, min(self._batch_size, math.ceil(2 * budget / self._row_bytes)))
-
-    async def _due(self) -> tuple[list[Endpoint], bool]:
-        """Endpoints with due work in turn order, and whether the walk left some unseen.
-
-        A fresh walk (``due_endpoints``) when the last one is older than
-        WALK_GAP, found nothing, or left endpoints waiting for a slot; else the
-        endpoints it found that still had rows at the last claim.
-        """
-        walk = self._walk
-        now = time.monotonic()
-        if not walk.fresh(now):
-            after = self._quotas.cursor
-            floor_ids, floors = self._floors.for_walk(now)
-            for _ in range(WALK_LAPS):
-                rows = await self._db.fetch("due_endpoints", {
-                    "after": after, "want": self._concurrency, "budget": WALK_STEPS,
-                    "horizon": rate.RATE_HORIZON, "floor_ids": floor_ids, "floors": floors})
-                eligible = [ep_id for ep_id, ok, _ in rows if ok]
-                # Stopped at a limit, not at the end of its lap: others may be due.
-                stopped = bool(rows) and (rows[-1][2] >= WALK_STEPS
-                                          or len(eligible) >= self._concurrency)
-                # Endpoints this process cannot sign for (or has not loaded yet) are
-                # passed over: the database may count them, the claim cannot use them.
-                found = [ep for ep_id in eligible
-                         if (ep := self._endpoints.usable(ep_id)) is not None]
-                if found or not stopped:
-                    break
-                after = self._quotas.cursor = rows[-1][0]  # nothing yet: walk on from there
-            walk.found(now, found, more=stopped)
-        return walk.due, walk.more
 
     def _group(self, rows: Sequence[ClaimRow], started: float) -> _Claimed:
         """The claim's rows as groups (they come ordered by endpoint and group);

@@ -24,7 +24,7 @@ from dispatcher.db import Database, retry_until
 from dispatcher.leases import Leases
 from dispatcher.limits import circuit
 from dispatcher.limits.circuit import CircuitVerdict
-from dispatcher.limits.slots import slots_json
+from dispatcher.limits.slots import SlotBook, slots_json
 from dispatcher.policy.model import Completed, Delivery, Record, Slot
 from outbox._shared.text import counted
 
@@ -52,13 +52,16 @@ class Completer:
     """Writes results in batches; drops the leases of what was written, then calls ``wake``.
 
     ``written`` counts the records written so far (``--once`` watches it);
-    ``describe`` names an endpoint by id for the log.
+    ``describe`` names an endpoint by id for the log; ``slots``: the slots held, which
+    forgets those freed.
     """
 
     def __init__(self, db: Database, leases: Leases, wake: Callable[[], None],
-                 give_up: asyncio.Event, describe: Callable[[int], str] = str) -> None:
+                 give_up: asyncio.Event, describe: Callable[[int], str] = str, *,
+                 slots: SlotBook | None = None) -> None:
         self._db = db
         self._leases = leases
+        self._slots = slots if slots is not None else SlotBook()
         self._wake = wake
         self._give_up = give_up
         self._describe = describe
@@ -139,7 +142,7 @@ class Completer:
     def _done(self, batch: _Batch, written: frozenset[int]) -> None:
         self.written += len(batch.records)
         self._leases.drop(record.delivery_id for record in batch.records)
-        self._leases.drop_slots(batch.slots)
+        self._slots.freed(batch.slots)
         if len(written) < len(batch.records):
             log.info("%s discarded: their leases had been taken over",
                      counted(len(batch.records) - len(written), "result"))

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from dispatcher.limits import circuit, rate, turns
-from dispatcher.limits.slots import Spares
+from dispatcher.limits.slots import SlotBook
 from dispatcher.policy.model import Delivery, Endpoint, Slot
 from outbox._shared.text import counted
 
@@ -69,12 +69,13 @@ class Flights:
     """Per endpoint: requests running and groups waiting; ``send`` makes each request.
 
     ``free_slot`` gives a slot back to the fleet, ``hand_back`` returns groups
-    never sent, ``on_done`` is called after every request.
+    never sent, ``on_done`` is called after every request; ``slots``: the slots held,
+    whose spare ones this keeps and takes.
     """
 
     def __init__(self, send: Send, *, free_slot: Callable[[Slot], None],
                  hand_back: Callable[[list[Delivery]], None],
-                 on_done: Callable[[], None]) -> None:
+                 on_done: Callable[[], None], slots: SlotBook | None = None) -> None:
         self._send = send
         self._free_slot = free_slot
         self._hand_back = hand_back
@@ -85,7 +86,7 @@ class Flights:
         self._tasks: dict[asyncio.Task[None], Group] = {}
         # Slots of requests that ended with no group waiting, kept for the groups
         # the next claim (or the one on its way) brings; and each slot's passes.
-        self._spares = Spares()
+        self._spares = (slots if slots is not None else SlotBook()).spares
 
     def counts(self) -> tuple[dict[int, int], dict[int, int]]:
         """Per endpoint with any: slots held (requests running, and slots kept for the

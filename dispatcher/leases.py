@@ -22,13 +22,15 @@ LEASE_MARGIN = 15.0
 
 
 class Leases:
-    """Held deliveries (id -> lease token) and slots, and the lease length to use."""
+    """Held deliveries (id -> lease token), the slots held, and the lease length to use."""
 
-    def __init__(self, configured: float, longest_timeout: Callable[[], float]) -> None:
+    def __init__(self, configured: float, longest_timeout: Callable[[], float],
+                 slots: Callable[[], Iterable[Slot]] = tuple) -> None:
+        """``slots``: the request slots held (``limits.slots.SlotBook.held``)."""
         self._configured = configured
         self._longest_timeout = longest_timeout
         self._held: dict[int, uuid.UUID] = {}
-        self._slots: set[Slot] = set()
+        self._slots = slots
 
     def seconds(self) -> float:
         """--lease, but never less than the longest endpoint timeout plus a margin."""
@@ -37,21 +39,14 @@ class Leases:
     def hold(self, delivery: Delivery) -> None:
         self._held[delivery.id] = delivery.lease_token
 
-    def hold_slot(self, slot: Slot) -> None:
-        self._slots.add(slot)
-
     def drop(self, delivery_ids: Iterable[int]) -> None:
         """Forget deliveries whose result was written or which were handed back."""
         for delivery_id in delivery_ids:
             self._held.pop(delivery_id, None)
 
-    def drop_slots(self, slots: Iterable[Slot]) -> None:
-        """Forget slots given back to the fleet."""
-        self._slots.difference_update(slots)
-
     def held(self) -> tuple[list[int], list[uuid.UUID], list[Slot]]:
         """Ids and tokens of the deliveries held, side by side, and the slots held."""
-        return list(self._held), list(self._held.values()), list(self._slots)
+        return list(self._held), list(self._held.values()), list(self._slots())
 
     def __len__(self) -> int:
         return len(self._held)

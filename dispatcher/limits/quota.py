@@ -6,13 +6,12 @@ circuit) are decided by the claim statement in the database, which grants at
 most what is asked here; the dispatcher only bounds what it asks by what it
 can use.
 
-Which endpoints a claim looks at: those with due work, found by the
-``due_endpoints`` walk (dispatch.sql), in id order from a cursor that
-:class:`Quotas` keeps, plus those with requests running here (they may take
-prefetched groups). So a claim costs what the work costs, not what the
-number of endpoints is, and when more endpoints have work than the
-dispatcher has request slots they take turns: the cursor moves past the
-endpoints served, and the next claim starts after them.
+Which endpoints a claim looks at: those with due work, found by the walk
+(``limits.walk``, in id order from its cursor), plus those with requests
+running here (they may take prefetched groups). So a claim costs what the
+work costs, not what the number of endpoints is, and when more endpoints
+have work than the dispatcher has request slots they take turns: the walk's
+cursor moves past the endpoints served, and the next claim starts after them.
 
 Per endpoint:
 
@@ -97,11 +96,7 @@ def share(free: int, caps: Sequence[int]) -> list[int]:
 
 
 class Quotas:
-    """Sizes each claim and keeps the cursor of the endpoints' turns."""
-
-    def __init__(self) -> None:
-        self.cursor = -1
-        """The last endpoint given a request slot: the next walk for due work starts after it."""
+    """Sizes each claim."""
 
     def plan(self, due: Sequence[Endpoint], busy: Sequence[Endpoint], *,
              running: Mapping[int, int], waiting: Mapping[int, int], concurrency: int,
@@ -159,14 +154,6 @@ class Quotas:
             plan.prefetch.append(prefetch)
             plan.rows.append(rows)
         return plan
-
-    def served(self, due: Sequence[Endpoint], plan: Plan) -> None:
-        """Move the cursor past the due endpoints this claim gave a request slot."""
-        asked = {ep_id for ep_id, n in zip(plan.endpoint_ids, plan.requests, strict=True) if n}
-        for ep in reversed(due):
-            if ep.id in asked:
-                self.cursor = ep.id
-                return
 
     @staticmethod
     def claimed(plan: Plan, got: Mapping[int, int]) -> bool:

@@ -6,7 +6,9 @@ expired lease counting as free), kept leased by maintenance
 (``extend_leases``) and freed by the complete statement (``freed``). So the
 cap holds for the fleet, however many dispatchers share the endpoint.
 
-This module is the Python half: what one dispatcher does with a slot between
+This module is the Python half: the slots one dispatcher holds
+(:class:`SlotBook`: granted by a claim, extended by maintenance, forgotten
+once the complete statement freed them), what it does with a slot between
 two requests (:class:`Spares`), and the slots as the statements take them
 (:func:`slots_json`). A slot whose request ended goes straight to the next
 waiting request of its endpoint, at most MAX_PASSES times in a row; with none
@@ -34,6 +36,33 @@ writes of its row), yet an idle dispatcher soon hands it back to the fleet."""
 def slots_json(slots: Iterable[Slot]) -> str:
     """Slots as the queries take them: a JSON array of [endpoint_id, slot, token]."""
     return json.dumps([[s.endpoint_id, s.slot, str(s.token)] for s in slots])
+
+
+class SlotBook:
+    """Every request slot this dispatcher holds, from the claim that granted it until the
+    complete statement that freed it ran: what maintenance extends the leases of, and
+    (``spares``) those held with no request in them.
+
+    The claimer enters what a claim granted (:meth:`hold`), the completer
+    forgets what it freed (:meth:`freed`), maintenance reads :meth:`held`, and
+    the requests in flight keep and take the spare ones.
+    """
+
+    def __init__(self) -> None:
+        self._held: set[Slot] = set()
+        self.spares = Spares()
+
+    def hold(self, slot: Slot) -> None:
+        """A claim granted ``slot``: its lease is extended until it is freed."""
+        self._held.add(slot)
+
+    def freed(self, slots: Iterable[Slot]) -> None:
+        """The fleet has ``slots`` back (the complete statement freed them)."""
+        self._held.difference_update(slots)
+
+    def held(self) -> list[Slot]:
+        """The slots whose leases to extend."""
+        return list(self._held)
 
 
 class Spares:

@@ -16,6 +16,7 @@ from dispatcher.db import Database, Health
 from dispatcher.endpoint_view import EndpointView
 from dispatcher.flights import Flights
 from dispatcher.leases import Leases
+from dispatcher.limits.slots import SlotBook
 from dispatcher.policy.model import Delivery, Endpoint
 from outbox.sql import QueryName
 from tests.support.dispatcher import add_endpoint
@@ -43,15 +44,17 @@ class _Parts:
         health = Health()
         self.control = Control(Heartbeat())
         self.endpoints = EndpointView({})
-        self.leases = Leases(30, self.endpoints.longest_timeout)
+        self.slots = SlotBook()
+        self.leases = Leases(30, self.endpoints.longest_timeout, self.slots.held)
         self.db = _Recording(dsn, health, "claim")
         self.completer_db = Database(dsn, health, "complete")
         self.completer = Completer(self.completer_db, self.leases, self.control.wake.set,
-                                   self.control.give_up)
+                                   self.control.give_up, slots=self.slots)
         self.flights = Flights(self.send, free_slot=self.completer.free,
-                               hand_back=self.completer.hand_back, on_done=lambda: None)
+                               hand_back=self.completer.hand_back, on_done=lambda: None,
+                               slots=self.slots)
         self.claimer = Claimer(db=self.db, endpoints=self.endpoints, flights=self.flights,
-                               leases=self.leases,
+                               leases=self.leases, slots=self.slots,
                                wake=self.control.wake, stopping=self.control.stopping,
                                beat=self.control.heartbeat.beat, concurrency=concurrency,
                                batch_size=100, poll_interval=0.2)

@@ -48,16 +48,6 @@ def test_a_full_endpoint_still_prefetches_for_its_running_requests() -> None:
     assert plan.endpoint_ids == []
 
 
-def test_the_cursor_moves_past_the_endpoints_served() -> None:
-    """Under a full load the next walk starts after the last endpoint given a slot."""
-    quotas = Quotas()
-    due = [_ep(i, max_in_flight=1) for i in range(1, 4)]
-    plan = quotas.plan(due, [], running={}, waiting={}, concurrency=2, batch_size=10)
-    quotas.served(due, plan)
-    assert plan.endpoint_ids == [1, 2]
-    assert quotas.cursor == 2
-
-
 def test_free_slots_go_round_one_each_before_any_endpoint_gets_a_second() -> None:
     """A backlog never takes the slots another endpoint with due work would get."""
     due = [_ep(1), _ep(2), _ep(3)]

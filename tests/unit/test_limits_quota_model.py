@@ -1,7 +1,8 @@
 """The claim bookkeeping as a state machine: no endpoint with due work waits beside a free slot.
 
 A model of one dispatcher among many endpoints: events arrive, claims are
-sized by the real :class:`~dispatcher.limits.quota.Quotas` and granted as
+sized by the real :class:`~dispatcher.limits.quota.Quotas` (the turns moved
+on by :class:`~dispatcher.limits.walk.Walk`) and granted as
 the claim statement grants them (a slot per request asked while due rows
 last, prefetched groups behind running requests), requests end in any
 order and pass their slot to a waiting group of their endpoint as
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from dispatcher.limits.quota import Quotas
+from dispatcher.limits.walk import Walk
 from dispatcher.policy.model import Endpoint
 
 ENDPOINTS = 12
@@ -40,6 +42,7 @@ class ClaimBookkeeping(RuleBasedStateMachine):
                                       max_in_flight=1 + i % 4, max_batch=1 + i % 3)
                           for i in range(1, ENDPOINTS + 1)}
         self.quotas = Quotas()
+        self.walker = Walk(self.endpoints.get, want=self.concurrency)
         self.due = dict.fromkeys(self.endpoints, 0)  # rows due, not claimed
         self.running: dict[int, int] = {}
         self.waiting: dict[int, int] = {}  # groups (each max_batch rows or fewer)
@@ -48,8 +51,8 @@ class ClaimBookkeeping(RuleBasedStateMachine):
     def walk(self) -> list[Endpoint]:
         """due_endpoints: ids after the cursor, round once, at most --concurrency of them."""
         ids = sorted(ep for ep, n in self.due.items() if n)
-        ordered = [i for i in ids if i > self.quotas.cursor] + [
-            i for i in ids if i <= self.quotas.cursor]
+        ordered = [i for i in ids if i > self.walker.cursor] + [
+            i for i in ids if i <= self.walker.cursor]
         return [self.endpoints[i] for i in ordered[:self.concurrency]]
 
     @rule(endpoint=st.integers(1, ENDPOINTS), rows=st.integers(1, 30))
@@ -66,7 +69,8 @@ class ClaimBookkeeping(RuleBasedStateMachine):
                                 waiting=dict(self.waiting), concurrency=self.concurrency,
                                 batch_size=self.batch_size,
                                 more_due=len(due) >= self.concurrency)
-        self.quotas.served(due, plan)
+        self.walker.due = due
+        self.walker.served(plan.endpoint_ids, plan.requests)
         assert sum(plan.rows) <= self.batch_size
         assert sum(plan.requests) <= max(0, free_before)
         for ep_id, asked, held, prefetch, rows in zip(
