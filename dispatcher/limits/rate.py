@@ -27,10 +27,13 @@ turn, so that one claim keeps it busy until the claimer looks again."""
 
 def next_look(endpoint: Endpoint, send_in: float) -> float | None:
     """Seconds until a claim could take ``endpoint``'s next turn, given that its last
-    request granted waits ``send_in``; None without a rate limit."""
+    request granted waits ``send_in``; None without a rate limit.
+
+    The statement puts that turn PACE/N after the last one it granted, and grants it
+    RATE_HORIZON ahead (tests/integration/test_rate_pace.py compares the two)."""
     if endpoint.rate_limit is None:
         return None
-    return send_in + 1 / endpoint.rate_limit - RATE_HORIZON
+    return send_in + PACE / endpoint.rate_limit - RATE_HORIZON
 
 
 def keeps_spare_slots(endpoint: Endpoint) -> bool:

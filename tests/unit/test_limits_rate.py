@@ -1,9 +1,8 @@
-"""The rate limit's Python half: the pace, and when the claimer looks again (the SQL half,
-turns from the shared clock: tests/integration/test_fleet_sql.py)."""
+"""The rate limit's Python half: the pace, and spare slots (when the claimer looks again,
+against the statement's turns: tests/integration/test_rate_pace.py; the SQL half, turns
+from the shared clock: tests/integration/test_fleet_sql.py)."""
 
 from __future__ import annotations
-
-import pytest
 
 from dispatcher.limits import rate
 from dispatcher.policy.model import Endpoint
@@ -19,9 +18,8 @@ def test_no_rate_limit_no_turn_to_wait_for() -> None:
     assert rate.keeps_spare_slots(_endpoint(None))
 
 
-def test_the_next_look_is_the_next_turn_less_the_horizon() -> None:
-    """With 10 a second, the turn after one waiting 0.4 s is 0.5 s away: look at 0.25 s."""
-    assert rate.next_look(_endpoint(10), 0.4) == pytest.approx(0.5 - rate.RATE_HORIZON)
+def test_a_rate_limited_endpoint_gives_its_slots_back() -> None:
+    """Under --rate-limit a slot whose request ended goes back: turns come with new requests."""
     assert not rate.keeps_spare_slots(_endpoint(10))
 
 
