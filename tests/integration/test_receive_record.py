@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from outbox import SchemaMissing, receive
-from tests.integration.test_publish_connections import KINDS, Handle
+from tests.support.connections import KINDS, Handle
 from tests.support.dispatcher import wait_until
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import outbox
 from outbox.testing import assert_published, published_events
-from tests.integration.test_publish_connections import KINDS, Handle
+from tests.support.connections import KINDS, Handle
 
 SYNC_KINDS = [k for k in KINDS if "async" not in k.__name__]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.observe.metrics import Metrics
-from tests.unit.test_metrics import FakeClock
+from tests.support.clock import FakeClock
 
 AGE = "outbox_db_horizon_age_xids"
 HELD = "outbox_db_horizon_held_seconds"

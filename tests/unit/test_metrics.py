@@ -8,20 +8,11 @@ from prometheus_client.samples import Sample
 from dispatcher.observe.metrics import DURATION_BUCKETS, LAG_BUCKETS, REASONS, BacklogRow, Metrics
 from outbox import __version__
 from outbox.sql import SCHEMA_VERSION
+from tests.support.clock import FakeClock
 from tests.support.contract import FAILURE_REASONS, METRICS, PROJECT_METRICS, STANDARD_PREFIXES
 
 CONTRACT = METRICS
 CONTRACT_REASONS = FAILURE_REASONS
-
-
-class FakeClock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def type_lines(text: str) -> dict[str, str]:

@@ -10,19 +10,12 @@ import pytest
 from outbox.web.cache import Snapshot
 from outbox.web.config import InsecureWebConfig, WebConfig, is_loopback
 from outbox.web.guard import Tokens, authorised, request_host
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
 
 
 def test_a_fresh_answer_is_served_without_computing() -> None:
     """Within its freshness the cached answer serves, and its age is told."""
-    clock, calls = Clock(), []
+    clock, calls = FakeClock(), []
     snap = Snapshot(lambda: calls.append(1) or len(calls), fresh=5, stale=60, clock=clock)
     assert snap.get() == (1, 0)
     clock.now += 3
@@ -32,7 +25,7 @@ def test_a_fresh_answer_is_served_without_computing() -> None:
 
 def test_a_stale_answer_serves_while_the_next_is_computed_behind() -> None:
     """Stale but not too old: served at once, and one computation starts behind the page."""
-    clock, started, release = Clock(), threading.Event(), threading.Event()
+    clock, started, release = FakeClock(), threading.Event(), threading.Event()
     results = iter([1, 2])
 
     def compute() -> int:
@@ -58,7 +51,7 @@ def test_a_stale_answer_serves_while_the_next_is_computed_behind() -> None:
 
 def test_too_old_an_answer_makes_the_request_wait_for_a_new_one() -> None:
     """Older than ``stale``: the request computes (and sees an error if there is one)."""
-    clock, values = Clock(), iter([1, 2])
+    clock, values = FakeClock(), iter([1, 2])
     snap = Snapshot(lambda: next(values), fresh=5, stale=60, clock=clock)
     snap.get()
     clock.now += 61
@@ -74,7 +67,7 @@ def test_too_old_an_answer_makes_the_request_wait_for_a_new_one() -> None:
 
 def test_an_expensive_answer_stays_fresh_longer() -> None:
     """Fresh for ten times what it took: the counting takes at most a tenth of the time."""
-    clock = Clock()
+    clock = FakeClock()
 
     def slow() -> int:
         clock.now += 2  # two seconds of counting
