@@ -14,8 +14,7 @@ import shutil
 import socket
 import ssl
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,11 @@ import pytest
 
 from dispatcher.http.parse import MAX_HEAD_BYTES
 from dispatcher.http.resolve import AddrInfo, HostResolver
-from dispatcher.http.sender import HttpSender
 from dispatcher.http.transport import H1Transport
 from dispatcher.policy.model import AttemptResult
-from tests.integration.test_http_transport import (
+from tests.support.raw_http import (
+    DEADLINE,
+    HANG_GUARD,
     OK,
     Handler,
     Server,
@@ -36,22 +36,9 @@ from tests.integration.test_http_transport import (
     make_ca_and_cert,
     raw_server,
     read_request,
-    run,
+    run_for,
+    sender,
 )
-
-# Long enough that an attempt ending at its deadline would fail the test (as
-# "timeout", or by the hang guard below), never a bound on how fast it must be.
-DEADLINE = 30.0
-HANG_GUARD = 60.0
-
-
-@asynccontextmanager
-async def sender(**options: Any) -> AsyncIterator[HttpSender]:
-    client = HttpSender(16, False, [], "outbox-test/1", **options)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 def malformed(result: AttemptResult, what: str) -> bool:
@@ -355,14 +342,3 @@ def test_default_transport_looks_names_up_on_threads_of_its_own(
     assert run_for(main).status == 200
     assert len(threads) == 1
     assert threads[0].startswith("lookup")
-
-
-def run_for(main: Callable[[], Any]) -> Any:
-    """Run ``main`` under the hang guard: a hang fails the test instead of stalling the suite."""
-    outcome: list[Any] = []
-
-    async def guarded() -> None:
-        async with asyncio.timeout(HANG_GUARD):
-            outcome.append(await main())
-    run(guarded)
-    return outcome[0]

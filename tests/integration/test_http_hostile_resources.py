@@ -31,8 +31,7 @@ from dispatcher.limits import circuit
 from dispatcher.observe.resources import quiet_resource_errors, raise_open_files_limit
 from dispatcher.policy.model import AttemptResult
 from dispatcher.policy.outcome import classify
-from tests.integration.test_http_hostile import DEADLINE, HANG_GUARD, run_for, sender
-from tests.integration.test_http_transport import OK, answering, raw_server
+from tests.support.raw_http import DEADLINE, HANG_GUARD, OK, answering, raw_server, run_for, sender
 
 
 def open_files() -> int:

@@ -13,12 +13,8 @@ import shutil
 import socket
 import ssl
 import struct
-import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -27,81 +23,17 @@ from dispatcher.http.netguard import NetworkPolicy
 from dispatcher.http.resolve import AddrInfo
 from dispatcher.http.sender import HttpSender
 from dispatcher.http.transport import BlockedAddress, H1Transport, PoolKey
+from tests.support.raw_http import (
+    OK,
+    answering,
+    fake_dns,
+    make_ca_and_cert,
+    raw_server,
+    read_request,
+    run,
+)
 
-OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 WHOLE = 64 << 20  # a limit no answer here reaches: ``post`` reads each body to its end
-
-
-@dataclass
-class Server:
-    """What a raw server saw: request heads per connection, in order."""
-
-    url: str
-    port: int
-    connections: list[list[bytes]] = field(default_factory=list)
-    closed: int = 0  # connections that ended
-
-    @property
-    def requests(self) -> list[bytes]:
-        return [head for conn in self.connections for head in conn]
-
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, list[bytes]], Awaitable[None]]
-
-
-@asynccontextmanager
-async def raw_server(handler: Handler, tls: ssl.SSLContext | None = None) -> AsyncIterator[Server]:
-    """A server on 127.0.0.1 whose handler writes raw bytes and appends request heads."""
-    tasks: set[asyncio.Task[Any]] = set()
-    state = Server("", 0)
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        tasks.add(task)
-        heads: list[bytes] = []
-        state.connections.append(heads)
-        try:
-            await handler(reader, writer, heads)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            pass
-        finally:
-            state.closed += 1
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=tls)
-    state.port = server.sockets[0].getsockname()[1]
-    state.url = f"{'https' if tls else 'http'}://127.0.0.1:{state.port}/"
-    try:
-        yield state
-    finally:
-        server.close()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await server.wait_closed()
-
-
-async def read_request(reader: asyncio.StreamReader, heads: list[bytes]) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            await reader.readexactly(int(line.split(b":", 1)[1]))
-    heads.append(head)
-    return head
-
-
-def answering(answer: bytes, close_after: bool = False) -> Handler:
-    """Answer every request with ``answer`` (and hang up after the first, if asked)."""
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      heads: list[bytes]) -> None:
-        while True:
-            await read_request(reader, heads)
-            writer.write(answer)
-            await writer.drain()
-            if close_after:
-                return
-    return handler
 
 
 def encoded(url: str, body: bytes) -> tuple[PoolKey, bytes]:
@@ -127,12 +59,6 @@ async def until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
-
-
-def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """On a fresh event loop, as the dispatcher runs."""
-    with asyncio.Runner() as runner:
-        runner.run(main())
 
 
 # -- framing and keep-alive --------------------------------------------------------
@@ -344,17 +270,6 @@ def test_cancelled_request_closes_its_connection() -> None:
 
 # -- the SSRF guard, through a fake resolver -------------------------------------------
 
-def fake_dns(*addresses: str) -> tuple[Callable[[str, int], Awaitable[list[AddrInfo]]],
-                                       list[str]]:
-    """A resolver answering every name with ``addresses``, and the names it was asked."""
-    asked: list[str] = []
-
-    async def resolve(host: str, port: int) -> list[AddrInfo]:
-        asked.append(host)
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in addresses]
-    return resolve, asked
-
-
 def test_name_resolving_only_to_blocked_addresses_is_refused() -> None:
     """With blocking on, a name whose addresses are all internal is BlockedAddress, unsent."""
     async def main() -> None:
@@ -442,20 +357,6 @@ def closed_port() -> int:
 
 
 # -- TLS with a test CA -----------------------------------------------------------------
-
-def make_ca_and_cert(tmp: Path) -> tuple[Path, Path, Path]:
-    """A CA and a certificate it signed for DNS name hooks.test."""
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp)
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=test CA",
-            "-keyout", "ca.key", "-out", "ca.pem")
-    openssl("req", *ec, "-subj", "/CN=hooks.test", "-keyout", "srv.key", "-out", "srv.csr")
-    (tmp / "ext.cnf").write_text("subjectAltName=DNS:hooks.test\n")
-    openssl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "1", "-extfile", "ext.cnf", "-out", "srv.pem")
-    return tmp / "ca.pem", tmp / "srv.pem", tmp / "srv.key"
-
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_tls_verifies_the_name_sends_sni_and_keeps_alive(tmp_path: Path) -> None:
