@@ -24,8 +24,31 @@ from outbox._shared.tls_files import HEARTBEAT_PREFIX
 log = logging.getLogger("dispatcher.endpoints")
 
 
-def _keys(name: str, secret: str | None, previous_json: str, environ: Mapping[str, str],
-          now: datetime) -> tuple[bytes, ...]:
+class _Earlier(NamedTuple):
+    """A rotated secret still in its overlap: until when it signs, and its text."""
+
+    expires: datetime
+    secret: str
+
+
+def _earlier(name: str, previous_json: str, now: datetime) -> list[_Earlier]:
+    """The rotated secrets of ``previous_secrets`` still in their overlap at ``now``, read
+    once per load; an entry that cannot be read is skipped, saying so."""
+    earlier = []
+    for old in json.loads(previous_json or "[]"):
+        try:
+            expires = datetime.fromisoformat(str(old.get("expires_at")))
+            expires = expires if expires.tzinfo else expires.replace(tzinfo=UTC)
+            if expires > now:
+                earlier.append(_Earlier(expires, str(old["secret"])))
+        except (ValueError, KeyError) as exc:
+            log.warning("endpoint %s: skipping a previous secret that cannot be used: %s",
+                        name, exc)
+    return earlier
+
+
+def _keys(name: str, secret: str | None, earlier: Sequence[_Earlier],
+          environ: Mapping[str, str]) -> tuple[bytes, ...]:
     """Signing keys, newest first: the current secret, then those still in their overlap.
 
     The current secret must resolve (else ValueError: better wait than send
@@ -35,13 +58,9 @@ def _keys(name: str, secret: str | None, previous_json: str, environ: Mapping[st
     keys: list[bytes] = []
     if secret:
         keys.append(decode_secret(secret, environ))
-    for old in json.loads(previous_json or "[]"):
+    for old in earlier:
         try:
-            expires = datetime.fromisoformat(str(old.get("expires_at")))
-            if expires.tzinfo is None:
-                expires = expires.replace(tzinfo=UTC)
-            if expires > now:
-                keys.append(decode_secret(str(old["secret"]), environ))
+            keys.append(decode_secret(old.secret, environ))
         except (ValueError, KeyError) as exc:
             log.warning("endpoint %s: skipping a previous secret that cannot be used: %s",
                         name, exc)
@@ -73,20 +92,6 @@ class EndpointRow(NamedTuple):
     client_key: str | None
     now: datetime  # the database's clock, for rotated secrets' overlaps
     version: str  # the row's xmin
-
-
-def _renew_at(previous_json: str, now: datetime) -> datetime | None:
-    """When the first of these rotated secrets' overlaps still running ends."""
-    ends = []
-    for old in json.loads(previous_json or "[]"):
-        try:
-            expires = datetime.fromisoformat(str(old.get("expires_at")))
-        except ValueError:
-            continue
-        expires = expires if expires.tzinfo else expires.replace(tzinfo=UTC)
-        if expires > now:
-            ends.append(expires)
-    return min(ends, default=None)
 
 
 def _tls_files(row: EndpointRow) -> TlsFiles | None:
@@ -153,8 +158,9 @@ class EndpointView:
         self._renew.pop(ep_id, None)
 
     def _load(self, row: EndpointRow) -> None:
+        earlier = _earlier(row.name, row.previous_secrets, row.now)
         try:
-            keys = _keys(row.name, row.secret, row.previous_secrets, self._environ, row.now)
+            keys = _keys(row.name, row.secret, earlier, self._environ)
         except (ValueError, KeyError) as exc:
             if self._broken.get(row.id) != str(exc):
                 log.error("endpoint %s cannot sign its requests, its deliveries wait: %s",
@@ -173,7 +179,8 @@ class EndpointView:
             send_tracestate=bool(row.send_tracestate), tls=_tls_files(row))
         self._enabled[row.id] = bool(row.enabled)
         self._versions[row.id] = row.version
-        renew = _renew_at(row.previous_secrets, row.now)
+        # Read again when the first overlap still running ends (its secret stops signing).
+        renew = min((old.expires for old in earlier), default=None)
         if renew is None:
             self._renew.pop(row.id, None)
         else:
