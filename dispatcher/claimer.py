@@ -52,7 +52,7 @@ the next one goes at once: a lone dispatcher's prefetched round may last less th
 LEAN_CLAIM = 8
 PassOver = Callable[[bool, bool], bool]
 """--once's end, asked after each claim: given whether that claim may have left more due
-and whether a rate-limit turn is awaited, True when the pass is over (``app.once_over``)."""
+and whether a rate-limit turn is awaited, True when the pass is over (``OncePass.over``)."""
 
 
 @dataclass(slots=True)
