@@ -69,18 +69,19 @@ class Claimer:
     """Claims due deliveries and starts their requests, until stopped (or, --once, done)."""
 
     def __init__(self, *, db: Database, endpoints: EndpointView, flights: Flights, leases: Leases,
-                 wake: asyncio.Event, stopping: asyncio.Event, beat: Callable[[], None],
-                 concurrency: int, batch_size: int, poll_interval: float,
-                 pass_over: PassOver | None = None, slots: SlotBook | None = None) -> None:
-        """``wake``: set when something may be due (the claimer clears and waits on it);
-        ``stopping``: claim no more; ``beat``: the liveness heartbeat, called each turn;
-        ``pass_over``: with --once, asked after each claim whether the pass is over;
-        ``slots``: the slots held, where those a claim grants are entered."""
+                 slots: SlotBook, wake: asyncio.Event, stopping: asyncio.Event,
+                 beat: Callable[[], None], concurrency: int, batch_size: int,
+                 poll_interval: float, pass_over: PassOver | None = None) -> None:
+        """``slots``: the slots held, where those a claim grants are entered (the book
+        maintenance extends and the completer empties); ``wake``: set when something may
+        be due (the claimer clears and waits on it); ``stopping``: claim no more;
+        ``beat``: the liveness heartbeat, called each turn; ``pass_over``: with --once,
+        asked after each claim whether the pass is over."""
         self._db = db
         self._endpoints = endpoints
         self._flights = flights
         self._leases = leases
-        self._slots = slots if slots is not None else SlotBook()
+        self._slots = slots
         self._wake = wake
         self._stopping = stopping
         self._beat = beat

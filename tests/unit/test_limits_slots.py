@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import uuid
 
-from dispatcher.limits.slots import MAX_PASSES, SPARE_LINGER, Spares, slots_json
+from dispatcher.leases import Leases
+from dispatcher.limits.slots import MAX_PASSES, SPARE_LINGER, SlotBook, Spares, slots_json
 from dispatcher.policy.model import Slot
 
 
@@ -50,3 +51,15 @@ def test_a_slot_serves_at_most_max_passes_requests_in_a_row() -> None:
 def test_slots_as_the_statements_take_them() -> None:
     """[endpoint_id, slot, token] per slot, the token as text."""
     assert json.loads(slots_json([_slot(3, 1)])) == [[3, 1, str(uuid.UUID(int=301))]]
+
+
+def test_the_slot_book_holds_a_slot_from_its_grant_until_it_is_freed() -> None:
+    """A slot a claim granted is extended by the leases, spare or not, until freed."""
+    book = SlotBook()
+    leases = Leases(30, lambda: 0.0, book.held)
+    book.hold(_slot(1, 0))
+    book.hold(_slot(1, 1))
+    book.spares.keep(_slot(1, 1), now=0.0)  # spare: still held, its lease still extended
+    assert set(leases.held()[2]) == {_slot(1, 0), _slot(1, 1)}
+    book.freed([_slot(1, 0)])
+    assert leases.held()[2] == [_slot(1, 1)]
