@@ -117,6 +117,23 @@ def _version(text: str) -> int:
     return value
 
 
+def _judge(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int:
+    """--dry-run and --check: what would run, or whether anything is pending."""
+    with conn.transaction():
+        todo = plan(read_state(conn), inbox_only=args.inbox_only, check=args.check)
+    what = "inbox" if todo.inbox_only else "outbox schema"
+    if args.check and todo.state.outbox:
+        for warning in path_warnings(conn):
+            print(warning, file=sys.stderr)
+    if not todo.pending:
+        print(f"{what} is up to date (version {todo.state.version})")
+        return common.EXIT_OK
+    verb = "would run" if args.dry_run else "pending"
+    for line in todo.describe():
+        print(f"{verb}: {line}")
+    return common.EXIT_OK if args.dry_run else common.EXIT_FAILURE
+
+
 def run(args: argparse.Namespace) -> int:
     if args.from_version is not None and not args.sql:
         raise common.UsageError("--from goes with --sql")
@@ -132,19 +149,7 @@ def run(args: argparse.Namespace) -> int:
         return common.EXIT_OK
     with common.connect(args, needs=None) as conn:
         if args.dry_run or args.check:
-            with conn.transaction():
-                todo = plan(read_state(conn), inbox_only=args.inbox_only, check=args.check)
-            what = "inbox" if todo.inbox_only else "outbox schema"
-            if args.check and todo.state.outbox:
-                for warning in path_warnings(conn):
-                    print(warning, file=sys.stderr)
-            if not todo.pending:
-                print(f"{what} is up to date (version {todo.state.version})")
-                return common.EXIT_OK
-            verb = "would run" if args.dry_run else "pending"
-            for line in todo.describe():
-                print(f"{verb}: {line}")
-            return common.EXIT_OK if args.dry_run else common.EXIT_FAILURE
+            return _judge(conn, args)
         before, after = migrate(conn, inbox_only=args.inbox_only,
                                 lock_timeout=args.lock_timeout, attempts=args.lock_attempts,
                                 on_step=print)

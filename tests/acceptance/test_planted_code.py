@@ -187,7 +187,9 @@ def test_migrate_check_names_the_schemas_others_may_plant_in(owned: Owned) -> No
     assert checked.returncode == 0, checked.stderr
     lines = checked.stderr.splitlines()
     public = next(line for line in lines if line.startswith("warning: schema public "))
-    assert owned.dispatcher in public and owned.viewer in public and "PUBLIC" in public
+    assert owned.dispatcher in public
+    assert owned.viewer in public
+    assert "PUBLIC" in public
     assert owned.application in public  # it owns the database, so public (pg_database_owner)
     own = next(line for line in lines if line.startswith(f"warning: schema {owned.dispatcher} "))
     assert owned.application in own.split(", and ")[1]
@@ -198,4 +200,5 @@ def test_migrate_check_names_the_schemas_others_may_plant_in(owned: Owned) -> No
         su.execute(sql.SQL("ALTER DATABASE {} OWNER TO CURRENT_USER").format(
             sql.Identifier(owned.database)))
     checked = run_outbox(op, "migrate", "--check")
-    assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+    assert checked.returncode == 0
+    assert checked.stderr == ""
