@@ -69,7 +69,7 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/events/{event_id}/discard", actions.discard, methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("outbox.web", "static")]), name="static"),
     ]
-    guard = Middleware(Guard, password=config.password, loopback=config.loopback,
+    guard = Middleware(Guard, password=config.password, hosts=config.hosts,
                        read_only=None if config.allow_actions else actions.READ_ONLY)
     app = Starlette(routes=routes, middleware=[guard], lifespan=lifespan,
                     exception_handlers={BadParameter: _bad, EndpointNotFound: _unknown,
