@@ -28,7 +28,7 @@ from tests.conftest import Cluster
 from tests.support import planted
 from tests.support.cli import run_outbox
 from tests.support.dispatcher import Dispatcher, run_once, wait_until
-from tests.support.roles import ok
+from tests.support.roles import create_role, ok, role_dsn
 from tests.support.web import web_client
 
 _counter = itertools.count()
@@ -47,8 +47,7 @@ class Owned:
     viewer: str
 
     def dsn(self, role: str) -> str:
-        return psycopg.conninfo.make_conninfo(self.cluster.dsn_for(self.database), user=role,
-                                              password=role)
+        return role_dsn(self.cluster.dsn_for(self.database), role)
 
 
 @pytest.fixture
@@ -59,8 +58,7 @@ def owned(cluster: Cluster) -> Iterator[Owned]:
     roles = (made.operator, made.application, made.dispatcher, made.viewer)
     with cluster.admin() as admin:
         for role in roles:
-            admin.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                sql.Identifier(role), sql.Literal(role)))
+            create_role(admin, role)
         admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
             sql.Identifier(made.database), sql.Identifier(made.application)))
         admin.execute(sql.SQL("ALTER DATABASE {} SET track_functions = 'pl'").format(
