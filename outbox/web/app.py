@@ -11,6 +11,7 @@ with its first line (never a traceback).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -50,7 +51,8 @@ def create_app(config: WebConfig) -> Starlette:
             return pages.read_overview(conn)
 
     state = Parts(config=config, readers=readers, writer=writer, counts=Snapshot(count),
-                  tokens=Tokens())
+                  tokens=Tokens(),
+                  searches=threading.BoundedSemaphore(max(1, config.connections // 2)))
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
