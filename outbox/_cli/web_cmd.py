@@ -35,8 +35,10 @@ def register(sub: Any) -> None:
         "shape. It reads through connections of its own under a statement timeout, shows no "
         "secret, header value or payload (an event's payload only on its page, when asked), "
         "and changes nothing unless --allow-actions is given. With OUTBOX_WEB_PASSWORD set it "
-        "asks for HTTP basic authentication (user outbox). Needs the extra "
-        "outbox-dispatcher[web].")
+        "asks for HTTP basic authentication (user outbox); on an address other than loopback "
+        "it needs that, or --no-password behind an authenticating proxy. A request addressed "
+        "(Host) to anything but the listen address, localhost, 127.0.0.1 or an --allowed-host "
+        "is answered 421. Needs the extra outbox-dispatcher[web].")
     parser.add_argument("--listen", type=_address, default=(DEFAULT_HOST, DEFAULT_PORT),
                         metavar="HOST:PORT",
                         help=f"where to serve (default {DEFAULT_HOST}:{DEFAULT_PORT}; port 0 "
