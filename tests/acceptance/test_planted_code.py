@@ -140,7 +140,13 @@ def test_nothing_planted_runs_as_the_dispatcher_the_operator_or_the_viewer(
                  ("replay", "--endpoint", "rx", "--since", "1h", "--type", "order.*"),
                  ("dead", "retry", "--all", "--dry-run"), ("dead", "retry", "--all"),
                  ("purge", "--older-than", "1d"),
-                 ("purge", "--older-than", "1s", "--dry-run")):
+                 ("purge", "--older-than", "1s", "--dry-run"),
+                 ("dead", "discard", "--all", "--dry-run"), ("migrate",),
+                 ("endpoints", "update", "rx", "--max-in-flight", "3", "--max-pending", "50"),
+                 ("endpoints", "rotate-secret", "rx", "--overlap", "1h"),
+                 ("endpoints", "disable", "refused"), ("endpoints", "enable", "refused"),
+                 ("endpoints", "add", "extra", "--url", receiver.url + "x", "--events", "x.*",
+                  "--max-pending", "5"), ("endpoints", "remove", "extra")):
         result = run_outbox(op, *args)
         assert result.returncode == 0, (args, result.stderr)
     with psycopg.connect(owned.cluster.dsn_for(owned.database), autocommit=True) as su:
