@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 12.
+-- outbox-dispatcher schema: the current shape, version 14.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -49,7 +49,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 12 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 14 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -175,7 +175,7 @@ INSERT INTO outbox.maintainer DEFAULT VALUES ON CONFLICT DO NOTHING;
 -- written (the outbox command, a migration, SQL by hand). A slot beyond a
 -- lowered --max-in-flight goes at once; a request holding it finishes.
 CREATE OR REPLACE FUNCTION outbox.endpoint_fleet_rows() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     INSERT INTO outbox.endpoint_state (endpoint_id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
     INSERT INTO outbox.endpoint_slots (endpoint_id, slot)
@@ -189,7 +189,7 @@ CREATE OR REPLACE TRIGGER endpoint_fleet_rows
     AFTER INSERT OR UPDATE OF max_in_flight ON outbox.endpoints
     FOR EACH ROW EXECUTE FUNCTION outbox.endpoint_fleet_rows();
 CREATE OR REPLACE FUNCTION outbox.endpoint_backlog_rows() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF TG_OP = 'UPDATE' AND OLD.max_pending IS NOT NULL AND NEW.max_pending IS NOT NULL THEN
         RETURN NULL;  -- a bound changed: the counters stand
@@ -228,8 +228,10 @@ CREATE TABLE IF NOT EXISTS outbox.events (
     traceparent      text,
     tracestate       text,
     -- The tenant the event belongs to (NULL: none), sent with every delivery
-    -- (version 8).
-    tenant           text
+    -- (version 8). 1 to 200 printable ASCII characters, as publish() checks
+    -- (version 14): it travels in a header (ce-tenant).
+    tenant           text,
+    CONSTRAINT events_tenant_printable CHECK (tenant ~ '^[ -~]{1,200}$')
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key
@@ -262,8 +264,9 @@ CREATE TABLE IF NOT EXISTS outbox.deliveries (
     -- How long the last recorded attempt took (version 4).
     last_duration_seconds double precision,
     -- The event's tenant: key order is per tenant, and so is
-    -- --max-pending-per-tenant (version 8).
-    tenant            text
+    -- --max-pending-per-tenant (version 8). As the event's (version 14).
+    tenant            text,
+    CONSTRAINT deliveries_tenant_printable CHECK (tenant ~ '^[ -~]{1,200}$')
 ) WITH (fillfactor = 80);
 
 -- Autovacuum for the queue table. Every delivery is updated at least twice
@@ -397,6 +400,11 @@ REVOKE EXECUTE ON FUNCTION outbox.endpoint_fleet_rows(), outbox.endpoint_backlog
 -- order reads outbox.deliveries with the caller's own rights), so calling one
 -- gives no role anything it could not compute itself; the schema's USAGE is
 -- still needed to reach them.
+-- Inlined, a body is parsed on the caller's search_path: every operator and
+-- function in them is named as pg_catalog's (OPERATOR(pg_catalog.+),
+-- pg_catalog.now()), with explicit casts where types mix, so that nothing
+-- another role planted in a schema on that path can stand in for one
+-- (version 14).
 
 -- The circuit breaker: whether an open circuit's cool-down is over, or a
 -- half-open one's probe lease ran out: one probe may go.
@@ -404,8 +412,11 @@ CREATE OR REPLACE FUNCTION outbox.circuit_probe_due_v1(
     circuit text, opened_at timestamptz, cooldown_seconds double precision,
     probe_until timestamptz) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT (circuit = 'open' AND opened_at + make_interval(secs => cooldown_seconds) <= now())
-        OR (circuit = 'half-open' AND probe_until < now())
+    SELECT (circuit OPERATOR(pg_catalog.=) 'open'
+            AND (opened_at OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => cooldown_seconds))
+                OPERATOR(pg_catalog.<=) pg_catalog.now())
+        OR (circuit OPERATOR(pg_catalog.=) 'half-open'
+            AND probe_until OPERATOR(pg_catalog.<) pg_catalog.now())
 $$;
 
 -- The circuit breaker: an endpoint's consecutive failures after a batch of
@@ -413,7 +424,7 @@ $$;
 CREATE OR REPLACE FUNCTION outbox.circuit_failures_v1(
     failures integer, reported integer, reset boolean) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN reset THEN reported ELSE failures + reported END
+    SELECT CASE WHEN reset THEN reported ELSE failures OPERATOR(pg_catalog.+) reported END
 $$;
 
 -- The circuit breaker: whether a batch's results may change an endpoint's
@@ -423,7 +434,9 @@ CREATE OR REPLACE FUNCTION outbox.circuit_touched_v1(
     circuit text, failures integer, breaker_failures integer, reported integer)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT circuit <> 'closed' OR (breaker_failures > 0 AND (reported > 0 OR failures <> 0))
+    SELECT circuit OPERATOR(pg_catalog.<>) 'closed'
+        OR (breaker_failures OPERATOR(pg_catalog.>) 0
+            AND (reported OPERATOR(pg_catalog.>) 0 OR failures OPERATOR(pg_catalog.<>) 0))
 $$;
 
 -- The circuit breaker: the state after a batch. A closed circuit opens when its
@@ -434,24 +447,32 @@ CREATE OR REPLACE FUNCTION outbox.circuit_after_v1(
     reset boolean) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
-               WHEN breaker_failures = 0 THEN 'closed'
-               WHEN circuit = 'half-open' AND reported > 0 THEN 'open'
-               WHEN circuit = 'half-open' AND reset THEN 'closed'
-               WHEN circuit = 'closed' AND failures >= breaker_failures THEN 'open'
+               WHEN breaker_failures OPERATOR(pg_catalog.=) 0 THEN 'closed'
+               WHEN circuit OPERATOR(pg_catalog.=) 'half-open'
+                    AND reported OPERATOR(pg_catalog.>) 0 THEN 'open'
+               WHEN circuit OPERATOR(pg_catalog.=) 'half-open' AND reset THEN 'closed'
+               WHEN circuit OPERATOR(pg_catalog.=) 'closed'
+                    AND failures OPERATOR(pg_catalog.>=) breaker_failures THEN 'open'
                ELSE circuit
            END
 $$;
 
 -- The rate limit: how many turns (requests, at most wanted) may be taken now,
 -- from the shared clock next_turn, turns pace/rate apart (rate_per_second is
--- the limit over the pace), looking horizon_seconds ahead.
+-- the limit over the pace), looking horizon_seconds ahead. (The seconds
+-- extract gives are numeric: cast to double precision, as the built-in
+-- resolution of numeric * double precision did before version 14.)
 CREATE OR REPLACE FUNCTION outbox.rate_turns_v1(
     next_turn timestamptz, rate_per_second double precision, horizon_seconds double precision,
     wanted integer) RETURNS integer
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT least(wanted, greatest(0, floor(
-               extract(epoch FROM now() - greatest(next_turn, now())) * rate_per_second
-               + horizon_seconds * rate_per_second + 1e-9)::int + 1))
+    SELECT least(wanted, greatest(0, pg_catalog.floor(
+               (extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-)
+                                   greatest(next_turn, pg_catalog.now())))::double precision
+                   OPERATOR(pg_catalog.*) rate_per_second
+               OPERATOR(pg_catalog.+) (horizon_seconds OPERATOR(pg_catalog.*) rate_per_second)
+               OPERATOR(pg_catalog.+) 1e-9::double precision)::integer
+           OPERATOR(pg_catalog.+) 1))
 $$;
 
 -- The rate limit: whether the endpoint's next turn is within the horizon (the
@@ -459,7 +480,8 @@ $$;
 CREATE OR REPLACE FUNCTION outbox.rate_turn_near_v1(
     next_turn timestamptz, horizon_seconds double precision) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT next_turn <= now() + make_interval(secs => horizon_seconds)
+    SELECT next_turn OPERATOR(pg_catalog.<=)
+           (pg_catalog.now() OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => horizon_seconds))
 $$;
 
 -- The rate limit: the shared clock after a claim took turns from first_turn.
@@ -467,26 +489,31 @@ CREATE OR REPLACE FUNCTION outbox.rate_next_turn_v1(
     first_turn timestamptz, turns integer, rate_per_second double precision)
 RETURNS timestamptz
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT first_turn + make_interval(secs => turns / rate_per_second)
+    SELECT first_turn OPERATOR(pg_catalog.+) pg_catalog.make_interval(
+               secs => turns::double precision OPERATOR(pg_catalog./) rate_per_second)
 $$;
 
 -- Request slots: a slot is free when its lease ran out (a request that ended
 -- sets it to '-infinity'; a dispatcher that died stops extending it).
 CREATE OR REPLACE FUNCTION outbox.slot_free_v1(expires_at timestamptz) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT expires_at < now()
+    SELECT expires_at OPERATOR(pg_catalog.<) pg_catalog.now()
 $$;
 
 -- Key order: the deliveries of this key and tenant (NULL: no tenant, a tenant
 -- of its own) for this endpoint that come before seq and have not finished.
--- A keyed delivery goes only when there is none.
+-- A keyed delivery goes only when there is none. (IS NOT DISTINCT FROM and IN
+-- would look = up on the caller's path: written out with pg_catalog's.)
 CREATE OR REPLACE FUNCTION outbox.key_blockers_v1(
     endpoint_id bigint, key text, tenant text, seq bigint) RETURNS SETOF bigint
 LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
     SELECT p.id FROM outbox.deliveries p
-    WHERE p.endpoint_id = key_blockers_v1.endpoint_id AND p.key = key_blockers_v1.key
-      AND p.tenant IS NOT DISTINCT FROM key_blockers_v1.tenant
-      AND p.seq < key_blockers_v1.seq AND p.state IN ('pending', 'in_flight')
+    WHERE p.endpoint_id OPERATOR(pg_catalog.=) key_blockers_v1.endpoint_id
+      AND p.key OPERATOR(pg_catalog.=) key_blockers_v1.key
+      AND (p.tenant OPERATOR(pg_catalog.=) key_blockers_v1.tenant
+           OR (p.tenant IS NULL AND key_blockers_v1.tenant IS NULL))
+      AND p.seq OPERATOR(pg_catalog.<) key_blockers_v1.seq
+      AND p.state OPERATOR(pg_catalog.=) ANY ('{pending,in_flight}')
 $$;
 
 -- The operators' event filter (dead list, events list, dead retry, dead
@@ -496,10 +523,10 @@ CREATE OR REPLACE FUNCTION outbox.event_matches_v1(
     type text, created_at timestamptz, tenant text, types text[], since timestamptz,
     until timestamptz, wanted_tenant text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT (types IS NULL OR type LIKE ANY (types))
-       AND (since IS NULL OR created_at >= since)
-       AND (until IS NULL OR created_at < until)
-       AND (wanted_tenant IS NULL OR tenant = wanted_tenant)
+    SELECT (types IS NULL OR type OPERATOR(pg_catalog.~~) ANY (types))
+       AND (since IS NULL OR created_at OPERATOR(pg_catalog.>=) since)
+       AND (until IS NULL OR created_at OPERATOR(pg_catalog.<) until)
+       AND (wanted_tenant IS NULL OR tenant OPERATOR(pg_catalog.=) wanted_tenant)
 $$;
 
 GRANT EXECUTE ON FUNCTION
@@ -515,4 +542,4 @@ GRANT EXECUTE ON FUNCTION
     outbox.event_matches_v1(text, timestamptz, text, text[], timestamptz, timestamptz, text)
     TO PUBLIC;
 
-INSERT INTO outbox.schema_version (version) VALUES (12) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (14) ON CONFLICT DO NOTHING;

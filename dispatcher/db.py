@@ -36,6 +36,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, w
 
 from outbox._shared.dsn import server_options
 from outbox._shared.schema import MISSING, is_missing
+from outbox._shared.search_path import SET_LOCAL
 from outbox._shared.text import first_line
 from outbox.sql import QueryName, queries
 
@@ -72,10 +73,13 @@ server connection died), which neither keepalives nor tcp_user_timeout see."""
 SERVER_OPTIONS = ("-c statement_timeout=60000 -c jit=off "
                   "-c default_transaction_isolation=read\\ committed")
 # The same settings for one transaction, for connections through a pooler (see above).
-_LOCAL_STATEMENTS = (b"BEGIN ISOLATION LEVEL READ COMMITTED",
+# The search_path first: nothing after it may meet a planted function (search_path.py).
+_LOCAL_STATEMENTS = (b"BEGIN ISOLATION LEVEL READ COMMITTED", SET_LOCAL.encode(),
                      b"SET LOCAL statement_timeout = 60000", b"SET LOCAL jit = off")
-# What SERVER_OPTIONS makes statement_timeout: options that reached the server.
-_APPLIED = b"SELECT current_setting('statement_timeout') = '1min'"
+# What SERVER_OPTIONS makes statement_timeout: options that reached the server. Every
+# name qualified: when they did not, the path is still the database's own.
+_APPLIED = (b"SELECT pg_catalog.current_setting('statement_timeout') OPERATOR(pg_catalog.=) "
+            b"'1min'")
 # PgBouncer's words for a startup parameter it neither knows nor ignores.
 _POOLER_REFUSAL = "unsupported startup parameter"
 _pooled: set[str] = set()  # DSNs found to go through a transaction pooler, this process

@@ -28,6 +28,7 @@ from typing import Any
 
 from outbox._shared.headers import HEADER_NAME, is_reserved, value_problem
 from outbox._shared.tracecontext import TraceContext, from_headers
+from outbox._shared.wire import MAX_TENANT
 from outbox.errors import InvalidEvent, PayloadTooLarge
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -205,9 +206,8 @@ def _checked_type(event_type: str) -> str:
     return text
 
 
-MAX_TENANT = 200
-"""A tenant is 1 to MAX_TENANT printable ASCII characters: it travels as the CloudEvents
-header ``ce-tenant`` too."""
+# A tenant is 1 to MAX_TENANT printable ASCII characters: it travels as the CloudEvents
+# header ce-tenant too (outbox._shared.wire), and the tables' CHECK says the same.
 
 
 def check_tenant(tenant: object) -> str | None:

@@ -37,6 +37,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from outbox._shared.schema import MISSING
+from outbox._shared.search_path import SET_LOCAL
 from outbox.errors import OutboxError, SchemaMissing
 from outbox.sql import queries
 
@@ -115,6 +116,7 @@ def would_purge(conn: psycopg.Connection[Any], older_than: timedelta, *,
     _check(older_than, DEFAULT_BATCH_SIZE)
     deliveries = events = records = 0
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(SET_LOCAL)
         row = cur.execute(queries["purge_tables"], {"older_than": older_than}).fetchone()
         assert row is not None
         has_events, has_inbox, cutoff = row
@@ -160,6 +162,7 @@ def purge(conn: psycopg.Connection[Any], older_than: timedelta,
         while True:
             rows: Rows = []
             with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                cur.execute(SET_LOCAL)  # the caller's connection, or one behind a pooler
                 for sql, params in unit:
                     rows = cur.execute(sql, params).fetchall()
             unit = plan.send(rows)
@@ -178,6 +181,7 @@ async def apurge(conn: psycopg.AsyncConnection[Any], older_than: timedelta,
         while True:
             rows: Rows = []
             async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(SET_LOCAL)
                 for sql, params in unit:
                     await cur.execute(sql, params)
                     rows = await cur.fetchall()

@@ -33,7 +33,15 @@ import certifi
 import httpx
 
 from dispatcher.policy.model import TlsFiles
-from outbox._shared.tls_files import Loaded, Signature, TlsFileProblem, expired, load, signature
+from outbox._shared.tls_files import (
+    Loaded,
+    Signature,
+    TlsFileProblem,
+    expired,
+    load,
+    loose_key,
+    signature,
+)
 
 log = logging.getLogger("dispatcher.tls")
 
@@ -99,6 +107,9 @@ class TlsContexts:
         except TlsFileProblem as exc:
             self._fail(files, entry, str(exc))
             return entry
+        loose = None if files.client_key is None else loose_key(files.client_key)
+        if loose is not None:  # said at each reading: at start and after each change
+            log.warning("%s", loose)
         if self._reported.pop(files, None) is not None:
             log.warning("TLS files usable again: %s", _named(files))
         elif changed:

@@ -53,6 +53,7 @@ from prometheus_client.metrics_core import Metric
 from psycopg.rows import tuple_row
 
 from dispatcher.observe.horizon import HorizonCollector, HorizonWatch
+from outbox._shared.search_path import SET_LOCAL
 from outbox._shared.version import current as version
 from outbox.sql import SCHEMA_VERSION, queries
 
@@ -251,6 +252,7 @@ class Metrics:
         autocommit mode is not left idle in a transaction holding a snapshot.
         """
         async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(SET_LOCAL)  # a connection behind a pooler has no pinned path
             await cur.execute(queries["backlog"])
             rows = await cur.fetchall()
             await cur.execute(queries["horizon"])

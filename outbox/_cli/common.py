@@ -16,6 +16,7 @@ import psycopg
 
 from outbox._present import args as arguments
 from outbox._shared.dsn import (
+    KEEPALIVES,
     InvalidDsn,
     check_dsn,
     nothing_configured,
@@ -71,7 +72,7 @@ def connect(args: argparse.Namespace, *, needs: Literal["outbox", "outbox or inb
     try:
         # jit=off: compiling a status count on a large table costs more than the count.
         conn = psycopg.connect(dsn, connect_timeout=10, application_name="outbox-cli",
-                               options=server_options(dsn, "-c jit=off"))
+                               options=server_options(dsn, "-c jit=off"), **KEEPALIVES)
     except psycopg.OperationalError as exc:
         hint = nothing_configured(dsn)
         raise CommandFailed(f"cannot connect to the database: {first_line(exc)}"

@@ -90,6 +90,19 @@ def _role_warnings(conn: psycopg.Connection[Any]) -> list[str]:
     return []
 
 
+def path_warnings(conn: psycopg.Connection[Any]) -> list[str]:
+    """One line per schema that a role using the outbox searches by default and another
+    role may create in (``writable_paths``): what that role plants there could run in the
+    sessions of one that does not pin its search_path (an application's, a psql)."""
+    with conn.transaction():
+        rows = conn.execute(queries["writable_paths"]).fetchall()
+    return [f"warning: schema {schema} is on the default search_path of {', '.join(users)}, "
+            f"and {', '.join(creators)} may create in it: what they create there can run "
+            "with those roles' rights; revoke CREATE on it, or give those roles a "
+            "search_path without it (docs/upgrading.md, \"Roles\")"
+            for schema, users, creators in rows]
+
+
 def _version(text: str) -> int:
     """argparse type for --from: a schema version this release knows (exit 2 otherwise)."""
     known = known_versions()
@@ -102,6 +115,23 @@ def _version(text: str) -> int:
             f"unknown schema version {text!r}: this release knows 0 (no outbox) to "
             f"{known[-1]}")
     return value
+
+
+def _judge(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int:
+    """--dry-run and --check: what would run, or whether anything is pending."""
+    with conn.transaction():
+        todo = plan(read_state(conn), inbox_only=args.inbox_only, check=args.check)
+    what = "inbox" if todo.inbox_only else "outbox schema"
+    if args.check and todo.state.outbox:
+        for warning in path_warnings(conn):
+            print(warning, file=sys.stderr)
+    if not todo.pending:
+        print(f"{what} is up to date (version {todo.state.version})")
+        return common.EXIT_OK
+    verb = "would run" if args.dry_run else "pending"
+    for line in todo.describe():
+        print(f"{verb}: {line}")
+    return common.EXIT_OK if args.dry_run else common.EXIT_FAILURE
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,20 +149,12 @@ def run(args: argparse.Namespace) -> int:
         return common.EXIT_OK
     with common.connect(args, needs=None) as conn:
         if args.dry_run or args.check:
-            with conn.transaction():
-                todo = plan(read_state(conn), inbox_only=args.inbox_only, check=args.check)
-            what = "inbox" if todo.inbox_only else "outbox schema"
-            if not todo.pending:
-                print(f"{what} is up to date (version {todo.state.version})")
-                return common.EXIT_OK
-            verb = "would run" if args.dry_run else "pending"
-            for line in todo.describe():
-                print(f"{verb}: {line}")
-            return common.EXIT_OK if args.dry_run else common.EXIT_FAILURE
+            return _judge(conn, args)
         before, after = migrate(conn, inbox_only=args.inbox_only,
                                 lock_timeout=args.lock_timeout, attempts=args.lock_attempts,
                                 on_step=print)
         warnings = _role_warnings(conn) if before != after else []
+        warnings += path_warnings(conn)
     if before == after:
         print(f"outbox schema is up to date (version {after})")
     elif args.inbox_only and before == 0:

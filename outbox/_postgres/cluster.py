@@ -39,12 +39,11 @@ from outbox._postgres import access as _pg_access
 _SHM = Path("/dev/shm")  # noqa: S108 - a tmpfs for a private, 0700 data directory
 _SHM_MIN_FREE = 512 * 1024 * 1024
 _SERVER_BINARIES = ("initdb", "postgres", "pg_ctl")
-# Who signs in how: the superuser over TCP by password only; the Unix socket
-# lives in the cluster's own 0700 directory.
+# Who signs in how: every role over TCP by password only (scram), since any local
+# user reaches 127.0.0.1; the Unix socket lives in the cluster's own 0700 directory.
 _HBA = """\
 local all all trust
-host all {user} 127.0.0.1/32 scram-sha-256
-host all all 127.0.0.1/32 trust
+host all all 127.0.0.1/32 scram-sha-256
 """
 
 
@@ -122,11 +121,12 @@ def free_port() -> int:
 class TemporaryPostgres:
     """Start a private cluster on 127.0.0.1; remove it on close.
 
-    Its superuser signs in over TCP with a random password (in :attr:`dsn`):
-    127.0.0.1 is reachable by every local user, and a superuser can run
-    programs as the server's account. Other roles, which tests make and drop
-    (never superusers), sign in without one, as does anyone on the Unix
-    socket, whose directory only the server's account may enter.
+    Every role signs in over TCP with a password (scram-sha-256): 127.0.0.1
+    is reachable by every local user, who must not become another role. The
+    superuser's is random (in :attr:`dsn`); give the roles a test makes
+    passwords of their own (``CREATE ROLE r LOGIN PASSWORD '...'``). Only
+    the Unix socket, whose directory only the server's account may enter,
+    asks for none.
 
     ``stop()`` and ``start()`` may be called in between to simulate a
     database outage; the port and data survive.

@@ -19,10 +19,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import unquote
 
 import psycopg
 
+from outbox._shared.search_path import STARTUP_OPTION
 from outbox._shared.text import first_line
 
 _URL_SCHEMES = ("postgresql://", "postgres://")
@@ -36,6 +38,13 @@ _QUOTED = re.compile(r'"([^"]*)"')
 _LIBPQ_QUOTES = frozenset({"=", ":", "/", "]"})
 _OVERLAP = 4  # a quoted part sharing this many characters in a row with a password is masked
 _MASK = '"***"'
+
+
+KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                              "keepalives_count": 3}
+"""libpq's TCP keepalives for the command's and the web view's connections: a peer gone
+without a word (a NAT's timeout, a failed-over server) is noticed in about a minute
+rather than the kernel's two hours."""
 
 
 class InvalidDsn(ValueError):
@@ -71,14 +80,16 @@ def nothing_configured(dsn: str, environ: Mapping[str, str] | None = None) -> st
             "or libpq's PG* variables)")
 
 
-def server_options(dsn: str, ours: str) -> str:
-    """The DSN's own ``options`` (server settings such as a search_path) with ``ours`` after.
+def server_options(dsn: str, ours: str = "") -> str:
+    """The DSN's own ``options`` (server settings) with the pinned search_path and ``ours``
+    after.
 
     Passing ``options=`` to a connect call replaces the DSN's; this keeps both,
-    ours last so that they win where they overlap.
+    ours last so that they win where they overlap. A search_path the DSN gives
+    is overruled: see :mod:`outbox._shared.search_path`.
     """
     theirs = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or ""
-    return f"{theirs} {ours}".strip()
+    return f"{theirs} {STARTUP_OPTION} {ours}".strip()
 
 
 def check_dsn(dsn: str) -> None:

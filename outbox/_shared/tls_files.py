@@ -107,6 +107,20 @@ def load(ca_file: str | None, client_cert: str | None, client_key: str | None, *
     return Loaded(context, not_after)
 
 
+def loose_key(client_key: str) -> str | None:
+    """Why a client key's file mode lets other users at it, or None: readable or writable
+    by others, or writable by its group. Said, never refused: a container's only user may
+    be its owner whatever the bits say (a Kubernetes Secret mounts 0644 by default)."""
+    try:
+        mode = stat.S_IMODE(os.stat(client_key).st_mode)
+    except OSError:
+        return None  # told as a TlsFileProblem where it matters
+    if not mode & (stat.S_IRWXO | stat.S_IWGRP):
+        return None
+    return (f"client_key {client_key}: mode {mode:04o} lets other users read or change the "
+            "private key: chmod 600 it (a Kubernetes Secret: defaultMode: 0400)")
+
+
 def expired(client_cert: str, not_after: float) -> TlsFileProblem:
     """The problem of a client certificate whose validity has ended."""
     return TlsFileProblem("client_cert", client_cert,

@@ -168,6 +168,20 @@ def tenant_of(event: WireEvent) -> str | None:
     return tenant if isinstance(tenant, str) else None
 
 
+MAX_TENANT = 200
+"""A tenant is 1 to MAX_TENANT printable ASCII characters (publish() checks it)."""
+
+
+def header_tenant(tenant: str | None) -> str | None:
+    """The tenant as the ``ce-tenant`` header may carry it: 1 to 200 printable ASCII
+    characters, as ``publish()`` and the tables' CHECK (schema version 14) allow; None
+    for anything else (a row written by hand before that CHECK), so that no stored value
+    can put a line break or a byte of its choosing into the request's head."""
+    if tenant is None or not 1 <= len(tenant) <= MAX_TENANT:
+        return None
+    return tenant if all(" " <= char <= "~" for char in tenant) else None
+
+
 def _webhook_body(event: WireEvent) -> str:
     key = "null" if event.key is None else json.dumps(event.key)
     tenant = tenant_of(event)
@@ -259,7 +273,7 @@ def encode_request(
             ]
             if event.key is not None:
                 headers.append(("ce-subject", quote(event.key, safe=_CE_SAFE)))
-            tenant = tenant_of(event)
+            tenant = header_tenant(tenant_of(event))
             if tenant is not None:  # printable ASCII: sent as it is
                 headers.append(("ce-tenant", tenant))
         else:

@@ -24,6 +24,7 @@ from decimal import Decimal
 import psycopg
 
 import outbox
+from outbox._shared.dsn import server_options
 from outbox._shared.text import first_line
 from outbox.demo.receiver import REFUSED_TYPE
 from outbox.sql import queries
@@ -69,7 +70,7 @@ class Publisher:
 
     def _main(self) -> None:
         try:
-            with psycopg.connect(self.dsn, autocommit=True,
+            with psycopg.connect(self.dsn, autocommit=True, options=server_options(self.dsn),
                                  application_name="outbox-demo-publisher") as conn:
                 self._publish_all(conn)
         except Exception as exc:  # any failure: reported by the main thread

@@ -34,6 +34,7 @@ from typing import Any
 import psycopg
 
 from outbox import receive
+from outbox._shared.dsn import server_options
 from outbox.sql import queries
 from outbox.testing import Request, Response
 
@@ -69,7 +70,8 @@ class _Connections:
         if self._idle.empty() and self._made < self._size:
             self._made += 1
             conn = await psycopg.AsyncConnection.connect(
-                self._dsn, application_name="outbox-demo receiver")
+                self._dsn, application_name="outbox-demo receiver",
+                options=server_options(self._dsn))
         else:
             conn = await self._idle.get()
         try:

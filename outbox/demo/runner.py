@@ -35,6 +35,7 @@ import psycopg
 
 from outbox import admin
 from outbox._postgres import TemporaryPostgres
+from outbox._shared.dsn import server_options
 from outbox.demo.process import DispatcherProcess
 from outbox.demo.publisher import Publisher
 from outbox.demo.receiver import ENDPOINT_TIMEOUT, FlakyEndpoint
@@ -140,6 +141,7 @@ def _run(total: int, reporter: Reporter, stack: ExitStack, *, keep: bool) -> Sum
                   + (", after Ctrl-C)" if keep else ")"))
     workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="outbox-demo-")))
     conn = stack.enter_context(psycopg.connect(server.dsn, autocommit=True,
+                                               options=server_options(server.dsn),
                                                application_name="outbox-demo"))
     _, schema = migrate(conn)
     conn.execute(queries["demo_orders_table"])

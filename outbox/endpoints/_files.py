@@ -12,7 +12,7 @@ judgement made here, and the command needs nothing of the dispatcher's.
 
 from __future__ import annotations
 
-from outbox._shared.tls_files import TlsFileProblem, load
+from outbox._shared.tls_files import TlsFileProblem, load, loose_key
 from outbox.endpoints._spec import EndpointSpec
 
 
@@ -30,6 +30,8 @@ def local_file_problem(spec: EndpointSpec) -> str | None:
 def file_warning(spec: EndpointSpec) -> str | None:
     """The warning to print for the spec's files, or None."""
     problem = local_file_problem(spec)
+    if problem is None and spec.client_key is not None:
+        problem = loose_key(spec.client_key)
     if problem is None:
         return None
     return (f"warning: endpoint {spec.name}: {problem} (here); the dispatcher reads its TLS "

@@ -36,7 +36,7 @@ from typing import Any, Final, Protocol
 from urllib.parse import unquote
 
 from outbox._shared.endpoint_defaults import Format
-from outbox._shared.wire import CLOUDEVENTS_BATCH
+from outbox._shared.wire import CLOUDEVENTS_BATCH, header_tenant
 from outbox.errors import InvalidDelivery
 
 _CE_STRUCTURED: Final = "application/cloudevents+json"
@@ -69,7 +69,10 @@ class Received:
     """When the event was published (aware, UTC)."""
     tenant: str | None = None
     """The tenant the event belongs to, or None (also for a delivery of a release that
-    sent none)."""
+    sent none). Signed in the body of a Standard Webhooks request and of a CloudEvents
+    batch; in CloudEvents binary mode it is the ``ce-tenant`` header, which the signature
+    does not cover (as ``ce-type`` and ``ce-subject``): whoever captured the request could
+    resend it within the tolerance with another tenant."""
 
 
 def header(headers: Headers, name: str) -> str | None:
@@ -219,6 +222,9 @@ def _binary(headers: Headers, body: bytes, msg_id: str) -> Received:
             subject = unquote(subject, errors="strict")
         except UnicodeDecodeError:
             raise InvalidDelivery("ce-subject is not percent-encoded UTF-8") from None
+    tenant = header(headers, "ce-tenant")
+    if tenant is not None and header_tenant(tenant) != tenant:
+        raise InvalidDelivery("ce-tenant is not 1 to 200 printable ASCII characters")
     return Received(id=values["ce-id"], type=values["ce-type"], key=subject,
                     data=_json(body), time=_time(values["ce-time"], "ce-time"),
-                    tenant=header(headers, "ce-tenant"))
+                    tenant=tenant)

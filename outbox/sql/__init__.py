@@ -105,6 +105,7 @@ QueryName = Literal[
     "testing_published_events",
     "version_table",
     "unpark_orphans",
+    "writable_paths",
 ]
 """Every query's name; a test and the loader keep it equal to the names in the files."""
 

@@ -11,6 +11,7 @@ with its first line (never a traceback).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -50,7 +51,8 @@ def create_app(config: WebConfig) -> Starlette:
             return pages.read_overview(conn)
 
     state = Parts(config=config, readers=readers, writer=writer, counts=Snapshot(count),
-                  tokens=Tokens())
+                  tokens=Tokens(),
+                  searches=threading.BoundedSemaphore(max(1, config.connections // 2)))
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -69,7 +71,7 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/events/{event_id}/discard", actions.discard, methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("outbox.web", "static")]), name="static"),
     ]
-    guard = Middleware(Guard, password=config.password, loopback=config.loopback,
+    guard = Middleware(Guard, password=config.password, hosts=config.hosts,
                        read_only=None if config.allow_actions else actions.READ_ONLY)
     app = Starlette(routes=routes, middleware=[guard], lifespan=lifespan,
                     exception_handlers={BadParameter: _bad, EndpointNotFound: _unknown,

@@ -26,8 +26,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_name(text: str) -> str:
+    """A host as the Host check compares it: an IP address in its one spelling (no
+    brackets, ``::1`` for ``[0::1]``), a name in lower case without a final dot."""
+    bare = text.strip().strip("[]") if text.strip().startswith("[") else text.strip()
+    try:
+        return ipaddress.ip_address(bare).compressed
+    except ValueError:
+        return bare.lower().rstrip(".")
+
+
 class InsecureWebConfig(ValueError):
-    """Actions allowed where others could reach them, and no password to ask for."""
+    """The view reachable by others with nothing to stop them: no password, no choice."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,11 @@ class WebConfig:
     """Dead letters and search results per page."""
     connections: int = 4
     """At most this many connections read at once; further requests wait for one."""
+    no_password: bool = False
+    """``--no-password``: off loopback, serve without a password, because an authenticating
+    proxy in front guards the view (said at start)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """``--allowed-host NAME``: more names requests may be addressed to (``Host``)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -56,9 +71,21 @@ class WebConfig:
                 f"--allow-actions on {self.host}, which is not a loopback address, needs "
                 "OUTBOX_WEB_PASSWORD: anyone who reaches the port could retry and discard "
                 "dead letters")
+        if not self.password and not self.no_password and not is_loopback(self.host):
+            raise InsecureWebConfig(
+                f"outbox web on {self.host}, which is not a loopback address, needs "
+                "OUTBOX_WEB_PASSWORD, or --no-password when an authenticating proxy guards "
+                "it: anyone who reaches the port could read every dead letter")
         if self.statement_timeout_seconds <= 0 or self.page_size < 1 or self.connections < 1:
             raise ValueError("statement timeout, page size and connections must be positive")
 
     @property
     def loopback(self) -> bool:
         return is_loopback(self.host)
+
+    @property
+    def hosts(self) -> frozenset[str]:
+        """What a request's ``Host`` may name (its port aside): the listen address,
+        ``localhost``, ``127.0.0.1``, ``::1`` and the names of ``--allowed-host``."""
+        return frozenset(host_name(h) for h in (
+            self.host, "localhost", "127.0.0.1", "::1", *self.allowed_hosts))

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from outbox._shared.dsn import server_options
+from outbox._shared.dsn import KEEPALIVES, server_options
 
 
 class NoConnection(Exception):
@@ -49,7 +49,7 @@ class Pool:
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn, min_size=0, max_size=size, open=True, name="outbox-web",
             kwargs={"autocommit": True, "connect_timeout": 10, "prepare_threshold": None,
-                    "application_name": "outbox-web",
+                    "application_name": "outbox-web", **KEEPALIVES,
                     "options": server_options(dsn, " ".join(settings))})
 
     @contextmanager

@@ -1,10 +1,11 @@
 """What stands between a browser and the view: the Host check, basic authentication,
 the response headers, and the token every POST carries.
 
-- **Host.** Bound to a loopback address, the view answers only requests
-  addressed to one (``127.0.0.1``, ``[::1]``, ``localhost``): a web page
-  whose name an attacker rebinds to 127.0.0.1 reaches the port, but with
-  its own name in ``Host``, and is refused (421).
+- **Host.** On every address, the view answers only requests addressed
+  to its listen address, ``localhost``, ``127.0.0.1``, ``[::1]`` or a name
+  given with ``--allowed-host`` (any port): a web page whose name an
+  attacker rebinds to the view's address reaches the port, but with its
+  own name in ``Host``, and is refused (421) before anything is read.
 - **Password.** With ``OUTBOX_WEB_PASSWORD`` every request needs HTTP basic
   authentication as user ``outbox``; user and password are compared in
   constant time, both always.
@@ -29,7 +30,7 @@ from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from outbox.web.config import USER, is_loopback
+from outbox.web.config import USER, host_name
 
 COOKIE = "outbox_csrf"
 _SECURITY_HEADERS = [
@@ -86,12 +87,13 @@ class Guard:
     """ASGI middleware: the Host check, basic authentication, no POST at all when the view
     is read-only (403, whatever the address), and the response headers."""
 
-    def __init__(self, app: ASGIApp, *, password: str | None, loopback: bool,
+    def __init__(self, app: ASGIApp, *, password: str | None, hosts: frozenset[str],
                  read_only: str | None) -> None:
-        """``read_only``: the refusal of every POST, or None with --allow-actions."""
+        """``hosts``: what ``Host`` may name (``WebConfig.hosts``); ``read_only``: the
+        refusal of every POST, or None with --allow-actions."""
         self._app = app
         self._password = password
-        self._loopback = loopback
+        self._hosts = hosts
         self._read_only = read_only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -106,9 +108,10 @@ class Guard:
             await send(message)
 
         refusal: PlainTextResponse | None = None
-        if self._loopback and not is_loopback(request_host(headers.get("host", ""))):
+        if host_name(request_host(headers.get("host", ""))) not in self._hosts:
             refusal = PlainTextResponse(
-                "this view answers only requests addressed to its loopback address\n", 421)
+                "this view answers only requests addressed to its own address, localhost, "
+                "127.0.0.1 or a name given with --allowed-host\n", 421)
         elif self._password and not authorised(headers.get("authorization"), self._password):
             refusal = PlainTextResponse("authentication required (user outbox)\n", 401, headers={
                 "WWW-Authenticate": 'Basic realm="outbox", charset="UTF-8"'})

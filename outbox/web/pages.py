@@ -27,6 +27,7 @@ from outbox import admin, history
 from outbox._present import shapes
 from outbox._present.words import describe_horizon
 from outbox.errors import EventsNotFound
+from outbox.web.db import NoConnection
 from outbox.web.guard import COOKIE
 from outbox.web.params import BadParameter, dead_query, event_id, page_mark
 from outbox.web.render import document, page, problem, wants_json
@@ -117,8 +118,15 @@ def find(request: Request) -> Response:
             raise BadParameter("q: give an event id, an idempotency key or an ordering key")
         return page(request, "search.html", text="", found=None)
     state = parts(request)
-    with state.readers.connection() as conn:
-        found = search(conn, text, limit=state.config.page_size)
+    # At most half the reading connections search at once, refused rather than queued:
+    # the other pages stay served while someone searches a rare key of a large table.
+    if not state.searches.acquire(blocking=False):
+        raise NoConnection("every search slot is busy")
+    try:
+        with state.readers.connection() as conn:
+            found = search(conn, text, limit=state.config.page_size)
+    finally:
+        state.searches.release()
     if wants_json(request):
         return document(shapes.events(found))
     if len(found) == 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,6 +26,9 @@ class Parts:
     """The one connection that may write, for the actions; None without --allow-actions."""
     counts: Snapshot[Overview]
     tokens: Tokens
+    searches: threading.BoundedSemaphore
+    """Searches running at once: an ordering key's walk may take the whole statement
+    timeout, and searches must not hold every reading connection (see pages.find)."""
 
 
 def parts(request: Request) -> Parts:

@@ -31,6 +31,7 @@ from outbox.testing import Receiver
 from tests.conftest import Cluster
 from tests.support.cli import clean_environment, run_outbox
 from tests.support.dispatcher import run_once
+from tests.support.roles import create_role, role_dsn
 
 KUBERNETES = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 BIN = Path(sys.executable).parent
@@ -72,7 +73,7 @@ def database(cluster: Cluster) -> Iterator[tuple[str, dict[str, str]]]:
     name = f"deploy_{suffix}"
     with cluster.admin() as admin:
         for role in renamed.values():
-            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+            create_role(admin, role)
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     owner = renamed[secret_users()["migrate-dsn"]]
     with psycopg.connect(cluster.dsn_for(name), autocommit=True) as conn:
@@ -98,7 +99,7 @@ def test_each_container_does_its_job_as_its_own_role(
     users = secret_users()
 
     def dsn(key: str) -> str:
-        return psycopg.conninfo.make_conninfo(base, user=renamed[users[key]])
+        return role_dsn(base, renamed[users[key]])
 
     waiting = run_outbox(dsn("dispatcher-dsn"), "migrate", "--check")
     assert waiting.returncode == 1, waiting.stdout + waiting.stderr  # the gate waits

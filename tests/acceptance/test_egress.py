@@ -9,6 +9,7 @@ output, the deliveries' ``last_error``, ``outbox status`` and the log.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,10 @@ def test_add_stores_the_files_warns_about_what_it_cannot_read_and_goes_on(
     assert (listed["internal"]["ca_file"], listed["internal"]["client_cert"]) == (absent, None)
     shown = endpoints(dsn, "show", "partner").stdout
     assert ["client", "cert", cert] in [line.split() for line in shown.splitlines()]
+    os.chmod(key, 0o644)  # a Secret's default mode: said, not refused
+    loose = endpoints(dsn, "update", "partner", "--client-cert", cert, "--client-key", key)
+    assert loose.returncode == 0, loose.stderr
+    assert f"--client-key {key}: mode 0644 lets other users read" in loose.stderr
     unset = endpoints(dsn, "update", "internal", "--unset", "ca-file")
     assert unset.stdout.strip() == "updated endpoint internal: ca_file"
     assert json.loads(endpoints(dsn, "show", "internal", "--json").stdout)["ca_file"] is None

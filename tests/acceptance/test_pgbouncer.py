@@ -15,10 +15,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import outbox
 from outbox.testing import Receiver
 from tests.conftest import Cluster
+from tests.support import planted
 from tests.support.dispatcher import (
     Dispatcher,
     add_endpoint,
@@ -116,6 +118,33 @@ def test_once_through_the_pooler(dsn: str, bouncer: PgBouncer, conn: psycopg.Con
     assert code == 0, log
     assert committed(dsn, "SELECT count(*) FROM outbox.deliveries "
                      "WHERE state = 'delivered'") == [(23,)]
+
+
+def test_nothing_planted_runs_through_the_pooler(dsn: str, bouncer: PgBouncer,
+                                                conn: psycopg.Connection[Any],
+                                                receiver: Receiver) -> None:
+    """Through the pooler, where no startup setting reaches the server, the dispatcher's
+    transactions pin their search_path (SET LOCAL): look-alikes planted in public, put
+    before pg_catalog on the database's path, never run; a plain session runs them."""
+    add_endpoint(conn, "hook", receiver.url, max_batch=2, rate_limit=1000)
+    outbox.publish_many(conn, [outbox.Event("order.created", {"n": n}, key=f"k{n % 2}")
+                               for n in range(7)])
+    conn.commit()
+    conn.autocommit = True
+    planted.prepare(conn)
+    planted.plant(conn, "public")
+    name = conn.info.dbname
+    conn.execute(sql.SQL("ALTER DATABASE {} SET search_path = public, pg_catalog").format(
+        sql.Identifier(name)))
+    code, log = run_once(bouncer.dsn_for(dsn), "--retention", "1s")
+    assert code == 0, log
+    assert planted.runs(conn) == []
+    # (this session began before the path changed: it meets nothing planted either)
+    assert conn.execute("SELECT count(*) FROM outbox.deliveries "
+                        "WHERE state = 'delivered'").fetchone() == (7,)
+    with psycopg.connect(dsn, autocommit=True) as plain:  # the control
+        plain.execute("SELECT 2::numeric * 1.5::float8")
+    assert planted.runs(conn) != []
 
 
 def test_a_failed_statement_leaves_the_pooled_connection_usable(

@@ -80,3 +80,58 @@ def test_without_the_extra_it_says_what_to_install(dsn: str) -> None:
     assert "pip install 'outbox-dispatcher[web]'" in done.stderr
     assert "jinja2, uvicorn" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:8080", "[::]:8080", "db.example:8080"])
+def test_beyond_loopback_a_password_or_a_plain_choice(dsn: str, listen: str) -> None:
+    """Off loopback, neither OUTBOX_WEB_PASSWORD nor --no-password: exit 2, one line naming
+    both; --no-password does not make --allow-actions acceptable there."""
+    for extra in ((), ("--allow-actions", "--no-password")):
+        done = run_outbox(dsn, "web", "--listen", listen, *extra)
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+        assert "OUTBOX_WEB_PASSWORD" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert "--no-password" in run_outbox(dsn, "web", "--listen", listen).stderr
+
+
+def test_no_password_beyond_loopback_is_said_at_start_and_hosts_are_checked(dsn: str) -> None:
+    """--no-password on 0.0.0.0 serves without a password and says so; a request addressed
+    to a name not given with --allowed-host is answered 421 and shown nothing."""
+    said: list[str] = []
+    with web_server(dsn, "--no-password", "--allowed-host", "outbox.example",
+                    listen="0.0.0.0:0", said=said) as url, \
+            httpx.Client(base_url=url, trust_env=False) as client:
+        assert client.get("/").status_code == 200
+        for host in ("outbox.example", "OUTBOX.example.:8080", "localhost:1", "0.0.0.0"):
+            assert client.get("/", headers={"Host": host}).status_code == 200, host
+        for host in ("evil.example", "outbox.example.evil", "10.1.2.3:8080", ""):
+            refused = client.get("/dead?format=json", headers={"Host": host})
+            assert refused.status_code == 421, host
+            assert "[" not in refused.text
+    assert any("--no-password" in line and "proxy" in line for line in said), said
+
+
+def test_the_host_check_on_loopback_and_the_password_beyond_it(dsn: str) -> None:
+    """On 127.0.0.1 a rebound name is 421 unless given with --allowed-host; on 0.0.0.0 with
+    OUTBOX_WEB_PASSWORD every request needs it."""
+    with web_server(dsn, "--allowed-host", "[::1]", "--allowed-host", "view.internal") as url, \
+            httpx.Client(base_url=url, trust_env=False) as client:
+        assert client.get("/", headers={"Host": "rebound.example"}).status_code == 421
+        assert client.get("/", headers={"Host": "view.internal:80"}).status_code == 200
+        assert client.get("/", headers={"Host": "[::1]:8080"}).status_code == 200
+    with web_server(dsn, listen="0.0.0.0:0", env={"OUTBOX_WEB_PASSWORD": "pw"}) as url, \
+            httpx.Client(base_url=url, trust_env=False) as client:
+        assert client.get("/").status_code == 401
+        assert client.get("/", auth=("outbox", "pw")).status_code == 200
+        assert client.get("/", auth=("outbox", "pw"),
+                          headers={"Host": "evil.example"}).status_code == 421
+
+
+@pytest.mark.parametrize("name", ["", "host:8080", "a/b", "x y"])
+def test_a_bad_allowed_host_is_a_usage_error(dsn: str, name: str) -> None:
+    """--allowed-host that is not a name or an address without a port: exit 2, one line."""
+    done = run_outbox(dsn, "web", "--allowed-host", name)
+    assert done.returncode == 2, done.stderr
+    assert "--allowed-host" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -14,7 +14,7 @@ from psycopg import sql
 from outbox.testing import Receiver
 from tests.conftest import Cluster
 from tests.support.cli import run_outbox
-from tests.support.roles import Roles, ok, setup
+from tests.support.roles import Roles, create_role, ok, setup
 from tests.support.web import dead_scene, web_client
 
 _counter = itertools.count()
@@ -26,7 +26,7 @@ def viewer(cluster: Cluster) -> Any:
     database its grants are in."""
     name = f"viewer_{os.getpid()}_{next(_counter)}"
     with cluster.admin() as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+        create_role(admin, name)
     try:
         yield name
     finally:

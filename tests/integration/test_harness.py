@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
 import psycopg
+import pytest
+from psycopg import sql
 
 from outbox.testing import Receiver, Response
+from tests.conftest import Cluster
+from tests.support.roles import create_role, role_dsn
 
 
 def test_fresh_database_is_migrated_and_empty(conn: psycopg.Connection[Any]) -> None:
@@ -25,3 +30,22 @@ def test_receiver_records_and_answers(receiver: Receiver) -> None:
     got = receiver.wait_for(2)
     assert [r.path for r in got] == ["/fail", "/"]
     assert got[1].body == b'{"a":1}'
+
+
+def test_the_throwaway_cluster_asks_every_role_for_its_password(cluster: Cluster) -> None:
+    """Over TCP no role signs in without its own password (scram), the superuser's does
+    not open another role, and the right one does."""
+    role = f"nobody_{os.getpid()}"
+    with cluster.admin() as admin:
+        create_role(admin, role)
+    try:
+        for password in ("", "wrong", None):
+            dsn = psycopg.conninfo.make_conninfo(cluster.dsn_for("postgres"), user=role,
+                                                 password=password)
+            with pytest.raises(psycopg.OperationalError, match="password"):
+                psycopg.connect(dsn, connect_timeout=5).close()
+        with psycopg.connect(role_dsn(cluster.dsn_for("postgres"), role)) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == (role,)
+    finally:
+        with cluster.admin() as admin:
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

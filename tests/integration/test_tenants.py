@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -58,6 +61,22 @@ def test_a_malformed_tenant_is_refused_before_any_sql(conn: Conn, tenant: Any) -
         outbox.publish_many(conn, [outbox.Event("t", {}), outbox.Event("t", {}, tenant=tenant)])
     conn.commit()
     assert _count(conn, "events") == 0
+
+
+@pytest.mark.parametrize("tenant", ["", "x" * 201, "a\r\nb", "a\tb", "caf\u00e9"])
+def test_the_tables_refuse_what_publish_refuses(conn: Conn, tenant: str) -> None:
+    """A tenant written by SQL, past publish(), is held to the same rule by a CHECK on
+    events and on deliveries (schema version 14); 200 printable characters pass."""
+    _endpoint(conn)
+    event = "INSERT INTO outbox.events (id, type, payload, tenant) VALUES (gen_random_uuid(), "
+    with pytest.raises(psycopg.errors.CheckViolation, match="events_tenant_printable"):
+        conn.execute((event + "'t', '{}', %s)").encode(), (tenant,))
+    conn.rollback()
+    with pytest.raises(psycopg.errors.CheckViolation, match="deliveries_tenant_printable"):
+        conn.execute("INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, tenant) "
+                     "VALUES (gen_random_uuid(), 1, 1, %s)", (tenant,))
+    conn.rollback()
+    conn.execute((event + "'t', '{}', %s)").encode(), ("~" * 199 + " ",))
 
 
 def _tenant_of(row: tuple[Any, ...]) -> str | None:
@@ -162,3 +181,49 @@ def test_publish_refuses_an_async_check_and_apublish_awaits_it(dsn: str) -> None
 
     asyncio.run(publish_async())
     assert asked == ["b"]
+
+
+def _quota_example() -> dict[str, Any]:
+    """The quota hook's example of docs/concepts.md, run as it is written there."""
+    text = (Path(__file__).parents[2] / "docs" / "concepts.md").read_text("utf-8")
+    start = text.index("```python\nclass OverQuota")
+    code = text[start + len("```python\n"):text.index("```", start + 10)]
+    scope: dict[str, Any] = {"outbox": outbox}
+    exec(compile(code, "docs/concepts.md", "exec"), scope)
+    return scope
+
+
+def test_the_quota_example_holds_under_concurrent_publishers(dsn: str) -> None:
+    """With the example's check installed and a quota of 1, eight publishers racing for it
+    (each holding its transaction open past the check) publish exactly one event."""
+    with psycopg.connect(dsn, autocommit=True) as setup_conn:
+        setup_conn.execute("CREATE TABLE plans (tenant text PRIMARY KEY, monthly_events int)")
+        setup_conn.execute("CREATE TABLE usage (tenant text, month timestamptz, used int, "
+                           "PRIMARY KEY (tenant, month))")
+        setup_conn.execute("INSERT INTO plans VALUES ('acme', 1)")
+        setup_conn.execute("INSERT INTO outbox.endpoints (name, url) "
+                           "VALUES ('e', 'http://127.0.0.1:9/')")
+    scope = _quota_example()
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def publisher() -> None:
+        with psycopg.connect(dsn) as conn:
+            barrier.wait(timeout=30)
+            try:
+                outbox.publish(conn, "t", {}, tenant="acme")
+                time.sleep(0.2)  # the transaction stays open: a racer would read past it
+                conn.commit()
+                outcomes.append("published")
+            except scope["OverQuota"]:
+                conn.rollback()
+                outcomes.append("refused")
+
+    threads = [threading.Thread(target=publisher) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(outcomes) == ["published"] + ["refused"] * 7
+    with psycopg.connect(dsn) as conn:
+        assert _count(conn, "events") == 1

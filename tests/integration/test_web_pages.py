@@ -284,3 +284,23 @@ def test_a_request_waits_a_bounded_time_for_a_busy_connection(dsn: str) -> None:
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         pool.close()
+
+
+def test_searches_hold_at_most_half_the_connections(dsn: str) -> None:
+    """While searches hold their share of the connections, another search is a 503 at once
+    (not queued) and every other page is still served."""
+    with web_client(dsn) as client:
+        slots = client.app.state.parts.searches  # type: ignore[attr-defined]
+        held = 0
+        while slots.acquire(blocking=False):
+            held += 1
+        assert held == 2  # half of the 4 reading connections
+        try:
+            busy = client.get("/search?q=customer-7&format=json")
+            assert busy.status_code == 503
+            assert "search" in busy.text
+            assert client.get("/").status_code == 200
+        finally:
+            for _ in range(held):
+                slots.release()
+        assert client.get("/search?q=customer-7&format=json").status_code == 200

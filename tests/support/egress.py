@@ -59,6 +59,7 @@ class Pki:
         leaf = (ca or self.clients).issue_cert("dispatcher.test", **kwargs)
         cert = self.write(f"{prefix}.pem", b"".join(p.bytes() for p in leaf.cert_chain_pems))
         key = self.write(f"{prefix}.key", leaf.private_key_pem.bytes())
+        os.chmod(key, 0o600)  # as a key should be: another mode is warned of
         return cert, key
 
 

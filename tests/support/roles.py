@@ -8,8 +8,10 @@ nothing) and adds two endpoints.
 
 from __future__ import annotations
 
+import hmac
 import itertools
 import os
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +27,26 @@ _counter = itertools.count()
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
+_SECRET = secrets.token_hex(16)
+
+
+def role_password(role: str) -> str:
+    """The password of a role a test makes: the throwaway cluster asks every role for one
+    over TCP (scram), and this one is known only to this test process."""
+    return hmac.new(_SECRET.encode(), role.encode(), "sha256").hexdigest()
+
+
+def create_role(admin: psycopg.Connection[Any], role: str) -> None:
+    """``CREATE ROLE role LOGIN`` with its :func:`role_password`."""
+    admin.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+        sql.Identifier(role), sql.Literal(role_password(role))))
+
+
+def role_dsn(dsn: str, role: str) -> str:
+    """``dsn`` (the cluster's, for some database) as ``role``, with its password."""
+    return psycopg.conninfo.make_conninfo(dsn, user=role, password=role_password(role))
+
+
 class Roles:
     def __init__(self, cluster: Cluster, database: str, suffix: str) -> None:
         self.cluster, self.database = cluster, database
@@ -32,7 +54,7 @@ class Roles:
             f"{who}_{suffix}" for who in ("operator", "application", "dispatcher"))
 
     def dsn(self, role: str) -> str:
-        return psycopg.conninfo.make_conninfo(self.cluster.dsn_for(self.database), user=role)
+        return role_dsn(self.cluster.dsn_for(self.database), role)
 
     def connect(self, role: str) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn(role))
@@ -44,8 +66,8 @@ def roles(cluster: Cluster) -> Iterator[Roles]:
     made = Roles(cluster, f"roles_{suffix}", suffix)
     names = [sql.Identifier(r) for r in (made.operator, made.application, made.dispatcher)]
     with cluster.admin() as admin:
-        for name in names:
-            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(name))
+        for role in (made.operator, made.application, made.dispatcher):
+            create_role(admin, role)
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(made.database)))
     with psycopg.connect(cluster.dsn_for(made.database), autocommit=True) as owner:
         # PUBLIC may not create in the database (nor, since PostgreSQL 15, in public).

@@ -18,11 +18,13 @@ from tests.support.cli import COMMAND, clean_environment
 
 @contextmanager
 def web_server(dsn: str, *args: str, env: Mapping[str, str] | None = None,
-               ) -> Iterator[str]:
-    """``outbox web ARGS`` serving the test's database; its base URL (no trailing /)."""
+               listen: str = "127.0.0.1:0", said: list[str] | None = None) -> Iterator[str]:
+    """``outbox web ARGS`` serving the test's database; its base URL (no trailing /), on
+    127.0.0.1 whatever ``listen`` binds. ``said``: filled with its standard output's lines
+    once it has stopped."""
     environ = clean_environment({**(env or {}), "OUTBOX_DSN": dsn})
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
-        process = subprocess.Popen([*COMMAND, "web", "--listen", "127.0.0.1:0", *args],
+        process = subprocess.Popen([*COMMAND, "web", "--listen", listen, *args],
                                    env=environ, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
             assert process.stdout is not None
@@ -32,7 +34,7 @@ def web_server(dsn: str, *args: str, env: Mapping[str, str] | None = None,
                 log.seek(0)
                 raise AssertionError(f"outbox web did not start: {line!r}\n{log.read()}")
             url = line.split("serving ", 1)[1].split()[0].rstrip("/")
-            yield url
+            yield "http://127.0.0.1:" + url.rpartition(":")[2]
         finally:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -43,6 +45,8 @@ def web_server(dsn: str, *args: str, env: Mapping[str, str] | None = None,
                 code = process.wait()
             log.seek(0)
             text = log.read()
+            if said is not None and process.stdout is not None:
+                said += [line, *process.stdout.read().splitlines()]
         assert code == 0, f"outbox web exited {code}\n{text}"
 
 

@@ -85,7 +85,11 @@ def test_resolve_dsn_reduces_sqlalchemy_urls() -> None:
 
 
 def test_server_options_keep_the_dsns_own() -> None:
-    """Options given in the DSN (a search_path, say) survive ours being added after them."""
-    assert server_options("postgresql://h/db?options=-c%20search_path%3Dapp", "-c jit=off") == \
-        "-c search_path=app -c jit=off"
-    assert server_options("host=h dbname=db", "-c jit=off") == "-c jit=off"
+    """Options given in the DSN survive ours being added after them; its search_path does
+    not win: the pinned one comes after it."""
+    assert server_options("postgresql://h/db?options=-c%20work_mem%3D8MB", "-c jit=off") == \
+        "-c work_mem=8MB -c search_path=pg_catalog,pg_temp -c jit=off"
+    assert server_options("postgresql://h/db?options=-c%20search_path%3Dapp") == \
+        "-c search_path=app -c search_path=pg_catalog,pg_temp"
+    assert server_options("host=h dbname=db", "-c jit=off") == \
+        "-c search_path=pg_catalog,pg_temp -c jit=off"

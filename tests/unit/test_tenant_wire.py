@@ -74,3 +74,24 @@ def test_signed_request_carries_the_tenant() -> None:
     request = signed_request(SECRET, "order.created", {"id": 7}, tenant="acme")
     assert json.loads(request.body)["tenant"] == "acme"
     assert receive.Verifier(SECRET).verify(request.headers, request.body)[0].tenant == "acme"
+
+
+@pytest.mark.parametrize("tenant", ["a\r\nx-injected: 1", "", "t" * 201, "caf\u00e9", "\x00"])
+def test_a_tenant_the_check_would_refuse_never_reaches_a_header(tenant: str) -> None:
+    """A stored tenant that is not 1-200 printable ASCII (written by hand before the
+    tables' CHECK) is left out of ce-tenant rather than put into the request's head."""
+    headers, _ = encode(_endpoint("cloudevents"), [_event(tenant)], datetime.now(UTC))
+    assert "ce-tenant" not in dict(headers)
+    assert all("\r" not in v and "\n" not in v for _, v in headers)
+
+
+def test_binary_mode_refuses_a_ce_tenant_publish_would_refuse() -> None:
+    """A ce-tenant of more than 200 characters, or not printable ASCII, is InvalidDelivery;
+    one that is well formed is read as it is (unsigned: docs/receiving.md)."""
+    headers, body = encode(_endpoint("cloudevents"), [_event("acme")], datetime.now(UTC))
+    verifier = receive.Verifier(SECRET, format="cloudevents")
+    for bad in ("t" * 201, "caf\u00e9", "a\tb"):
+        with pytest.raises(receive.InvalidDelivery, match="ce-tenant"):
+            verifier.verify({**dict(headers), "ce-tenant": bad}, body)
+    [got] = verifier.verify({**dict(headers), "ce-tenant": "other"}, body)
+    assert got.tenant == "other"

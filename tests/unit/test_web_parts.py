@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from outbox.web.cache import Snapshot
-from outbox.web.config import InsecureWebConfig, WebConfig, is_loopback
+from outbox.web.config import InsecureWebConfig, WebConfig, host_name, is_loopback
 from outbox.web.guard import Tokens, authorised, request_host
 from tests.support.clock import FakeClock
 
@@ -129,4 +129,29 @@ def test_actions_beyond_loopback_need_a_password() -> None:
         WebConfig(dsn="", host="0.0.0.0", allow_actions=True)
     WebConfig(dsn="", host="0.0.0.0", allow_actions=True, password="pw")
     WebConfig(dsn="", host="127.0.0.1", allow_actions=True)
-    WebConfig(dsn="", host="0.0.0.0")
+    with pytest.raises(InsecureWebConfig, match="OUTBOX_WEB_PASSWORD"):
+        WebConfig(dsn="", host="0.0.0.0", allow_actions=True, no_password=True)
+
+
+def test_beyond_loopback_a_password_or_no_password() -> None:
+    """Off loopback the view needs a password or --no-password; on loopback neither."""
+    with pytest.raises(InsecureWebConfig, match="--no-password"):
+        WebConfig(dsn="", host="0.0.0.0")
+    WebConfig(dsn="", host="0.0.0.0", no_password=True)
+    WebConfig(dsn="", host="10.0.0.1", password="pw")
+    WebConfig(dsn="", host="::1")
+
+
+@pytest.mark.parametrize(("listen", "allowed", "host", "ok"), [
+    ("127.0.0.1", (), "127.0.0.1", True), ("127.0.0.1", (), "localhost", True),
+    ("127.0.0.1", (), "[::1]", True), ("127.0.0.1", (), "evil.example", False),
+    ("0.0.0.0", (), "0.0.0.0", True), ("0.0.0.0", (), "10.0.0.1", False),
+    ("10.0.0.1", (), "10.0.0.1", True), ("::", (), "[::]", True),
+    ("0.0.0.0", ("View.Example",), "view.example.", True),
+    ("0.0.0.0", ("[2001:db8::1]",), "2001:DB8:0::1", True), ("0.0.0.0", (), "", False),
+])
+def test_the_names_a_request_may_be_addressed_to(listen: str, allowed: tuple[str, ...],
+                                                  host: str, ok: bool) -> None:
+    """The listen address, localhost, 127.0.0.1, ::1 and --allowed-host, in any spelling."""
+    config = WebConfig(dsn="", host=listen, no_password=True, allowed_hosts=allowed)
+    assert (host_name(host) in config.hosts) is ok

@@ -90,7 +90,7 @@ WITH key_locks AS (
     SELECT l.classid, l.objid, l.granted, a.xact_start, a.state_change
     FROM pg_locks l
     JOIN pg_stat_activity a ON a.pid = l.pid
-    WHERE l.locktype = 'advisory' AND l.classid = 7469813 AND l.objsubid = 2
+    WHERE l.locktype = 'advisory' AND l.classid = 7469813::oid AND l.objsubid = 2
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 ),
 waiting AS (SELECT * FROM key_locks WHERE NOT granted)

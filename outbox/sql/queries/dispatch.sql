@@ -163,13 +163,13 @@ sized_up AS (
            ON g.endpoint_id = a.endpoint_id
 ),
 limits AS MATERIALIZED (
-    SELECT z.*, ceil(z.wanted_rows / z.max_batch::numeric)::int AS turns_wanted
+    SELECT z.*, ceil(z.wanted_rows::numeric / z.max_batch::numeric)::int AS turns_wanted
     FROM sized_up z
 ),
 -- Fair turns between the tenants of each endpoint (events without a tenant
 -- count as one, after the named ones in the walk's order):
 busy AS MATERIALIZED (
-    SELECT d.endpoint_id, d.tenant, ceil(count(*) / max(l.max_batch)::numeric)::int AS ahead
+    SELECT d.endpoint_id, d.tenant, ceil(count(*)::numeric / max(l.max_batch)::numeric)::int AS ahead
     FROM limits l
     JOIN outbox.deliveries d ON d.endpoint_id = l.endpoint_id AND d.state = 'in_flight'
     WHERE l.wanted_rows > 0
@@ -263,16 +263,16 @@ demand AS MATERIALIZED (
                               WHERE d.endpoint_id = t.endpoint_id AND d.state = 'pending'
                                 AND d.tenant IS NULL
                                 AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
-                              LIMIT greatest(1, l.turns_wanted - c.idle + 1) * l.max_batch) r)
-                         / l.max_batch::numeric)::int
+                              LIMIT greatest(1, l.turns_wanted - c.idle + 1) * l.max_batch) r
+                          )::numeric / l.max_batch::numeric)::int
                 ELSE
                     ceil((SELECT count(*) FROM (
                               SELECT FROM outbox.deliveries d
                               WHERE d.endpoint_id = t.endpoint_id AND d.state = 'pending'
                                 AND d.tenant = t.tenant
                                 AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
-                              LIMIT greatest(1, l.turns_wanted - c.idle + 1) * l.max_batch) r)
-                         / l.max_batch::numeric)::int
+                              LIMIT greatest(1, l.turns_wanted - c.idle + 1) * l.max_batch) r
+                          )::numeric / l.max_batch::numeric)::int
            END AS groups
     FROM takers t
     JOIN limits l ON l.endpoint_id = t.endpoint_id
@@ -419,8 +419,8 @@ SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key
        e.payload::text, e.headers::text, e.created_at, g.grp,
        h.slots[g.grp + 1] AS slot, h.tokens[g.grp + 1] AS slot_token,
        CASE WHEN u.rate_limit IS NULL OR h.slots[g.grp + 1] IS NULL THEN 0.0
-            ELSE greatest(0.0, extract(epoch FROM u.first_turn - clock_timestamp())
-                               + g.grp / u.rate_limit)::float8 END AS send_in,
+            ELSE greatest(0.0, extract(epoch FROM u.first_turn - clock_timestamp())::float8
+                               + g.grp::float8 / u.rate_limit) END AS send_in,
        coalesce(u.probe, false) AS probe,
        -- The event's age now, on the database clock: the dispatcher's may be off.
        extract(epoch FROM now() - e.created_at)::float8 AS age,
@@ -860,7 +860,7 @@ LISTEN outbox_wakeup; LISTEN outbox_endpoints;
 -- session. A pooler that hands LISTEN and NOTIFY to different server
 -- connections (or drops what arrives on an idle one) fails it. The payload
 -- names this probe; the claimer takes any outbox_wakeup as a hint only.
-SELECT pg_notify('outbox_wakeup', %(payload)s);
+SELECT pg_catalog.pg_notify('outbox_wakeup', %(payload)s);
 
 -- name: pending_count
 -- What `outbox-dispatcher --once` leaves behind: pending deliveries (retries

@@ -122,7 +122,7 @@ WHERE id = %(id)s;
 UPDATE outbox.endpoints SET
     previous_secrets =
         CASE WHEN secret IS NOT NULL AND secret <> %(secret)s::text
-                  AND %(overlap)s::float8 > 0
+                  AND %(overlap)s::float8 > 0::float8
              THEN jsonb_build_array(jsonb_build_object(
                       'secret', secret,
                       'expires_at', now() + make_interval(secs => %(overlap)s::float8)))

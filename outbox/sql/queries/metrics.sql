@@ -90,7 +90,7 @@ WITH holders AS (
 )
 SELECT source, pid, role, application_name, name, xid::text::bigint AS xid,
        age(xid)::bigint AS age_xids,
-       (CASE WHEN open_seconds < 0 THEN 0 ELSE open_seconds END)::float8 AS open_seconds
+       (CASE WHEN open_seconds < 0::numeric THEN 0 ELSE open_seconds END)::float8 AS open_seconds
 FROM holders
 ORDER BY age(xid) DESC, own DESC, open_seconds DESC NULLS LAST, pid
 LIMIT 1;

@@ -113,3 +113,77 @@ CREATE TABLE IF NOT EXISTS outbox.schema_version (
     version     integer PRIMARY KEY,
     applied_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- name: writable_paths
+-- The schemas a role that uses the outbox (USAGE on it, not its owner: the
+-- application, the dispatcher, a viewer) finds on its default search_path
+-- (its own setting in this database, else its own, else the database's, else
+-- the server's; "$user" is its name) in which some other role may create:
+-- the schema's owner (pg_database_owner: the database's), or a role (or
+-- PUBLIC) granted CREATE. What such a role creates there can stand in for a
+-- built-in operator or function in that role's sessions, and run with its
+-- rights. Superusers and pg_catalog, pg_temp and outbox itself are left out.
+-- One row per schema: the roles that search it, the roles that may create in it.
+WITH db AS (
+    SELECT d.oid, d.datdba FROM pg_catalog.pg_database d
+    WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+),
+users AS (
+    SELECT DISTINCT a.grantee AS role
+    FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+    WHERE n.nspname OPERATOR(pg_catalog.=) 'outbox' AND a.privilege_type OPERATOR(pg_catalog.=) 'USAGE'
+      AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner AND a.grantee OPERATOR(pg_catalog.<>) 0::oid
+),
+settings AS (
+    SELECT s.setrole, s.setdatabase, pg_catalog.substr(c, 13) AS path
+    FROM pg_catalog.pg_db_role_setting s, pg_catalog.unnest(s.setconfig) c
+    WHERE c OPERATOR(pg_catalog.~~) 'search\_path=%'
+),
+paths AS (
+    SELECT u.role, coalesce(
+        (SELECT s.path FROM settings s, db WHERE s.setrole OPERATOR(pg_catalog.=) u.role
+           AND s.setdatabase OPERATOR(pg_catalog.=) db.oid),
+        (SELECT s.path FROM settings s WHERE s.setrole OPERATOR(pg_catalog.=) u.role
+           AND s.setdatabase OPERATOR(pg_catalog.=) 0::oid),
+        (SELECT s.path FROM settings s, db WHERE s.setrole OPERATOR(pg_catalog.=) 0::oid
+           AND s.setdatabase OPERATOR(pg_catalog.=) db.oid),
+        (SELECT g.boot_val FROM pg_catalog.pg_settings g
+         WHERE g.name OPERATOR(pg_catalog.=) 'search_path')) AS path
+    FROM users u
+),
+searched AS (
+    SELECT p.role, CASE WHEN pg_catalog.btrim(e) OPERATOR(pg_catalog.=) ANY ('{$user,"\"$user\""}')
+                        THEN pg_catalog.pg_get_userbyid(p.role)::text
+                        WHEN pg_catalog.btrim(e) OPERATOR(pg_catalog.~~) '"%'
+                        THEN pg_catalog.btrim(pg_catalog.btrim(e), '"')
+                        ELSE pg_catalog.lower(pg_catalog.btrim(e)) END AS schema
+    FROM paths p, pg_catalog.unnest(pg_catalog.string_to_array(p.path, ',')) e
+),
+creators AS (
+    SELECT n.oid, n.nspname,
+           CASE WHEN n.nspowner OPERATOR(pg_catalog.=) 'pg_database_owner'::regrole
+                THEN (SELECT datdba FROM db) ELSE n.nspowner END AS creator
+    FROM pg_catalog.pg_namespace n
+    UNION
+    SELECT n.oid, n.nspname,
+           CASE WHEN a.grantee OPERATOR(pg_catalog.=) 'pg_database_owner'::regrole
+                THEN (SELECT datdba FROM db) ELSE a.grantee END
+    FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+    WHERE a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+),
+risky AS (
+    SELECT c.nspname, s.role, c.creator
+    FROM searched s
+    JOIN creators c ON c.nspname OPERATOR(pg_catalog.=) s.schema
+    LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.creator
+    WHERE c.nspname OPERATOR(pg_catalog.<>) ALL ('{pg_catalog,pg_temp,outbox}')
+      AND c.creator OPERATOR(pg_catalog.<>) s.role AND NOT coalesce(r.rolsuper, false)
+)
+SELECT k.nspname::text,
+       pg_catalog.array_agg(DISTINCT pg_catalog.pg_get_userbyid(k.role)::text),
+       pg_catalog.array_agg(DISTINCT CASE WHEN k.creator OPERATOR(pg_catalog.=) 0::oid
+                                          THEN 'PUBLIC'
+                                          ELSE pg_catalog.pg_get_userbyid(k.creator)::text END)
+FROM risky k
+GROUP BY k.nspname
+ORDER BY k.nspname;

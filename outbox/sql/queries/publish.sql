@@ -74,7 +74,7 @@ over AS MATERIALIZED (
     FROM (SELECT * FROM targets WHERE max_pending IS NOT NULL) t
     CROSS JOIN LATERAL (SELECT count(*) AS routed FROM input i
                         WHERE i.type LIKE ANY (t.events_like)) r
-    CROSS JOIN LATERAL (SELECT coalesce(sum(b.undelivered), 0) AS held
+    CROSS JOIN LATERAL (SELECT coalesce(sum(b.undelivered), 0)::bigint AS held
                         FROM outbox.endpoint_backlog b WHERE b.endpoint_id = t.id) h
     WHERE r.routed > 0 AND h.held + r.routed > t.max_pending
     ORDER BY t.name

@@ -1,0 +1,30 @@
+"""The ``search_path`` of every connection the project opens: ``pg_catalog, pg_temp``.
+
+Whoever may create in a schema on a session's path (``public`` where PUBLIC
+keeps CREATE, as on PostgreSQL 14; any schema the application owns; one
+named after the connecting role, which ``"$user"`` puts first) can plant a
+function or an operator that matches a call better than the built-in one
+(``public.*(numeric, double precision)`` beats casting to ``float8 * float8``):
+it would run with the rights of whoever connects, a dispatcher that reads
+every signing secret. So the dispatcher, the ``outbox`` command, the web
+view, the migrator and the demo name ``pg_catalog`` first and ``pg_temp``
+last (never searched for functions or operators when named explicitly), and
+nothing else: every statement of the project names its tables ``outbox.``.
+
+Directly, the setting travels in the startup packet (it then outranks
+``ALTER DATABASE ... SET search_path``, which a database's owner may run).
+Behind a transaction pooler a startup parameter is refused or ignored and a
+session-level ``SET`` would leak to the pooler's next client, so each
+transaction starts with :data:`SET_LOCAL` instead.
+"""
+
+from __future__ import annotations
+
+from typing import LiteralString
+
+STARTUP_OPTION: LiteralString = "-c search_path=pg_catalog,pg_temp"
+"""For a connection's ``options`` (libpq's startup parameter)."""
+
+SET_LOCAL: LiteralString = "SET LOCAL search_path = pg_catalog, pg_temp"
+"""The first statement of a transaction on a connection that cannot take
+:data:`STARTUP_OPTION` (a transaction pooler's), or that is not our own."""
