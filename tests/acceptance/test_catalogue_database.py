@@ -185,11 +185,10 @@ def test_four_dispatchers_two_thousand_events(server: TemporaryPostgres, dsn: st
     assert tracker.peak <= 8
     assert not tracker.overlaps
     assert _key_order(requests) == order, "a key's events arrived out of publish order"
-    shares = [int(d.metric("outbox_delivered_total")) for d in dispatchers]
-    # A fleet, not one dispatcher and three idle ones; but not every one need get
-    # work: one holding the endpoint's slots passes them on to its own waiting
-    # claims, so an even share is no promise.
-    assert sum(1 for share in shares if share) >= 2, f"one dispatcher did it all: {shares}"
+    # Who did the work is no promise here: one dispatcher can fill the endpoint's
+    # 8 slots, and one holding them passes them on to its own waiting claims, so
+    # it may well do it all (test_fleet.py checks that a fleet shares an endpoint
+    # that one dispatcher cannot fill).
     server_log = log.since()
     assert "deadlock detected" not in server_log
     assert "could not serialize" not in server_log

@@ -49,6 +49,22 @@ def test_max_in_flight_holds_for_three_dispatchers(dsn: str, receiver: Receiver,
     assert not tracker.overlaps
 
 
+def test_dispatchers_share_an_endpoint_one_cannot_fill(dsn: str, receiver: Receiver,
+                                                      fleet: Fleet) -> None:
+    """--max-in-flight 6, three dispatchers of --concurrency 2: more than one does the work."""
+    tracker = Tracker(delay=0.05)
+    receiver.responder = tracker
+    add_endpoint(dsn, receiver.url, max_in_flight=6)
+    dispatchers = [fleet.start("--concurrency", "2") for _ in range(3)]
+    for dispatcher in dispatchers:
+        dispatcher.wait_status("/readyz", 200)
+    publish(dsn, 120)
+    wait_until(lambda: all_delivered(dsn, 120), 60, "120 deliveries")
+    shares = [int(d.metric("outbox_delivered_total")) for d in dispatchers]
+    assert sum(1 for share in shares if share) >= 2, f"one dispatcher did it all: {shares}"
+    assert tracker.peak <= 6
+
+
 def test_rate_limit_holds_for_three_dispatchers(dsn: str, receiver: Receiver,
                                                 fleet: Fleet) -> None:
     """Three dispatchers, --rate-limit 10: no one-second window holds more than 10 requests."""

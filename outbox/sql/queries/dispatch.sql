@@ -94,7 +94,10 @@
 --   that took 30 ms would go out at once, bunched with the next claim's
 --   requests. The first turn is taken when the rows are locked, and each
 --   request's wait (send_in) as late as the statement can say it, so
---   requests go out at their turn plus only the answer's trip.
+--   requests go out at their turn plus only the answer's trip. turn_at gives
+--   each request's turn as a moment, which the dispatcher holds against the
+--   statement's start (db_now) to see how late a request would leave, the time
+--   this answer took to be read included (dispatcher.limits.rate).
 -- * Turns are pace/rate apart, not 1/rate (pace: 1.05, dispatcher.limits.rate
 --   says why).
 -- * Runs in autocommit at READ COMMITTED: under REPEATABLE READ a row updated
@@ -429,7 +432,10 @@ SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key
        least(n.at, now()) AS next_pending, now() AS db_now,
        pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin,
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax,
-       e.tenant
+       e.tenant,
+       -- The request's turn on the database clock (NULL: no rate limit), for the
+       -- dispatcher to tell how late it leaves whatever delayed this answer.
+       u.first_turn + make_interval(secs => g.grp / u.rate_limit) AS turn_at
 FROM claimed c
 JOIN outbox.events e ON e.id = c.event_id
 JOIN grouped g ON g.id = c.id
