@@ -31,6 +31,11 @@ for a later claim to give it a new one."""
 TRIPS: Final = 64
 """Claims whose round trips :class:`Turns` remembers, to find the shortest."""
 
+TRIPS_TRUSTED: Final = 8
+"""Round trips needed before the shortest counts: a dispatcher's first claims are often slow
+(a cold process, a busy machine), and taken for the way to the database, one would hide
+how late its requests leave. Until then the way there counts as nothing."""
+
 
 class Turns:
     """Where a claim's turns fall on this process's monotonic clock, at the earliest.
@@ -40,7 +45,8 @@ class Turns:
     starved of CPU). Its lateness is measured from an earlier moment: the claim's
     start, plus the turn's distance from the statement's start (``turn_at -
     db_now``, both on the database clock), plus the way there, taken as half the
-    shortest round trip of recent claims (a database far away, not a slow one).
+    shortest round trip of recent claims (a database far away, not a slow one;
+    nothing until TRIPS_TRUSTED claims were made).
     """
 
     def __init__(self) -> None:
@@ -52,7 +58,7 @@ class Turns:
 
     def last_moment(self, started: float, db_now: datetime, turn_at: datetime) -> float:
         """The latest moment (monotonic) a request whose turn is ``turn_at`` may leave."""
-        way_there = min(self._trips, default=0.0) / 2
+        way_there = min(self._trips) / 2 if len(self._trips) >= TRIPS_TRUSTED else 0.0
         return started + way_there + (turn_at - db_now).total_seconds() + LATE
 
 RATE_HORIZON: Final = 0.25
