@@ -22,11 +22,12 @@ that leaves up to 50 ms late (a busy event loop, a slow claim) still finds no on
 holding more than N. The cap is what the user asked for; a twentieth of its pace is the price
 of holding it. The claim statement takes it as its ``pace`` parameter."""
 
-LATE: Final = PACE - 1.0
-"""Seconds a request may leave after its turn, at most: the slack PACE leaves. Later (a
-dispatcher starved of CPU, say), it would bunch with the turns after it and the endpoint
-would see more than N requests within a second: it gives the turn up and is handed back,
-for a later claim to give it a new one."""
+LATE: Final = (PACE - 1.0) / 2
+"""Seconds after its turn a request may still start on its way, at most: half the slack PACE
+leaves (25 ms); the other half is for the way from that look to the wire (the request is
+built, signed and written after it). Later (a dispatcher starved of CPU, say), it would
+bunch with the turns after it and the endpoint would see more than N requests within a
+second: it gives the turn up and is handed back, for a later claim to give it a new one."""
 
 TRIPS: Final = 64
 """Claims whose round trips :class:`Turns` remembers, to find the shortest."""
