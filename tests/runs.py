@@ -32,7 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 _SUMMARY_LINE = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
-_COUNTS = re.compile(r"=+ (.*\bin [0-9.]+s.*) =+$")
+_COUNTS = re.compile(r"^=*\s*(\d+ \w+.* in [0-9.]+s(?: \([0-9:]+\))?)\s*=*$")
 
 
 def positive(text: str) -> int:
@@ -85,13 +85,17 @@ def clone(tree: Path) -> None:
     subprocess.run(["git", "clone", "--quiet", str(HERE), str(tree)], check=True)
 
 
-def make_venv(venv: Path, tree: Path) -> None:
-    """One environment for every run: the project installed (editable) from ``tree``."""
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+def make_venv(venv: Path, tree: Path, log: Path) -> None:
+    """One environment for every run: the project installed (editable) from ``tree``;
+    pip's output goes to ``log``."""
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
            "--disable-pip-version-check"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{tree}[test,demo]"], check=True)
+    with log.open("w") as out:
+        for command in ([sys.executable, "-m", "venv", str(venv)], [*pip, "--upgrade", "pip"],
+                        [*pip, "-e", f"{tree}[test,demo]"]):
+            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT,
+                              check=False).returncode:
+                raise SystemExit(f"test-runs: could not make the environment; see {log}")
 
 
 def run_once(venv: Path, tree: Path, pytest_args: Sequence[str], log: Path) -> str:
@@ -133,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for number in range(1, args.runs + 1):
                 clone(tree)
                 if not (venv / "bin" / "python").exists():
-                    make_venv(venv, tree)
+                    make_venv(venv, tree, work / "venv.log")
                 started = time.monotonic()
                 log = run_once(venv, tree, args.pytest_args, work / f"run-{number}.log")
                 found = failures(log)
