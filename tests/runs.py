@@ -119,9 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="processes spinning beside the runs (default 0)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the last clone and the environment, not only the logs")
-    parser.add_argument("pytest_args", nargs="*", metavar="PYTEST ARGS",
-                        help="after --: what to run (default: the whole suite)")
-    args = parser.parse_args(argv)
+    parser.epilog = "Arguments after -- go to pytest (default: the whole suite)."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    pytest_args = argv[cut + 1:]
     if shutil.which("git") is None:
         print("test-runs: git is not on PATH", file=sys.stderr)
         return 1
@@ -139,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if not (venv / "bin" / "python").exists():
                     make_venv(venv, tree, work / "venv.log")
                 started = time.monotonic()
-                log = run_once(venv, tree, args.pytest_args, work / f"run-{number}.log")
+                log = run_once(venv, tree, pytest_args, work / f"run-{number}.log")
                 found = failures(log)
                 summary = outcome(log)
                 took = time.monotonic() - started
