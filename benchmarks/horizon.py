@@ -35,7 +35,6 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -48,25 +47,7 @@ from outbox.testing import Receiver, Request, Response, TemporaryPostgres
 PHASES = ("before", "during", "after")
 
 
-def server_cpu(datadir: Path) -> float:
-    """CPU seconds of a PostgreSQL server so far: the postmaster's own and its reaped
-    children's (cutime/cstime), plus every live child's."""
-    postmaster = int((datadir / "postmaster.pid").read_text().split()[0])
-    total = 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-        pid, ppid = int(entry), int(fields[1])
-        if pid == postmaster:
-            total += sum(int(f) for f in fields[11:15]) / throughput.TICKS
-        elif ppid == postmaster:
-            total += (int(fields[11]) + int(fields[12])) / throughput.TICKS
-    return total
+server_cpu = throughput.server_cpu
 
 
 class Arrivals:

@@ -2,7 +2,7 @@
 
     python benchmarks/throughput.py [--events 20000] [--baseline-events 1000] [--rounds 3]
                                     [--max-batch N] [--max-in-flight N] [--dispatchers N]
-                                    [--event-loop asyncio|uvloop] [--fail-first]
+                                    [--event-loop asyncio|uvloop] [--fail-first] [--baseline DIR]
 
 One throwaway PostgreSQL (fsync on), one lean local receiver, one endpoint.
 Each round measures, in turn:
@@ -15,7 +15,11 @@ Each round measures, in turn:
   the first and the last arrival, so process start-up is not counted, and
   the dispatcher's CPU (user + system, from /proc) is read from its first
   arrival to its last, per event; with ``--max-batch N`` the endpoint takes
-  N events per request;
+  N events per request; with ``--baseline DIR`` the same backlog is drained
+  by this tree's dispatcher and by DIR's (another checkout: its dispatcher
+  and its SQL, on this tree's schema), one after the other in every round,
+  and PostgreSQL's CPU per event is read beside the dispatcher's (the
+  statements' cost, which the dispatcher's own CPU does not show);
 * idle latency: with the dispatcher running and idle, one event per
   transaction, the time from the producer's COMMIT returning to the
   receiver's arrival.
@@ -80,6 +84,27 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as handle:
         fields = handle.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def server_cpu(datadir: Path) -> float:
+    """CPU seconds of a PostgreSQL server so far: the postmaster's own and its reaped
+    children's (cutime/cstime), plus every live child's."""
+    postmaster = int((datadir / "postmaster.pid").read_text().split()[0])
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid, ppid = int(entry), int(fields[1])
+        if pid == postmaster:
+            total += sum(int(f) for f in fields[11:15]) / TICKS
+        elif ppid == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / TICKS
+    return total
 
 
 class Arrivals:
@@ -231,6 +256,21 @@ def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str],
     ``span`` makes the context manager each batch is published in (a traced
     backlog); ``command`` runs the dispatcher; ``publish_dsn`` is where the
     backlog is published (default ``dsn``); ``env``: the dispatchers' extra variables."""
+    rate, cpu, _ = drain(dsn, arrivals, events, extra, processes, span=span, command=command,
+                         publish_dsn=publish_dsn, env=env)
+    return rate, cpu
+
+
+def drain(dsn: str, arrivals: Arrivals, events: int, extra: list[str],
+          processes: int = 1, *, span: Callable[[], Any] | None = None,
+          command: list[str] | None = None, publish_dsn: str | None = None,
+          env: dict[str, str] | None = None, tree: str | None = None,
+          datadir: Path | None = None) -> tuple[float, float, float]:
+    """``dispatcher_rate``, with ``tree``: another checkout's dispatcher; and with
+    ``datadir``, the PostgreSQL server's CPU ms per event over the same span (else 0)."""
+    def server() -> float:
+        return server_cpu(datadir) if datadir is not None else 0.0
+
     with psycopg.connect(publish_dsn or dsn) as conn:
         for start in range(0, events, 1000):
             with span() if span is not None else contextlib.nullcontext():
@@ -238,17 +278,20 @@ def dispatcher_rate(dsn: str, arrivals: Arrivals, events: int, extra: list[str],
                                            for i in range(start, min(events, start + 1000))])
             conn.commit()
     arrivals.reset()
-    procs = [start_dispatcher(dsn, *extra, command=command, env=env) for _ in range(processes)]
-    cpu_at_first: list[float] = []
-    arrivals.on_first = lambda: cpu_at_first.append(sum(cpu_seconds(p.pid) for p in procs))
+    procs = [start_dispatcher(dsn, *extra, command=command, env=env, tree=tree)
+             for _ in range(processes)]
+    at_first: list[tuple[float, float]] = []
+    arrivals.on_first = lambda: at_first.append(
+        (sum(cpu_seconds(p.pid) for p in procs), server()))
     try:
         arrivals.wait_for(events, procs, 600)
-        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_at_first[0]
+        cpu = sum(cpu_seconds(p.pid) for p in procs) - at_first[0][0]
+        server_cpu_used = server() - at_first[0][1]
     finally:
         arrivals.on_first = lambda: None
         for proc in procs:
             stop(proc)
-    return arrivals.rate(), cpu / events * 1000
+    return arrivals.rate(), cpu / events * 1000, server_cpu_used / events * 1000
 
 
 def idle_latency(dsn: str, arrivals: Arrivals, samples: int, extra: list[str]) -> list[float]:
@@ -279,6 +322,15 @@ def idle_latency(dsn: str, arrivals: Arrivals, samples: int, extra: list[str]) -
         arrivals.track_ids = False
         stop(proc)
     return latencies
+
+
+def bench_endpoint(dsn: str, url: str, args: argparse.Namespace) -> None:
+    """The schema, and the one endpoint every event goes to (--max-batch, --max-in-flight)."""
+    with psycopg.connect(dsn) as conn:
+        migrate(conn)
+        conn.execute("INSERT INTO outbox.endpoints (name, url, events, events_like, "
+                     "max_batch, max_in_flight) VALUES ('bench', %s, '{*}', '{%%}', %s, %s)",
+                     (url, args.max_batch, args.max_in_flight))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -313,9 +365,15 @@ def main() -> None:
                         help="side by side: tracing absent / trace context / SDK to memory, "
                         "direct / through PgBouncer, or plain http / TLS / TLS through a "
                         "proxy")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="another checkout: its dispatcher drains the same backlog after "
+                        "this tree's in every round; CPU per event of both, and PostgreSQL's")
     args = parser.parse_args()
     if args.compare:
         compare(args)
+        return
+    if args.baseline:
+        against(args)
         return
     extra = args.dispatcher_args.split()
     if args.event_loop == "uvloop":
@@ -327,11 +385,8 @@ def main() -> None:
     latencies: list[float] = []
     with (TemporaryPostgres(fsync=True, tmpfs=args.tmpfs) as pg,
           Receiver(arrivals, record=False) as rx):
+        bench_endpoint(pg.dsn, rx.url, args)
         with psycopg.connect(pg.dsn) as conn:
-            migrate(conn)
-            conn.execute("INSERT INTO outbox.endpoints (name, url, events, events_like, "
-                         "max_batch, max_in_flight) VALUES ('bench', %s, '{*}', '{%%}', %s, %s)",
-                         (rx.url, args.max_batch, args.max_in_flight))
             if args.fail_first:
                 conn.execute("UPDATE outbox.endpoints SET min_backoff_seconds = 0, "
                              "max_backoff_seconds = 0.001, breaker_failures = 0")
@@ -359,6 +414,29 @@ def main() -> None:
           f"p99 {pct(latencies, 0.99) * 1000:.1f} ms   ({len(latencies)} samples)")
 
 
+def against(args: argparse.Namespace) -> None:
+    """``--baseline DIR``: this tree and DIR drain the backlog in turn, round by round."""
+    extra = args.dispatcher_args.split()
+    arrivals = Arrivals()
+    trees = {"this tree": None, "baseline": os.path.abspath(args.baseline)}
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in trees}
+    with (TemporaryPostgres(fsync=True, tmpfs=args.tmpfs) as pg,
+          Receiver(arrivals, record=False) as rx):
+        bench_endpoint(pg.dsn, rx.url, args)
+        for round_no in range(1, args.rounds + 1):
+            for name, tree in trees.items():
+                results[name].append(drain(pg.dsn, arrivals, args.events, extra,
+                                           args.dispatchers, tree=tree, datadir=pg.datadir))
+                rate, cpu, server = results[name][-1]
+                print(f"round {round_no}: {name:<10} {rate:8.0f} ev/s  dispatcher "
+                      f"{cpu:.3f} + PostgreSQL {server:.3f} ms CPU/event", flush=True)
+    print()
+    for name, runs in results.items():
+        rate, cpu, server = (statistics.median(run[i] for run in runs) for i in range(3))
+        print(f"{name:<10} median {rate:8.0f} events/s, dispatcher {cpu:.3f} ms + "
+              f"PostgreSQL {server:.3f} ms CPU per event")
+
+
 def compare(args: argparse.Namespace) -> None:
     """The ``--compare`` runs: setups interleaved round by round, medians of the rounds."""
     extra = args.dispatcher_args.split()
@@ -366,12 +444,7 @@ def compare(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         pg = stack.enter_context(TemporaryPostgres(fsync=True, tmpfs=args.tmpfs))
         rx = stack.enter_context(Receiver(arrivals, record=False))
-        with psycopg.connect(pg.dsn) as conn:
-            migrate(conn)
-            conn.execute("INSERT INTO outbox.endpoints (name, url, events, events_like, "
-                         "max_batch, max_in_flight) VALUES ('bench', %s, '{*}', '{%%}', %s, %s)",
-                         (rx.url, args.max_batch, args.max_in_flight))
-            conn.commit()
+        bench_endpoint(pg.dsn, rx.url, args)
         setups: dict[str, dict[str, Any]]
         if args.compare == "tracing":
             from opentelemetry.sdk.trace import TracerProvider

@@ -93,6 +93,7 @@ class Claimer:
         self._walk = Walk(endpoints.usable, want=concurrency)
         self._floors = Floors()
         self._turns = Turns()
+        self._rate_turns = rate.Turns()
         self._throttled: float | None = None
         self._lean = False  # the last claim took fewer than LEAN_CLAIM rows
         self._row_bytes = 0.0  # payload bytes per row of the last claim that took any
@@ -184,6 +185,7 @@ class Claimer:
             **plan.params(), **self._turns.for_claim(plan.endpoint_ids),
             "floors": floors, "lease_seconds": self._leases.seconds(),
             "horizon": rate.RATE_HORIZON, "pace": rate.PACE, "budget": budget})]
+        self._rate_turns.claimed(started, time.monotonic())
         self._floors.claimed(plan.endpoint_ids, floors, rows)
         self._turns.claimed(rows)
         return rows
@@ -218,6 +220,7 @@ class Claimer:
         """
         claimed = _Claimed()
         current: tuple[int, int] | None = None
+        received = time.monotonic()  # send_in counts from the statement's end: no later
         for row in rows:
             delivery = row.delivery(started)
             self._leases.hold(delivery)
@@ -228,8 +231,11 @@ class Claimer:
                 current = (endpoint_id, row.grp)
                 claimed.groups.append(Group(
                     endpoint, [], Slot(endpoint_id, row.slot, row.slot_token)
-                    if row.slot is not None and row.slot_token is not None else None,
-                    float(row.send_in)))
+                    if row.slot is not None and row.slot_token is not None else None))
+                if row.turn_at is not None and row.slot is not None:
+                    claimed.groups[-1].turn = received + float(row.send_in)
+                    claimed.groups[-1].last_moment = self._rate_turns.last_moment(
+                        started, row.db_now, row.turn_at)
                 turn = rate.next_look(endpoint, float(row.send_in))
                 if (turn is not None and row.slot is not None
                         and (claimed.throttled is None or turn < claimed.throttled)):

@@ -47,7 +47,8 @@ class Group:
     endpoint: Endpoint
     deliveries: list[Delivery]
     slot: Slot | None = None
-    delay: float = 0.0  # seconds to wait for its turn under a rate limit
+    turn: float | None = None  # its rate-limit turn, on the monotonic clock (None: at once)
+    last_moment: float | None = None  # after this, its turn is missed (limits.rate.Turns)
     sending: bool = False  # past its rate-limit wait: it may have reached the endpoint
     size: int = 0  # its payloads' bytes (``limits.quota.HELD_BYTES`` counts them)
 
@@ -115,7 +116,7 @@ class Flights:
         return not self._tasks and not any(self._waiting.values())
 
     def start(self, group: Group) -> None:
-        """Start the group's request in its slot; it sends after ``group.delay`` seconds."""
+        """Start the group's request in its slot; it sends at ``group.turn``."""
         endpoint_id = group.endpoint.id
         self._running[endpoint_id] = self._running.get(endpoint_id, 0) + 1
         task = asyncio.create_task(self._run(group))
@@ -176,8 +177,17 @@ class Flights:
                 self._hand_back([d for group in reversed(handed) for d in group.deliveries])
 
     async def _run(self, group: Group) -> None:
-        if group.delay > 0:
-            await asyncio.sleep(group.delay)
+        if group.turn is not None:
+            wait = group.turn - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        if group.last_moment is not None and time.monotonic() > group.last_moment:
+            # Sent now, it would bunch with the turns after it: a later claim gives it a
+            # new turn (its slot goes back to the fleet in _done).
+            log.debug("a request missed its rate-limit turn by %.3fs; handed back",
+                      time.monotonic() - group.last_moment + rate.LATE)
+            self._hand_back(group.deliveries)
+            return
         group.sending = True
         answered = await self._send(group.endpoint, group.deliveries)
         if self._accepting:

@@ -133,6 +133,7 @@ class ClaimRow(NamedTuple):
     xmin: int
     xmax: int
     tenant: str | None  # the event's tenant, None: none
+    turn_at: datetime | None = None  # its rate-limit turn (database clock); None: no limit
 
     def delivery(self, claimed_at: float) -> Delivery:
         """The delivery this row leases; ``claimed_at``: the claim's start, monotonic."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import UTC, datetime
 
@@ -114,7 +115,7 @@ def test_drain_sorts_unsent_and_cut_off_and_frees_every_slot() -> None:
         endpoint = Endpoint(id=1, name="e", url="http://x/")
         world.flights.start(_group(endpoint, 1, slot=0))  # sends, then hangs
         late = _group(endpoint, 2, slot=1)
-        late.delay = 60.0  # waits for its rate-limit turn
+        late.turn = time.monotonic() + 60.0  # waits for its rate-limit turn
         world.flights.start(late)
         world.flights.queue(_group(endpoint, 3, slot=None))
         await world.settle()

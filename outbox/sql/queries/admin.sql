@@ -217,6 +217,8 @@ chosen AS MATERIALIZED (
       AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
                                   %(since)s::timestamptz, %(until)s::timestamptz,
                                   %(tenant)s::text)
+    ORDER BY d.id  -- row locks in id order, as every writer of deliveries takes them
+    FOR NO KEY UPDATE OF d
 ),
 eligible AS (
     SELECT c.id, c.endpoint_id FROM chosen c JOIN live ON live.id = c.endpoint_id
@@ -267,6 +269,8 @@ WITH chosen AS MATERIALIZED (
       AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
                                   %(since)s::timestamptz, %(until)s::timestamptz,
                                   %(tenant)s::text)
+    ORDER BY d.id  -- row locks in id order, as every writer of deliveries takes them
+    FOR UPDATE OF d
 ),
 gone AS (
     DELETE FROM outbox.deliveries d USING chosen c

@@ -94,7 +94,10 @@
 --   that took 30 ms would go out at once, bunched with the next claim's
 --   requests. The first turn is taken when the rows are locked, and each
 --   request's wait (send_in) as late as the statement can say it, so
---   requests go out at their turn plus only the answer's trip.
+--   requests go out at their turn plus only the answer's trip. turn_at gives
+--   each request's turn as a moment, which the dispatcher holds against the
+--   statement's start (db_now) to see how late a request would leave, the time
+--   this answer took to be read included (dispatcher.limits.rate).
 -- * Turns are pace/rate apart, not 1/rate (pace: 1.05, dispatcher.limits.rate
 --   says why).
 -- * Runs in autocommit at READ COMMITTED: under REPEATABLE READ a row updated
@@ -429,7 +432,10 @@ SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key
        least(n.at, now()) AS next_pending, now() AS db_now,
        pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin,
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax,
-       e.tenant
+       e.tenant,
+       -- The request's turn on the database clock (NULL: no rate limit), for the
+       -- dispatcher to tell how late it leaves whatever delayed this answer.
+       u.first_turn + make_interval(secs => g.grp / u.rate_limit) AS turn_at
 FROM claimed c
 JOIN outbox.events e ON e.id = c.event_id
 JOIN grouped g ON g.id = c.id
@@ -555,6 +561,11 @@ ORDER BY visited;
 -- attempts_before + attempts; a success adds none, so the all-success batch
 -- writes nothing more than before (duration goes into the row it updates).
 -- slots: [endpoint_id, slot, token] of requests that ended: free again.
+-- Row locks: deliveries first, in id order (locked), then request slots in
+-- (endpoint, slot) order, as extend_leases takes them: two statements waiting
+-- for each other's rows could otherwise deadlock (a result and the lease
+-- renewal of one dispatcher touch the same rows). A parked successor is
+-- skipped when another statement holds it (unpark_orphans catches it).
 -- Deliveries delivered or dead leave their endpoint's --max-pending count.
 -- circuits: [endpoint_id, reset, failures] per endpoint of the batch: reset
 -- when an answer other than a retryable failure came, then the retryable
@@ -569,6 +580,14 @@ WITH r AS (
            (e->>3)::float8 AS delay, e->>4 AS error, (e->>5)::int AS status,
            (e->>6)::boolean AS refund, e->>7 AS reason, (e->>8)::float8 AS duration
     FROM jsonb_array_elements(%(results)s::jsonb) AS e
+),
+locked AS MATERIALIZED (
+    SELECT r.*
+    FROM r
+    JOIN outbox.deliveries d ON d.id = r.id AND d.lease_token = r.token
+                                AND d.state = 'in_flight'
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d
 ),
 finished AS (
     UPDATE outbox.deliveries d
@@ -587,7 +606,7 @@ finished AS (
         last_error = CASE WHEN r.state = 'released' THEN d.last_error ELSE r.error END,
         last_status = CASE WHEN r.state = 'released' THEN d.last_status ELSE r.status END,
         finished_at = CASE WHEN r.state IN ('delivered', 'dead') THEN now() END
-    FROM r
+    FROM locked r
     WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight'
     RETURNING d.id, d.endpoint_id, d.key, d.tenant, d.seq, d.state, r.reason, r.status,
               r.error, r.duration, d.attempts_before + d.attempts AS attempt
@@ -607,15 +626,20 @@ unparked AS (
     UPDATE outbox.deliveries n
     SET next_attempt_at = now()
     WHERE n.id = ANY (ARRAY(
-            SELECT (SELECT p.id FROM outbox.deliveries p
-                    WHERE p.endpoint_id = f.endpoint_id AND p.key = f.key AND p.seq > f.seq
-                      AND p.tenant IS NOT DISTINCT FROM f.tenant
-                      AND p.state IN ('pending', 'in_flight')
-                    ORDER BY p.seq
-                    LIMIT 1)
-            FROM finished f
-            WHERE f.key IS NOT NULL AND f.state IN ('delivered', 'dead')))
-      AND n.state = 'pending' AND n.next_attempt_at = 'infinity'
+            SELECT q.id FROM outbox.deliveries q
+            WHERE q.id = ANY (ARRAY(
+                    SELECT (SELECT p.id FROM outbox.deliveries p
+                            WHERE p.endpoint_id = f.endpoint_id AND p.key = f.key
+                              AND p.seq > f.seq
+                              AND p.tenant IS NOT DISTINCT FROM f.tenant
+                              AND p.state IN ('pending', 'in_flight')
+                            ORDER BY p.seq
+                            LIMIT 1)
+                    FROM finished f
+                    WHERE f.key IS NOT NULL AND f.state IN ('delivered', 'dead')))
+              AND q.state = 'pending' AND q.next_attempt_at = 'infinity'
+            ORDER BY q.id
+            FOR NO KEY UPDATE OF q SKIP LOCKED))
 ),
 -- Deliveries that finished leave their endpoint's --max-pending count (shard
 -- -1; bounded endpoints only), rows locked in endpoint order.
@@ -633,12 +657,20 @@ uncounted AS (
     FROM finished_counts c
     WHERE b.endpoint_id = c.endpoint_id AND b.shard = -1
 ),
+ended_slots AS MATERIALIZED (
+    SELECT sl.endpoint_id, sl.slot
+    FROM json_array_elements(%(slots)s::json) AS f
+    JOIN outbox.endpoint_slots sl
+      ON sl.endpoint_id = (f->>0)::bigint AND sl.slot = (f->>1)::int
+         AND sl.lease_token = (f->>2)::uuid
+    ORDER BY sl.endpoint_id, sl.slot
+    FOR NO KEY UPDATE OF sl
+),
 freed AS (
     UPDATE outbox.endpoint_slots sl
     SET lease_token = NULL, expires_at = '-infinity'
-    FROM json_array_elements(%(slots)s::json) AS f
-    WHERE sl.endpoint_id = (f->>0)::bigint AND sl.slot = (f->>1)::int
-      AND sl.lease_token = (f->>2)::uuid
+    FROM ended_slots e
+    WHERE sl.endpoint_id = e.endpoint_id AND sl.slot = e.slot
 ),
 reported AS (
     SELECT (c->>0)::bigint AS endpoint_id, (c->>1)::boolean AS reset,
@@ -747,28 +779,56 @@ heads AS (
         LIMIT 1
     ) h
     WHERE h.state = 'pending' AND h.next_attempt_at = 'infinity'
+),
+-- Row locks in id order, as every statement that waits for them takes them.
+locked AS MATERIALIZED (
+    SELECT d.id FROM outbox.deliveries d
+    WHERE d.id = ANY (ARRAY(SELECT id FROM heads))
+      AND d.state = 'pending' AND d.next_attempt_at = 'infinity'
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d
 )
 UPDATE outbox.deliveries d
 SET next_attempt_at = now()
-WHERE d.id = ANY (ARRAY(SELECT id FROM heads))
-  AND d.state = 'pending' AND d.next_attempt_at = 'infinity'
+FROM locked l
+WHERE d.id = l.id AND d.state = 'pending' AND d.next_attempt_at = 'infinity'
 RETURNING d.id, pg_notify('outbox_wakeup', '');
 
 -- name: extend_leases
 -- Keep the leases of deliveries still being worked on, and of the request
 -- slots still held. Only the expiry changes and no index covers it, so both
--- are HOT updates.
-WITH slots AS (
-    UPDATE outbox.endpoint_slots sl
-    SET expires_at = now() + make_interval(secs => %(lease_seconds)s)
+-- are HOT updates. Row locks as the complete statement takes them (its results
+-- touch the same rows): deliveries first, in id order, then slots in (endpoint,
+-- slot) order; in the order the dispatcher lists them, the two deadlocked.
+WITH held AS MATERIALIZED (
+    SELECT d.id
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
+    JOIN outbox.deliveries d ON d.id = r.id AND d.lease_token = r.token
+                                AND d.state = 'in_flight'
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d
+),
+kept AS (
+    UPDATE outbox.deliveries d
+    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+    FROM held h
+    WHERE d.id = h.id
+    RETURNING d.id
+),
+held_slots AS MATERIALIZED (
+    SELECT sl.endpoint_id, sl.slot
     FROM json_array_elements(%(slots)s::json) AS f
-    WHERE sl.endpoint_id = (f->>0)::bigint AND sl.slot = (f->>1)::int
-      AND sl.lease_token = (f->>2)::uuid
+    JOIN outbox.endpoint_slots sl
+      ON sl.endpoint_id = (f->>0)::bigint AND sl.slot = (f->>1)::int
+         AND sl.lease_token = (f->>2)::uuid
+    WHERE (SELECT count(*) FROM kept) >= 0  -- after the deliveries
+    ORDER BY sl.endpoint_id, sl.slot
+    FOR NO KEY UPDATE OF sl
 )
-UPDATE outbox.deliveries d
-SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
-WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight';
+UPDATE outbox.endpoint_slots sl
+SET expires_at = now() + make_interval(secs => %(lease_seconds)s)
+FROM held_slots h
+WHERE sl.endpoint_id = h.endpoint_id AND sl.slot = h.slot;
 
 -- name: rescue_expired
 -- Deliveries whose lease ran out (their dispatcher died or froze) go back to
@@ -776,11 +836,19 @@ WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'in_flight';
 -- that was completed or re-leased meanwhile is never touched. The attempt
 -- stays charged: it may have reached the endpoint. Every dispatcher is woken
 -- (at commit): the maintainer that ran this is only one of them.
-WITH rescued AS (
-    UPDATE outbox.deliveries
-    SET state = 'pending', lease_token = NULL, lease_expires_at = NULL, next_attempt_at = now()
+-- Rows locked in id order first, as every statement that waits for them does.
+WITH expired AS MATERIALIZED (
+    SELECT id FROM outbox.deliveries
     WHERE state = 'in_flight' AND lease_expires_at < now()
-    RETURNING id
+    ORDER BY id
+    FOR NO KEY UPDATE
+),
+rescued AS (
+    UPDATE outbox.deliveries d
+    SET state = 'pending', lease_token = NULL, lease_expires_at = NULL, next_attempt_at = now()
+    FROM expired x
+    WHERE d.id = x.id AND d.state = 'in_flight' AND d.lease_expires_at < now()
+    RETURNING d.id
 )
 SELECT id, (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM rescued))
 FROM rescued;
@@ -804,12 +872,21 @@ UPDATE outbox.maintainer SET expires_at = '-infinity' WHERE holder = %(me)s;
 -- A publish that was already under way when its endpoint was removed can still
 -- add pending deliveries for it. Nothing would ever claim them (the claim
 -- skips removed endpoints): dead-letter them, so that nothing waits forever.
+-- Rows locked in id order first, as every statement that waits for them does.
+WITH removed AS MATERIALIZED (
+    SELECT d.id
+    FROM outbox.endpoints e
+    JOIN outbox.deliveries d ON d.endpoint_id = e.id AND d.state = 'pending'
+    WHERE e.removed_at IS NOT NULL
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d
+)
 UPDATE outbox.deliveries d
 SET state = 'dead', last_error = 'endpoint removed while this delivery was pending',
     finished_at = now(),
     lease_token = NULL, lease_expires_at = NULL
-FROM outbox.endpoints e
-WHERE e.removed_at IS NOT NULL AND d.endpoint_id = e.id AND d.state = 'pending';
+FROM removed r
+WHERE d.id = r.id AND d.state = 'pending';
 
 -- name: disable_endpoint
 UPDATE outbox.endpoints

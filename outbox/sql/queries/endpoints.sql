@@ -100,12 +100,20 @@ GROUP BY endpoint_id;
 -- name: endpoint_dead_letter_all
 -- A forced removal: every undelivered delivery becomes a dead letter saying
 -- why. Clearing the lease makes a dispatcher still holding one unable to
--- record a result over this (its writes are guarded by lease_token).
-UPDATE outbox.deliveries
+-- record a result over this (its writes are guarded by lease_token). Rows
+-- locked in id order first, as the dispatchers' statements take them.
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM outbox.deliveries
+    WHERE endpoint_id = %(id)s
+      AND (state = 'pending' OR state = 'in_flight')
+    ORDER BY id
+    FOR NO KEY UPDATE
+)
+UPDATE outbox.deliveries d
 SET state = 'dead', last_error = %(reason)s, finished_at = clock_timestamp(),
     lease_token = NULL, lease_expires_at = NULL
-WHERE endpoint_id = %(id)s
-  AND (state = 'pending' OR state = 'in_flight');
+FROM doomed x
+WHERE d.id = x.id AND (d.state = 'pending' OR d.state = 'in_flight');
 
 -- name: endpoint_mark_removed
 -- Soft delete: the row stays so that every endpoint_id of old deliveries
