@@ -8,6 +8,15 @@ makes room, or waits for one to be released. A connection idle longer than
 ``keepalive`` is closed, by one timer for the whole pool rather than one per
 connection.
 
+A server closes an idle connection when its own timeout is up, and a
+request sent on it just then is lost on the way (the transport sends it
+again, once, on a new connection). To make that rare, the pool lets a
+connection go before the server would: when the answer's ``Keep-Alive``
+header says ``timeout=N``, the connection is kept idle at most N less a
+margin (``_early``); when it says ``max=M``, with M at most 1, it is not
+reused. Before an idle connection is reused, the kernel is asked whether the
+server has closed it meanwhile (``Connection.stirred``, one peek).
+
 Accounting has one door: ``drop`` closes a connection and forgets it, and
 doing it twice is harmless, so every path that gives up on a connection
 (error, cancellation, EOF while idle) just calls it.
@@ -16,11 +25,15 @@ doing it twice is harmless, so every path that gives up on a connection
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 
 from dispatcher.http.connection import Connection, PoolKey
 
 Opener = Callable[[Connection], Awaitable[None]]  # connects a new Connection to its key
+
+_HINT = re.compile(rb"(?i)\b(timeout|max)\s*=\s*(\d{1,9})")
+"""``timeout=5, max=100`` in a ``Keep-Alive`` header (RFC 2068 section 19.7.1.1)."""
 
 
 class Pool:
@@ -59,17 +72,25 @@ class Pool:
 
     def release(self, conn: Connection) -> None:
         """Back to the pool if its request was written and its response read whole; else closed."""
-        if not conn.reusable():
+        parser = conn.parser
+        if parser is None or not conn.reusable():
             self.drop(conn)
             return
+        keepalive = self._keepalive
+        if parser.keep_alive_hint is not None:  # the server says how long it keeps it
+            keepalive = _early(parser.keep_alive_hint, keepalive)
+            if keepalive <= 0:
+                self.drop(conn)
+                return
         loop = asyncio.get_running_loop()
         conn.parser = None
         conn.resume()
         conn.idle = True
         conn.idle_since = loop.time()
+        conn.keepalive = keepalive
         self._idle.setdefault(conn.key, []).append(conn)
         if self._sweeper is None:
-            self._sweeper = loop.call_later(self._keepalive, self._sweep)
+            self._sweeper = loop.call_later(keepalive, self._sweep)
         if self._waiters:
             self._wake_waiters()
 
@@ -106,7 +127,7 @@ class Pool:
         while stack:
             conn = stack.pop()
             conn.idle = False
-            if conn.alive() and now - conn.idle_since < self._keepalive:
+            if conn.alive() and now - conn.idle_since < conn.keepalive and not conn.stirred():
                 return conn
             self.drop(conn)  # closed by the server while idle, or expired
         return None
@@ -157,11 +178,27 @@ class Pool:
         now = loop.time()
         due: list[float] = []
         for key, stack in list(self._idle.items()):
-            while stack and now - stack[0].idle_since >= self._keepalive:
+            # A key's connections share their server's hint: the oldest expires first.
+            while stack and now - stack[0].idle_since >= stack[0].keepalive:
                 self.drop(stack[0])
             if stack:
-                due.append(stack[0].idle_since + self._keepalive)
+                due.append(stack[0].idle_since + stack[0].keepalive)
             else:
                 del self._idle[key]
         if due:
             self._sweeper = loop.call_at(min(due), self._sweep)
+
+
+def _early(hint: bytes, keepalive: float) -> float:
+    """Seconds a connection may stay idle, given the server's ``Keep-Alive`` header and our
+    own ``keepalive``: ``timeout=N`` less a margin (half of it, at most a second: the
+    answer took time to arrive, and the server's clock started when it sent it), and 0 when
+    ``max=`` allows at most one more request (the server may close after it; we take none)."""
+    for name, value in _HINT.findall(hint):
+        number = int(value)
+        if name.lower() == b"max":
+            if number <= 1:
+                return 0.0
+        else:
+            keepalive = min(keepalive, number - min(1.0, number / 2))
+    return keepalive

@@ -117,8 +117,8 @@ def encoded(url: str, body: bytes) -> tuple[PoolKey, bytes]:
 async def post(transport: H1Transport, url: str, body: bytes = b"{}") -> tuple[int, bytes]:
     """One POST through the transport; status and the whole body."""
     key, payload = encoded(url, body)
-    status, _, answer = await transport.post(key, payload, WHOLE)
-    return status, answer
+    answer = await transport.post(key, payload, WHOLE)
+    return answer.status, answer.body
 
 
 async def until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
@@ -188,7 +188,7 @@ def test_an_answer_past_the_limit_is_cut_and_its_connection_closed() -> None:
         async with raw_server(answering(answer)) as server:
             for _ in range(2):
                 key, payload = encoded(server.url, b"{}")
-                status, headers, body = await transport.post(key, payload, 10)
+                status, headers, body, _, _ = await transport.post(key, payload, 10)
                 assert (status, headers, body) == (500, [(b"content-length", b"1048576")],
                                                    b"e" * 10)
             assert [len(c) for c in server.connections] == [1, 1]
@@ -238,22 +238,54 @@ def test_write_refused_on_a_reset_idle_connection_goes_once_on_a_new_one() -> No
     run(main)
 
 
-def test_request_that_reached_the_server_is_never_resent() -> None:
-    """A reused connection closed after the server read the POST: ReadError, nothing resent."""
+def test_reused_connection_closed_before_answering_is_resent_once_on_a_new_one() -> None:
+    """A reused connection that ends before a byte of the answer: once more, on a new one."""
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       heads: list[bytes]) -> None:
-        await read_request(reader, heads)
-        writer.write(OK)
-        await writer.drain()
-        await read_request(reader, heads)  # then hang up without an answer
+        while True:
+            await read_request(reader, heads)
+            if len(heads) == 2:
+                return  # the second request on a connection: hang up without an answer
+            writer.write(OK)
+            await writer.drain()
 
     async def main() -> None:
         transport = H1Transport()
         async with raw_server(handler) as server:
             assert await post(transport, server.url) == (200, b"ok")
+            key, payload = encoded(server.url, b"{}")
+            answer = await transport.post(key, payload, WHOLE)
+            assert (answer.status, answer.resent) == (200, True)
+            assert [len(c) for c in server.connections] == [2, 1]
+        await transport.aclose()
+    run(main)
+
+
+def test_request_is_never_sent_twice_once_the_answer_began_or_on_a_new_connection() -> None:
+    """No resend of a request that went on a new connection, nor once the answer began."""
+    opened = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      heads: list[bytes]) -> None:
+        nonlocal opened
+        opened += 1
+        await read_request(reader, heads)
+        if opened == 1:
+            return  # a new connection's request, unanswered
+        writer.write(OK)
+        await writer.drain()
+        await read_request(reader, heads)
+        writer.write(b"HTTP/1.1 200 O")  # the answer begins, and the server hangs up
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(handler) as server:
             with pytest.raises(httpx.ReadError, match="without a response"):
                 await post(transport, server.url)
-            assert [len(c) for c in server.connections] == [2]
+            assert await post(transport, server.url) == (200, b"ok")
+            with pytest.raises(httpx.ReadError, match="before the response ended"):
+                await post(transport, server.url)
+            assert [len(c) for c in server.connections] == [1, 2]
         await transport.aclose()
     run(main)
 
