@@ -17,6 +17,13 @@ margin (``_early``); when it says ``max=M``, with M at most 1, it is not
 reused. Before an idle connection is reused, the kernel is asked whether the
 server has closed it meanwhile (``Connection.stirred``, one peek).
 
+Some servers say ``keep-alive`` and close the connection right after
+answering (or after a few answers): the peek sees most of those closes, but
+not one still on its way. A server seen closing a connection within
+``HANGS_UP_WITHIN`` of its answer is taken at its deed: for ``DISTRUST``
+seconds its connections are not kept, each request gets a new one, and then
+the pool tries again.
+
 Accounting has one door: ``drop`` closes a connection and forgets it, and
 doing it twice is harmless, so every path that gives up on a connection
 (error, cancellation, EOF while idle) just calls it.
@@ -27,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 from dispatcher.http.connection import Connection, PoolKey
 
@@ -34,6 +42,11 @@ Opener = Callable[[Connection], Awaitable[None]]  # connects a new Connection to
 
 _HINT = re.compile(rb"(?i)\b(timeout|max)\s*=\s*(\d{1,9})")
 """``timeout=5, max=100`` in a ``Keep-Alive`` header (RFC 2068 section 19.7.1.1)."""
+HANGS_UP_WITHIN: Final = 0.1
+"""Seconds: a connection the server closed sooner after answering was closed because it
+answered, whatever its ``Connection`` header said (no server's idle timeout is this short)."""
+DISTRUST: Final = 60.0
+"""Seconds a server that closed a connection right after answering gets new connections."""
 
 
 class Pool:
@@ -48,6 +61,7 @@ class Pool:
         self._all: set[Connection] = set()
         self._waiters: list[asyncio.Future[None]] = []
         self._sweeper: asyncio.TimerHandle | None = None
+        self._hangs_up: dict[PoolKey, float] = {}  # until when its connections are not kept
 
     def idle_count(self) -> int:
         """Idle connections still open."""
@@ -83,6 +97,9 @@ class Pool:
                 self.drop(conn)
                 return
         loop = asyncio.get_running_loop()
+        if self._hangs_up and self._hangs_up.get(conn.key, 0.0) > loop.time():
+            self.drop(conn)
+            return
         conn.parser = None
         conn.resume()
         conn.idle = True
@@ -93,6 +110,17 @@ class Pool:
             self._sweeper = loop.call_later(keepalive, self._sweep)
         if self._waiters:
             self._wake_waiters()
+
+    def hung_up(self, conn: Connection, idled: float) -> None:
+        """The server closed ``conn``, idle for ``idled`` seconds (or as it was reused after
+        them): drop it, and if that was a moment only (``HANGS_UP_WITHIN``), keep no
+        connection to its server for a while."""
+        if idled < HANGS_UP_WITHIN:
+            now = asyncio.get_running_loop().time()
+            if len(self._hangs_up) > 1:
+                self._hangs_up = {k: t for k, t in self._hangs_up.items() if t > now}
+            self._hangs_up[conn.key] = now + DISTRUST
+        self.drop(conn)
 
     def drop(self, conn: Connection) -> None:
         """Close ``conn`` and forget it; a no-op the second time."""
@@ -127,13 +155,18 @@ class Pool:
         while stack:
             conn = stack.pop()
             conn.idle = False
-            if conn.alive() and now - conn.idle_since < conn.keepalive and not conn.stirred():
+            idled = now - conn.idle_since
+            if idled >= conn.keepalive:
+                self.drop(conn)  # expired
+            elif not conn.alive() or conn.stirred():
+                self.hung_up(conn, idled)  # closed by the server while idle
+            else:
+                conn.idled = idled
                 return conn
-            self.drop(conn)  # closed by the server while idle, or expired
         return None
 
     async def _connect(self, key: PoolKey, open_new: Opener) -> Connection:
-        conn = Connection(key, self.drop)
+        conn = Connection(key, self._lost)
         self._all.add(conn)  # counted from now: concurrent requests see the slot taken
         self._open[key] = self._open.get(key, 0) + 1
         try:
@@ -142,6 +175,13 @@ class Pool:
             self.drop(conn)
             raise
         return conn
+
+    def _lost(self, conn: Connection) -> None:
+        """A connection's transport closed (by the server, or by ``drop``)."""
+        if conn.idle:
+            self.hung_up(conn, asyncio.get_running_loop().time() - conn.idle_since)
+        else:
+            self.drop(conn)
 
     def _evict(self, key: PoolKey) -> bool:
         """Close the longest-idle connection whose slot ``key`` can use; False if none."""

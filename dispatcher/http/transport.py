@@ -133,7 +133,7 @@ class H1Transport:
                 if not reused or parser is None or parser.received:
                     raise  # a new connection, or the answer had begun: the server had it
             # Closed under the request before a byte of the answer: once more, on a new one.
-            pool.drop(conn)
+            pool.hung_up(conn, conn.idled)
             conn = None
             conn, _ = await pool.acquire(key, self._open, fresh=True)
             conn.send(payload, body)
