@@ -304,6 +304,49 @@ def test_idle_connections_expire() -> None:
     run(main)
 
 
+@pytest.mark.parametrize(("hint", "idle", "connections"), [
+    (b"timeout=1", 0.7, [1, 1]),  # let go at 0.5 s (1 s less half of it), before the server
+    (b"timeout=1", 0.2, [2]),
+    (b"timeout=5, max=1", 0.0, [1, 1]),  # the server takes one more at most: none from us
+    (b"timeout=5, max=2", 0.0, [2]),
+], ids=["timeout-passed", "timeout-not-yet", "max-1", "max-2"])
+def test_the_servers_keep_alive_header_is_heeded(hint: bytes, idle: float,
+                                                 connections: list[int]) -> None:
+    """``Keep-Alive: timeout=N`` lets a connection go before N; ``max=1`` takes no more."""
+    answer = b"HTTP/1.1 200 OK\r\nkeep-alive: %s\r\ncontent-length: 2\r\n\r\nok" % hint
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(answering(answer)) as server:
+            assert await post(transport, server.url) == (200, b"ok")
+            await asyncio.sleep(idle)
+            assert await post(transport, server.url) == (200, b"ok")
+            assert [len(c) for c in server.connections] == connections
+        await transport.aclose()
+    run(main)
+
+
+def test_a_server_hanging_up_after_answering_gets_new_connections() -> None:
+    """A server that says keep-alive and closes after each answer: each request on a new
+    connection, at most the first sent twice, none lost."""
+    answer = b"HTTP/1.1 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok"
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(answering(answer, close_after=True)) as server:
+            resent = []
+            for _ in range(20):
+                key, payload = encoded(server.url, b"{}")
+                reply = await transport.post(key, payload, WHOLE)
+                assert reply.status == 200
+                resent.append(reply.resent)
+            assert sum(resent) <= 1
+            assert len(server.requests) == 20
+            assert [len(c) for c in server.connections if c] == [1] * 20
+        await transport.aclose()
+    run(main)
+
+
 # -- limits, timeouts, cancellation ----------------------------------------------------
 
 def test_pool_never_opens_more_than_max_connections() -> None:
