@@ -50,6 +50,7 @@ class Connection(asyncio.Protocol):
         self.idle = False         # waiting in the pool
         self.idle_since = 0.0
         self.keepalive = 0.0      # seconds it may stay idle (the pool's, or the server's less)
+        self.reused = False       # it has carried more than one request
         self.idled = 0.0          # seconds it was idle before this request, when reused
         self.sent = 0              # bytes of the last request
         self.sock: socket.socket | None = None  # beneath the transport (TLS's too), to peek

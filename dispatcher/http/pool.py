@@ -14,8 +14,13 @@ again, once, on a new connection). To make that rare, the pool lets a
 connection go before the server would: when the answer's ``Keep-Alive``
 header says ``timeout=N``, the connection is kept idle at most N less a
 margin (``_early``); when it says ``max=M``, with M at most 1, it is not
-reused. Before an idle connection is reused, the kernel is asked whether the
-server has closed it meanwhile (``Connection.stirred``, one peek).
+reused. Before a connection is reused for the first time, or after it idled
+``HANGS_UP_WITHIN`` or longer, the kernel is asked whether the server has
+closed it meanwhile (``Connection.stirred``, one peek at the socket): a
+close the event loop has not read yet. Not on every reuse: under load a
+connection goes from one request to the next within microseconds, and the
+peek's system call would cost a tenth of a request's CPU (BENCHMARKS.md,
+"Behind real servers").
 
 Some servers say ``keep-alive`` and close the connection right after
 answering (or after a few answers): the peek sees most of those closes, but
@@ -158,10 +163,11 @@ class Pool:
             idled = now - conn.idle_since
             if idled >= conn.keepalive:
                 self.drop(conn)  # expired
-            elif not conn.alive() or conn.stirred():
+            elif not conn.alive() or (
+                    (idled >= HANGS_UP_WITHIN or not conn.reused) and conn.stirred()):
                 self.hung_up(conn, idled)  # closed by the server while idle
             else:
-                conn.idled = idled
+                conn.reused, conn.idled = True, idled
                 return conn
         return None
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import NamedTuple
 
 import httpx
 
@@ -62,14 +61,11 @@ from dispatcher.http.tunnel import open_through
 __all__ = ["Answer", "BlockedAddress", "DescriptorsExhausted", "H1Transport", "PoolKey"]
 
 
-class Answer(NamedTuple):
-    """What ``post`` returns: what a webhook POST needs of the response."""
-
-    status: int
-    headers: list[tuple[bytes, bytes]]  # as sent: names keep their case
-    body: bytes   # at most the limit asked for
-    reason: bytes  # the status line's reason phrase (may be empty)
-    resent: bool   # sent twice: the reused connection closed before answering
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes, bytes, bool]
+"""What ``post`` returns, what a webhook POST needs of the response: the status, the
+headers (as sent: names keep their case), at most the limit asked for of the body, the
+status line's reason phrase (may be empty), and whether the request went twice (the
+reused connection closed before answering). A plain tuple: it is made once per request."""
 
 
 class H1Transport:
@@ -116,7 +112,7 @@ class H1Transport:
                 body += chunk
         finally:
             self._pool.release(conn)  # kept only if the response was read to its end
-        return Answer(parser.status, parser.headers, body[:limit], parser.reason, resent)
+        return parser.status, parser.headers, body[:limit], parser.reason, resent
 
     async def _exchange(self, key: PoolKey, payload: bytes,
                         body: bytes) -> tuple[Connection, ResponseParser, bool]:

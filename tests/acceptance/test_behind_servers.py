@@ -72,6 +72,18 @@ def in_waves(dsn: str, waves: int, size: int, pause: tuple[float, float]) -> lis
     return ids
 
 
+def in_bursts(dsn: str, total: int, largest: int, pause: float) -> list[str]:
+    """Publish ``total`` events in bursts of 1 to ``largest`` with pauses of up to ``pause``
+    seconds: requests at once come and go, so that connections idle for every length of
+    time, some just as long as the server keeps them."""
+    ids: list[str] = []
+    while len(ids) < total:
+        ids += publish(dsn, min(random.randint(1, largest), total - len(ids)))
+        time.sleep(random.uniform(0, pause))
+    wait_until(lambda: all_delivered(dsn, total), 120, f"{total} deliveries")
+    return ids
+
+
 def failed_attempts(dsn: str) -> list[tuple[object, ...]]:
     """The attempt history: one row per failed attempt."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -96,7 +108,7 @@ def test_short_keep_alive_behind_nginx_fails_no_attempt(dsn: str, receiver: Rece
     with Nginx(receiver.port, keepalive_timeout="2s", keepalive_requests=5) as proxy:
         add_endpoint(dsn, proxy.url, max_in_flight=8)
         processes = [fleet.start() for _ in range(dispatchers)]
-        ids = in_waves(dsn, 8, 250, (1.85, 2.15))
+        ids = in_bursts(dsn, 2000, 30, 0.4)
         failures = counted(processes, "outbox_delivery_failures_total")
         resent = counted(processes, "outbox_requests_resent_total")
     summary("nginx keep-alive", dispatchers=dispatchers, events=len(ids), resent=resent)
