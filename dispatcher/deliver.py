@@ -95,7 +95,13 @@ class Deliverer:
         pieces = [deliveries]  # a stack: the next piece to send last
         while pieces:
             piece = pieces.pop()
-            result = await self._request(endpoint, piece)
+            try:
+                result = await attempt(self._sender, endpoint, piece, self._tracing)
+            except Exception:
+                log.exception("sending %d deliveries to %s failed in the dispatcher",
+                              len(piece), endpoint.name)
+                result = INTERNAL_ERROR
+            self._sent(endpoint, result)
             if result.status == 413 and len(piece) > 1:
                 pieces += _split(endpoint, piece)
                 if endpoint.rate_limit:  # the extra requests keep the endpoint's pace
@@ -104,20 +110,13 @@ class Deliverer:
             answered = self._settle(endpoint, piece, result) and answered
         return answered
 
-    async def _request(self, endpoint: Endpoint, deliveries: list[Delivery]) -> AttemptResult:
-        """Send one request; what came of it, never an exception."""
-        try:
-            result = await attempt(self._sender, endpoint, deliveries, self._tracing)
-        except Exception:
-            log.exception("sending %d deliveries to %s failed in the dispatcher",
-                          len(deliveries), endpoint.name)
-            result = INTERNAL_ERROR
+    def _sent(self, endpoint: Endpoint, result: AttemptResult) -> None:
+        """Count a request, whatever came of it."""
         self._metrics.attempt(endpoint.name, result.duration)
         if result.resent:
             self._metrics.resent(endpoint.name)
         if result.error_kind == "internal" and result is not INTERNAL_ERROR:
             _OUT_OF_FILES_LOG.warning(log, "%s (endpoint %s)", result.error, endpoint.name)
-        return result
 
     def _settle(self, endpoint: Endpoint, deliveries: list[Delivery],
                 result: AttemptResult) -> bool:

@@ -6,11 +6,12 @@ Real dispatchers (``python -m dispatcher``) deliver through Debian's nginx
 installs it) to a real receiver: a short keep-alive that nginx ends while a
 request may be on its way, its default 1 MiB body limit against a batch,
 and TLS with a private CA. Then a raw server that says ``keep-alive`` and
-closes the connection right after answering. Each run publishes in waves
-with a pause as long as nginx's keep-alive timeout between them, so that
-idle connections are reused just as nginx closes them. What must hold: no
-failed attempt (the attempt history and the metrics), nothing lost, and
-few requests sent twice (``outbox_requests_resent_total``).
+closes the connection right after answering. Events are published in
+bursts with pauses, or in waves with a pause about as long as nginx's
+keep-alive timeout, so that idle connections are reused after every length
+of idleness, some just as nginx closes them. What must hold: no failed
+attempt (the attempt history and the metrics), nothing lost, and few
+requests sent twice (``outbox_requests_resent_total``).
 """
 
 from __future__ import annotations
