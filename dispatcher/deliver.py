@@ -5,7 +5,9 @@ pure decision of ``policy.outcome.decide`` to each delivery: the record goes
 to the completer (the one writer of results, a ``410 Gone``'s pause of the
 endpoint included), the metrics and the log are told, and a retry schedules
 a wake-up for when it comes due. What the answer says of the endpoint goes to the circuit
-breaker, shared by the fleet through the completer.
+breaker, shared by the fleet through the completer. A batch the endpoint refuses as too
+large (413) is sent again in halves first (``_split``): only the answers to the requests
+that were not split are recorded.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from datetime import UTC, datetime
 
 from dispatcher.completer import Completer
 from dispatcher.http.sender import HttpSender
-from dispatcher.limits import circuit
+from dispatcher.limits import circuit, rate
 from dispatcher.observe.attempt_log import AttemptLog, fields
 from dispatcher.observe.metrics import Metrics
 from dispatcher.observe.throttle import Throttled
@@ -31,6 +33,8 @@ from dispatcher.policy.outcome import decide
 log = logging.getLogger("dispatcher")
 # Out of descriptors, every delivery fails alike: said once a minute, with the count.
 _OUT_OF_FILES_LOG = Throttled(60.0)
+# A batch refused with 413 is split (``_split``); said once a minute.
+_SPLIT_LOG = Throttled(60.0)
 
 INTERNAL_ERROR = AttemptResult(error_kind="internal",
                                error="internal error in the dispatcher (see its log)")
@@ -85,16 +89,39 @@ class Deliverer:
         self.dead_lettered = 0
 
     async def __call__(self, endpoint: Endpoint, deliveries: list[Delivery]) -> bool:
-        """One request; True unless the endpoint failed retryably (the breaker's word)."""
-        try:
-            result = await attempt(self._sender, endpoint, deliveries, self._tracing)
-        except Exception:
-            log.exception("sending %d deliveries to %s failed in the dispatcher",
-                          len(deliveries), endpoint.name)
-            result = INTERNAL_ERROR
+        """One request (more if a batch is refused with 413, see ``_split``); True unless
+        the endpoint failed retryably (the breaker's word)."""
+        answered = True
+        pieces = [deliveries]  # a stack: the next piece to send last
+        while pieces:
+            piece = pieces.pop()
+            try:
+                result = await attempt(self._sender, endpoint, piece, self._tracing)
+            except Exception:
+                log.exception("sending %d deliveries to %s failed in the dispatcher",
+                              len(piece), endpoint.name)
+                result = INTERNAL_ERROR
+            self._sent(endpoint, result)
+            if result.status == 413 and len(piece) > 1:
+                pieces += _split(endpoint, piece)
+                if endpoint.rate_limit:  # the extra requests keep the endpoint's pace
+                    await asyncio.sleep(rate.PACE / endpoint.rate_limit)
+                continue
+            answered = self._settle(endpoint, piece, result) and answered
+        return answered
+
+    def _sent(self, endpoint: Endpoint, result: AttemptResult) -> None:
+        """Count a request, whatever came of it."""
         self._metrics.attempt(endpoint.name, result.duration)
+        if result.resent:
+            self._metrics.resent(endpoint.name)
         if result.error_kind == "internal" and result is not INTERNAL_ERROR:
             _OUT_OF_FILES_LOG.warning(log, "%s (endpoint %s)", result.error, endpoint.name)
+
+    def _settle(self, endpoint: Endpoint, deliveries: list[Delivery],
+                result: AttemptResult) -> bool:
+        """Record, count and log what one request's result means for its deliveries; False
+        when the endpoint failed retryably."""
         verdict = circuit.verdict(result)  # None for our own trouble: the endpoint is not blamed
         if verdict is not None:
             self._completer.judge(endpoint.id, verdict)
@@ -132,3 +159,20 @@ class Deliverer:
                         extra={"endpoint": endpoint.name, "status": 410})
             self._completer.disable(endpoint.id, reason)
         return verdict != "failed"
+
+
+def _split(endpoint: Endpoint, batch: list[Delivery]) -> list[list[Delivery]]:
+    """A batch the endpoint refused as too large (413) in two halves, the first to go
+    first (last on the stack); said once a minute.
+
+    The halves go in the same request slot, one after the other, before
+    anything is recorded: the refused request is no attempt of its events,
+    and a half refused again is halved again, down to single events, whose
+    413 is permanent. Events of one key are never in one batch (the next
+    one of a key waits for the one before), so the halves keep key order.
+    """
+    _SPLIT_LOG.warning(log, "endpoint %s refused a batch of %d events as too large (413): "
+                       "sent again in halves; a lower --max-batch saves the extra requests",
+                       endpoint.name, len(batch))
+    half = (len(batch) + 1) // 2
+    return [batch[half:], batch[:half]]

@@ -9,6 +9,7 @@ when a connection may carry the next request; ``dial`` opens it.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from typing import NamedTuple, cast
 
@@ -48,7 +49,11 @@ class Connection(asyncio.Protocol):
         self.error: httpx.TransportError | None = None  # why the response cannot finish
         self.idle = False         # waiting in the pool
         self.idle_since = 0.0
+        self.keepalive = 0.0      # seconds it may stay idle (the pool's, or the server's less)
+        self.reused = False       # it has carried more than one request
+        self.idled = 0.0          # seconds it was idle before this request, when reused
         self.sent = 0              # bytes of the last request
+        self.sock: socket.socket | None = None  # beneath the transport (TLS's too), to peek
         self._on_lost = on_lost
         self._loop = asyncio.get_running_loop()
         self._waiter: asyncio.Future[None] | None = None
@@ -129,14 +134,24 @@ class Connection(asyncio.Protocol):
             return self.sent <= _SURELY_SENT
         return unsent == 0
 
-    def unsent(self) -> bool:
-        """After ``send`` on an idle connection: its first write failed outright.
+    def stirred(self) -> bool:
+        """While idle: the kernel holds something from the server (its end, a reset, stray
+        bytes) that the event loop has not read yet; such a connection is not reused.
 
-        A plain TCP transport tries ``send()`` at once; if that raised, not a
-        byte left and the transport is already closing. (TLS transports do
-        not tell, so this is False for them.)
+        One non-blocking peek: a server that closes right after answering has
+        its FIN here before the loop has run the callback that would see it.
+        (On TLS, a late session ticket looks the same: one handshake more.)
         """
-        return self.transport is None or self.transport.is_closing()
+        sock = self.sock
+        if sock is None:
+            return False
+        try:
+            sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+        return True  # b"": the end; bytes: nothing we asked for
 
     async def read_head(self) -> ResponseParser:
         """Wait until the final head is parsed."""

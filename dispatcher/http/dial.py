@@ -131,6 +131,8 @@ async def attach(conn: Connection, sock: socket.socket, host: str, port: int, *,
     finally:
         if conn.transport is None:  # the transport owns the socket once it exists
             sock.close()
+        else:
+            conn.sock = sock
 
 
 async def _addresses(host: str, port: int, resolve: Resolver) -> list[AddrInfo]:

@@ -25,7 +25,8 @@ we asked and what we can afford:
 - reuse: llhttp's keep-alive verdict, except that an HTTP/1.0 answer with
   ``Transfer-Encoding`` (chunked is not HTTP/1.0: faulty framing, RFC 9112
   section 6.1), an answer to HEAD, and one followed by stray bytes are
-  never reused;
+  never reused; the final head's ``Keep-Alive`` header is kept as it came
+  (``keep_alive_hint``) for the pool, which reads its ``timeout`` and ``max``;
 - the connection's end: httptools cannot tell llhttp about EOF, so a body
   framed by the connection's end (no length, no chunking) ends here.
 
@@ -61,8 +62,8 @@ class ResponseParser:
 
     __slots__ = ("_body_bytes", "_chunked", "_chunks", "_framing", "_has_length",
                  "_has_transfer_coding", "_head_request", "_interim", "_llhttp", "_new_chunk",
-                 "_reason", "done", "head_done", "headers", "keep_alive", "pending", "reason",
-                 "received", "status", "version")
+                 "_reason", "done", "head_done", "headers", "keep_alive", "keep_alive_hint",
+                 "pending", "reason", "received", "status", "version")
 
     def __init__(self, head_request: bool = False) -> None:
         """``head_request``: the request was HEAD, so the response has no body."""
@@ -73,6 +74,7 @@ class ResponseParser:
         self.head_done = False   # the final (non-1xx) head is parsed
         self.done = False        # the whole response is parsed
         self.keep_alive = True   # the connection may carry another request once done
+        self.keep_alive_hint: bytes | None = None  # the final head's Keep-Alive value, if any
         self.received = 0        # bytes fed so far
         self.pending = 0         # body bytes framed and not yet taken
         self._chunks: list[bytes] = []
@@ -136,6 +138,7 @@ class ResponseParser:
         self._reason = []
         self.headers = []
         self._has_length = self._has_transfer_coding = False
+        self.keep_alive_hint = None
 
     def on_status(self, piece: bytes) -> None:
         self._reason.append(piece)
@@ -149,6 +152,8 @@ class ResponseParser:
             self._has_length = True
         elif lower == b"transfer-encoding":
             self._has_transfer_coding = True
+        elif lower == b"keep-alive":
+            self.keep_alive_hint = value
 
     def on_headers_complete(self) -> None:
         llhttp = self._llhttp

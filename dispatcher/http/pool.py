@@ -8,6 +8,27 @@ makes room, or waits for one to be released. A connection idle longer than
 ``keepalive`` is closed, by one timer for the whole pool rather than one per
 connection.
 
+A server closes an idle connection when its own timeout is up, and a
+request sent on it just then is lost on the way (the transport sends it
+again, once, on a new connection). To make that rare, the pool lets a
+connection go before the server would: when the answer's ``Keep-Alive``
+header says ``timeout=N``, the connection is kept idle at most N less a
+margin (``_early``); when it says ``max=M``, with M at most 1, it is not
+reused. Before a connection is reused for the first time, or after it idled
+``HANGS_UP_WITHIN`` or longer, the kernel is asked whether the server has
+closed it meanwhile (``Connection.stirred``, one peek at the socket): a
+close the event loop has not read yet. Not on every reuse: under load a
+connection goes from one request to the next within microseconds, and the
+peek's system call would cost a tenth of a request's CPU (BENCHMARKS.md,
+"Behind real servers").
+
+Some servers say ``keep-alive`` and close the connection right after
+answering (or after a few answers): the peek sees most of those closes, but
+not one still on its way. A server seen closing a connection within
+``HANGS_UP_WITHIN`` of its answer is taken at its deed: for ``DISTRUST``
+seconds its connections are not kept, each request gets a new one, and then
+the pool tries again.
+
 Accounting has one door: ``drop`` closes a connection and forgets it, and
 doing it twice is harmless, so every path that gives up on a connection
 (error, cancellation, EOF while idle) just calls it.
@@ -16,11 +37,21 @@ doing it twice is harmless, so every path that gives up on a connection
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 from dispatcher.http.connection import Connection, PoolKey
 
 Opener = Callable[[Connection], Awaitable[None]]  # connects a new Connection to its key
+
+_HINT = re.compile(rb"(?i)\b(timeout|max)\s*=\s*(\d{1,9})")
+"""``timeout=5, max=100`` in a ``Keep-Alive`` header (RFC 2068 section 19.7.1.1)."""
+HANGS_UP_WITHIN: Final = 0.1
+"""Seconds: a connection the server closed sooner after answering was closed because it
+answered, whatever its ``Connection`` header said (no server's idle timeout is this short)."""
+DISTRUST: Final = 60.0
+"""Seconds a server that closed a connection right after answering gets new connections."""
 
 
 class Pool:
@@ -35,6 +66,7 @@ class Pool:
         self._all: set[Connection] = set()
         self._waiters: list[asyncio.Future[None]] = []
         self._sweeper: asyncio.TimerHandle | None = None
+        self._hangs_up: dict[PoolKey, float] = {}  # until when its connections are not kept
 
     def idle_count(self) -> int:
         """Idle connections still open."""
@@ -59,19 +91,41 @@ class Pool:
 
     def release(self, conn: Connection) -> None:
         """Back to the pool if its request was written and its response read whole; else closed."""
-        if not conn.reusable():
+        parser = conn.parser
+        if parser is None or not conn.reusable():
             self.drop(conn)
             return
+        keepalive = self._keepalive
+        if parser.keep_alive_hint is not None:  # the server says how long it keeps it
+            keepalive = _early(parser.keep_alive_hint, keepalive)
+            if keepalive <= 0:
+                self.drop(conn)
+                return
         loop = asyncio.get_running_loop()
+        if self._hangs_up and self._hangs_up.get(conn.key, 0.0) > loop.time():
+            self.drop(conn)
+            return
         conn.parser = None
         conn.resume()
         conn.idle = True
         conn.idle_since = loop.time()
+        conn.keepalive = keepalive
         self._idle.setdefault(conn.key, []).append(conn)
         if self._sweeper is None:
-            self._sweeper = loop.call_later(self._keepalive, self._sweep)
+            self._sweeper = loop.call_later(keepalive, self._sweep)
         if self._waiters:
             self._wake_waiters()
+
+    def hung_up(self, conn: Connection, idled: float) -> None:
+        """The server closed ``conn``, idle for ``idled`` seconds (or as it was reused after
+        them): drop it, and if that was a moment only (``HANGS_UP_WITHIN``), keep no
+        connection to its server for a while."""
+        if idled < HANGS_UP_WITHIN:
+            now = asyncio.get_running_loop().time()
+            if len(self._hangs_up) > 1:
+                self._hangs_up = {k: t for k, t in self._hangs_up.items() if t > now}
+            self._hangs_up[conn.key] = now + DISTRUST
+        self.drop(conn)
 
     def drop(self, conn: Connection) -> None:
         """Close ``conn`` and forget it; a no-op the second time."""
@@ -106,13 +160,19 @@ class Pool:
         while stack:
             conn = stack.pop()
             conn.idle = False
-            if conn.alive() and now - conn.idle_since < self._keepalive:
+            idled = now - conn.idle_since
+            if idled >= conn.keepalive:
+                self.drop(conn)  # expired
+            elif not conn.alive() or (
+                    (idled >= HANGS_UP_WITHIN or not conn.reused) and conn.stirred()):
+                self.hung_up(conn, idled)  # closed by the server while idle
+            else:
+                conn.reused, conn.idled = True, idled
                 return conn
-            self.drop(conn)  # closed by the server while idle, or expired
         return None
 
     async def _connect(self, key: PoolKey, open_new: Opener) -> Connection:
-        conn = Connection(key, self.drop)
+        conn = Connection(key, self._lost)
         self._all.add(conn)  # counted from now: concurrent requests see the slot taken
         self._open[key] = self._open.get(key, 0) + 1
         try:
@@ -121,6 +181,13 @@ class Pool:
             self.drop(conn)
             raise
         return conn
+
+    def _lost(self, conn: Connection) -> None:
+        """A connection's transport closed (by the server, or by ``drop``)."""
+        if conn.idle:
+            self.hung_up(conn, asyncio.get_running_loop().time() - conn.idle_since)
+        else:
+            self.drop(conn)
 
     def _evict(self, key: PoolKey) -> bool:
         """Close the longest-idle connection whose slot ``key`` can use; False if none."""
@@ -157,11 +224,27 @@ class Pool:
         now = loop.time()
         due: list[float] = []
         for key, stack in list(self._idle.items()):
-            while stack and now - stack[0].idle_since >= self._keepalive:
+            # A key's connections share their server's hint: the oldest expires first.
+            while stack and now - stack[0].idle_since >= stack[0].keepalive:
                 self.drop(stack[0])
             if stack:
-                due.append(stack[0].idle_since + self._keepalive)
+                due.append(stack[0].idle_since + stack[0].keepalive)
             else:
                 del self._idle[key]
         if due:
             self._sweeper = loop.call_at(min(due), self._sweep)
+
+
+def _early(hint: bytes, keepalive: float) -> float:
+    """Seconds a connection may stay idle, given the server's ``Keep-Alive`` header and our
+    own ``keepalive``: ``timeout=N`` less a margin (half of it, at most a second: the
+    answer took time to arrive, and the server's clock started when it sent it), and 0 when
+    ``max=`` allows at most one more request (the server may close after it; we take none)."""
+    for name, value in _HINT.findall(hint):
+        number = int(value)
+        if name.lower() == b"max":
+            if number <= 1:
+                return 0.0
+        else:
+            keepalive = min(keepalive, number - min(1.0, number / 2))
+    return keepalive

@@ -116,8 +116,8 @@ class HttpSender:
             payload, apart = b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body), b""
         else:  # a large body is not copied behind its head
             payload, apart = b"%scontent-length: %d\r\n\r\n" % (head, len(body)), body
-        status, raw, excerpt = await self.transport.post(key, payload, BODY_EXCERPT_BYTES,
-                                                         apart)
+        status, raw, excerpt, reason, resent = await self.transport.post(
+            key, payload, BODY_EXCERPT_BYTES, apart)
         if status == 407 and key.proxy is not None:
             # Only a proxy asks for its credentials: its failure, retried, not the endpoint's
             # refusal (which a 4xx would be, dead-lettered at once).
@@ -127,7 +127,8 @@ class HttpSender:
             status=status,
             headers={n.decode("latin-1").lower(): v.decode("latin-1") for n, v in raw},
             body_excerpt=excerpt.decode("utf-8", "replace"),
-            duration=time.monotonic() - started)
+            duration=time.monotonic() - started,
+            reason=reason.decode("latin-1"), resent=resent)
 
     def _target(self, url: str) -> _Target:
         """Where a URL's requests go, and the unchanging start of their head, cached

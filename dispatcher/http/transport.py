@@ -16,10 +16,19 @@ subclasses it and overrides ``post``.
 Connections are kept alive in ``pool``. One goes back to the pool only
 once its request was written whole and its response read to the end; a
 body left unread is cheaper to drop with its connection than to drain. An
-idle connection the server closed is noticed (EOF) and never reused. A
-request is never resent once a byte of it may have reached the server (a
-POST is not idempotent): only when the very first write on a reused
-connection failed outright does it go once more, on a new connection.
+idle connection the server closed is noticed (EOF, or the kernel's word
+before the loop has read it) and never reused, and one is let go before
+the server's own ``Keep-Alive`` timeout (``pool``).
+
+A request on a reused connection that ends (EOF, reset) before a byte of
+the answer arrived is sent again at once, once, on a new connection: the
+server was closing that idle connection as the request went, and did not
+hand it to the application. (If it did after all, the receiver sees the
+request twice, which at-least-once delivery allows and its ``webhook-id``
+lets it drop.) That is not an attempt of its own: the answer says
+``resent``. Any other request is never sent twice: a POST is not
+idempotent, and once the answer has begun, or the connection was new, the
+server had it.
 
 Errors are httpx's exception classes (the sender classifies by them), but
 ``DescriptorsExhausted`` (an ``OSError``: this process has no file
@@ -38,6 +47,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 
+import httpx
+
 from dispatcher.http.connection import Connection, PoolKey
 from dispatcher.http.dial import BlockedAddress, DescriptorsExhausted, DialLimit, open_connection
 from dispatcher.http.netguard import NetworkPolicy
@@ -47,7 +58,14 @@ from dispatcher.http.resolve import HostResolver, Resolver
 from dispatcher.http.tls import TlsContexts
 from dispatcher.http.tunnel import open_through
 
-__all__ = ["BlockedAddress", "DescriptorsExhausted", "H1Transport", "PoolKey"]
+__all__ = ["Answer", "BlockedAddress", "DescriptorsExhausted", "H1Transport", "PoolKey"]
+
+
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes, bytes, bool]
+"""What ``post`` returns, what a webhook POST needs of the response: the status, the
+headers (as sent: names keep their case), at most the limit asked for of the body, the
+status line's reason phrase (may be empty), and whether the request went twice (the
+reused connection closed before answering). A plain tuple: it is made once per request."""
 
 
 class H1Transport:
@@ -80,11 +98,11 @@ class H1Transport:
         return self._pool.idle_count()
 
     async def post(self, key: PoolKey, payload: bytes, limit: int, body: bytes = b"",
-                   ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+                   ) -> Answer:
         """Send a request already encoded (``payload``: its head and body, or its head when
         ``body`` comes apart) to ``key``; the status, the headers and at most ``limit``
         bytes of the answer's body: what a webhook POST needs."""
-        conn, parser = await self._exchange(key, payload, body)
+        conn, parser, resent = await self._exchange(key, payload, body)
         body = parser.take()
         try:
             while not parser.done and len(body) < limit:
@@ -94,21 +112,28 @@ class H1Transport:
                 body += chunk
         finally:
             self._pool.release(conn)  # kept only if the response was read to its end
-        return parser.status, parser.headers, body[:limit]
+        return parser.status, parser.headers, body[:limit], parser.reason, resent
 
     async def _exchange(self, key: PoolKey, payload: bytes,
-                        body: bytes) -> tuple[Connection, ResponseParser]:
-        """Write the request on a pooled connection and read the answer's head."""
+                        body: bytes) -> tuple[Connection, ResponseParser, bool]:
+        """Write the request on a pooled connection and read the answer's head; whether it
+        was sent again on a new connection."""
         pool, conn = self._pool, None
         try:
             conn, reused = await pool.acquire(key, self._open)
             conn.send(payload, body)
-            if reused and conn.unsent():
-                # Not a byte reached the server: one more try on a new connection.
-                pool.drop(conn)
-                conn, _ = await pool.acquire(key, self._open, fresh=True)
-                conn.send(payload, body)
-            return conn, await conn.read_head()
+            try:
+                return conn, await conn.read_head(), False
+            except httpx.ReadError:
+                parser = conn.parser
+                if not reused or parser is None or parser.received:
+                    raise  # a new connection, or the answer had begun: the server had it
+            # Closed under the request before a byte of the answer: once more, on a new one.
+            pool.hung_up(conn, conn.idled)
+            conn = None
+            conn, _ = await pool.acquire(key, self._open, fresh=True)
+            conn.send(payload, body)
+            return conn, await conn.read_head(), True
         except BaseException:
             if conn is not None:
                 pool.drop(conn)  # failed or cancelled: never back to the pool half-used

@@ -16,7 +16,8 @@ out once here and nowhere else. Two kinds of numbers:
 - The database's MVCC horizon (``outbox_db_horizon_age_xids`` and
   ``outbox_db_horizon_held_seconds``, :mod:`dispatcher.observe.horizon`):
   measured in the same transaction as the backlog, beyond the documented
-  names, as ``outbox_max_pending`` and ``outbox_build_info`` are.
+  names, as ``outbox_max_pending``, ``outbox_requests_resent_total`` and
+  ``outbox_build_info`` are.
 
 Each :class:`Metrics` owns its :class:`~prometheus_client.CollectorRegistry`
 (never the process-global one), so tests and embedders can make many. Beside
@@ -190,6 +191,11 @@ class Metrics:
         self._dead = Counter(
             "outbox_dead_letters_total", "Deliveries dead-lettered, per endpoint.",
             ["endpoint"], registry=None)
+        self._resent = Counter(
+            "outbox_requests_resent_total",
+            "Requests sent again at once on a new connection, per endpoint: the reused "
+            "keep-alive connection closed before a byte of the answer. Not attempts.",
+            ["endpoint"], registry=None)
         self._duration = Histogram(
             "outbox_delivery_duration_seconds", "Duration of one HTTP delivery attempt.",
             ["endpoint"], buckets=DURATION_BUCKETS, registry=None)
@@ -199,7 +205,8 @@ class Metrics:
             "successful delivery.",
             ["endpoint"], buckets=LAG_BUCKETS, registry=None)
         self.registry.register(_Instruments(
-            (self._delivered, self._failures, self._dead, self._duration, self._lag)))
+            (self._delivered, self._failures, self._dead, self._resent, self._duration,
+             self._lag)))
         self.registry.register(_Backlog(self))
         self.horizon = HorizonWatch(clock, stale_after)
         self.registry.register(HorizonCollector(self.horizon))
@@ -228,6 +235,10 @@ class Metrics:
         """One delivery was dead-lettered."""
         self._dead.labels(endpoint).inc()
 
+    def resent(self, endpoint: str) -> None:
+        """One request went twice: the reused connection closed before answering."""
+        self._resent.labels(endpoint).inc()
+
     def known_endpoints(self, names: Iterable[str]) -> None:
         """Create every series of these endpoints at 0, so that rate() works from the start.
 
@@ -237,6 +248,7 @@ class Metrics:
         for name in names:
             self._delivered.labels(name)
             self._dead.labels(name)
+            self._resent.labels(name)
             self._duration.labels(name)
             self._lag.labels(name)
             for reason in REASONS:

@@ -166,6 +166,8 @@ class AttemptResult:
     error_kind: ErrorKind | None = None
     error: str = ""  # short, redacted description of the error
     duration: float = 0.0  # seconds spent on the attempt
+    reason: str = ""  # the status line's reason phrase, as the server wrote it
+    resent: bool = False  # sent again on a new connection: the reused one closed unanswered
 
 
 @dataclass(frozen=True, slots=True)

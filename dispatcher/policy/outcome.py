@@ -21,10 +21,13 @@ The documented rules, as tables a reader can check against the docs:
   blamed: no circuit breaker vote.
 
 ``last_error`` is the text stored in the database, shown by ``outbox dead
-list`` and logged. It is built only from the response (status, body excerpt,
-``Location``) and from the HTTP layer's own short error text, never from the
-request, so the signature, the secrets and custom auth headers cannot reach
-it through this module; a receiver that echoes the request back can still
+list`` and logged. It reads like the answer: ``HTTP 413 Request Entity Too
+Large: <the start of its body>``, the body of an HTML page as its text,
+without tags (``policy.page_text``). It is built only from the response
+(status, reason phrase, body excerpt, ``Location``) and from the HTTP
+layer's own short error text, never from the request, so the signature,
+the secrets and custom auth headers cannot reach it through this module;
+a receiver that echoes the request back can still
 put them in its body, so ``policy.redact`` masks them (signatures, secrets,
 credentials, custom header values, in the spellings an echo gives them).
 Control characters are removed (the text ends up in terminals and log
@@ -47,6 +50,7 @@ from dispatcher.policy.model import (
     FailureReason,
     Record,
 )
+from dispatcher.policy.page_text import looks_like_html, page_text
 from dispatcher.policy.redact import Sent, redact
 
 Action = Literal["delivered", "retry", "dead"]
@@ -55,6 +59,8 @@ AttemptVerdict = Literal["success", "retry", "permanent", "gone"]
 
 MAX_ERROR_LENGTH: Final = 500
 """``last_error`` is cut to this many characters."""
+_REASON_CHARS: Final = 100
+"""Of the status line's reason phrase (any text a server likes), this much is kept."""
 
 # Status codes with their own rule; they win over the class rules below.
 STATUS_RULES: Final[dict[int, tuple[AttemptVerdict, FailureReason]]] = {
@@ -125,15 +131,22 @@ def status_rule(status: int) -> tuple[AttemptVerdict, FailureReason | None]:
     return _OTHER_STATUS
 
 
-def _status_error(result: AttemptResult, status: int) -> str:
+def _status_error(result: AttemptResult, status: int, sent: Sent | None) -> str:
+    """``HTTP 413 Request Entity Too Large: <the start of the answer's text>``."""
     text = f"HTTP {status}"
+    if result.reason:
+        text += f" {result.reason[:_REASON_CHARS]}"
     if 300 <= status <= 399:
         location = result.headers.get("location")
         text += ": redirects are not followed"
         if location:
             text += f" (location: {location})"
-    if result.body_excerpt:
-        text += f": {result.body_excerpt}"
+    answer = result.body_excerpt
+    if answer and looks_like_html(answer, result.headers):
+        # Masked before the tags go too: a secret the markup splits is masked whole.
+        answer = page_text(redact(answer, sent))
+    if answer:
+        text += f": {answer}"
     return text
 
 
@@ -147,7 +160,7 @@ def classify(result: AttemptResult, attempts: int, max_attempts: int, now: datet
     status = result.status
     if status is not None:
         verdict, reason = status_rule(status)
-        error = _status_error(result, status)
+        error = _status_error(result, status, sent)
     elif result.error_kind is not None:
         verdict, reason, label = ERROR_RULES[result.error_kind]
         error = f"{label}: {result.error}" if result.error else label

@@ -61,6 +61,7 @@ Responder = Callable[[Request], Response | Awaitable[Response]]
 
 _REASONS = {200: "OK", 204: "No Content", 301: "Moved Permanently", 302: "Found",
             400: "Bad Request", 404: "Not Found", 408: "Request Timeout", 410: "Gone",
+            413: "Content Too Large",
             425: "Too Early", 429: "Too Many Requests", 500: "Internal Server Error",
             502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import psycopg
@@ -20,14 +21,17 @@ from tests.support.claiming import claim
 from tests.support.dispatcher import add_endpoint
 
 
-def run(dsn: str, conn: psycopg.Connection[Any], url: str, **endpoint: Any,
+def run(dsn: str, conn: psycopg.Connection[Any], url: str, events: int = 1, **endpoint: Any,
         ) -> tuple[Deliverer, bool, int]:
-    """One event claimed by hand and sent by a Deliverer; it, its verdict and the wakes."""
+    """``events`` claimed by hand and sent by a Deliverer in one request (a batch if the
+    endpoint's ``max_batch`` says so); it, its verdict and the wakes."""
     endpoint_id = add_endpoint(conn, "e", url, **endpoint)
-    outbox.publish(conn, "t", {"n": 1})
+    for n in range(events):
+        outbox.publish(conn, "t", {"n": n})
     conn.commit()
-    [raw] = claim(conn, [endpoint_id], rows=1, requests=1)
-    row = ClaimRow._make(raw)
+    rows = [ClaimRow._make(raw)
+            for raw in claim(conn, [endpoint_id], rows=events, requests=1)]
+    assert len(rows) == events
     wakes: list[int] = []
 
     async def scenario() -> tuple[Deliverer, bool]:
@@ -37,9 +41,10 @@ def run(dsn: str, conn: psycopg.Connection[Any], url: str, **endpoint: Any,
         sender = HttpSender(4, False, (), "outbox-test/1")
         deliverer = Deliverer(sender, completer, Metrics(), lambda: wakes.append(1))
         target = Endpoint(id=endpoint_id, name="e", url=url, min_backoff=0.05,
-                          max_backoff=0.1, max_attempts=5)
+                          max_backoff=0.1, max_attempts=5,
+                          max_batch=endpoint.get("max_batch", 1))
         try:
-            answered = await deliverer(target, [row.delivery(0.0)])
+            answered = await deliverer(target, [row.delivery(0.0) for row in rows])
             await asyncio.sleep(0.3)  # the retry's wake, and the writer's batch
         finally:
             completer.close()
@@ -80,3 +85,28 @@ def test_a_410_dead_letters_and_pauses_the_endpoint_through_the_writer(
         "SELECT enabled, disabled_reason FROM outbox.endpoints").fetchone() or (None, None)
     assert enabled is False
     assert reason.startswith("410 Gone at ")
+
+
+def test_a_batch_refused_with_413_is_split_down_to_what_passes(
+        dsn: str, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """A batch answered 413 goes again in halves, halved again while refused: every event
+    delivered on its first attempt, nothing recorded of the refused requests."""
+    receiver.responder = lambda request: Response(
+        413 if len(json.loads(request.body)) > 2 else 200)
+    deliverer, answered, wakes = run(dsn, conn, receiver.url, events=7, max_batch=7)
+    sizes = [len(json.loads(r.body)) for r in receiver.snapshot()]
+    assert sizes == [7, 4, 2, 2, 3, 2, 1]
+    assert (deliverer.delivered, deliverer.dead_lettered, answered, wakes) == (7, 0, True, 0)
+    assert conn.execute("SELECT state, attempts, count(*) FROM outbox.deliveries "
+                        "GROUP BY 1, 2").fetchall() == [("delivered", 1, 7)]
+    assert conn.execute("SELECT count(*) FROM outbox.attempts").fetchone() == (0,)
+
+
+def test_a_single_event_refused_with_413_is_dead(
+        dsn: str, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """413 of a batch of one: permanent, as any other 4xx."""
+    receiver.responder = lambda _: Response(413, body=b"too large")
+    deliverer, answered, _ = run(dsn, conn, receiver.url, events=1, max_batch=7)
+    assert (deliverer.dead_lettered, answered, receiver.count) == (1, True, 1)
+    assert conn.execute("SELECT state, last_status, last_error FROM outbox.deliveries"
+                        ).fetchone() == ("dead", 413, "HTTP 413 Content Too Large: too large")

@@ -104,7 +104,7 @@ def test_echoing_receiver_leaks_nothing(conn: psycopg.Connection[Any], dsn: str,
     for secret in (requests[0].header("webhook-signature"), BASIC, API_KEY):
         assert (secret.replace("/", "\\/") if echo is as_json else secret) in start
     last_error = dead["last_error"]
-    assert last_error.startswith("HTTP 500: ")
+    assert last_error.startswith("HTTP 500 Internal Server Error: ")
     assert "[redacted]" in last_error
     assert "dead-lettered" in log
     for secret in secrets_of(requests):
@@ -227,5 +227,6 @@ def test_a_token_in_the_endpoint_path_is_masked_in_an_echo(conn: psycopg.Connect
     assert code == 1, log
     assert SLACK_TOKEN in request.path
     dead = wait_for_state(conn, event_id, "dead")
-    assert dead["last_error"] == "HTTP 404: no hook at POST /services/T0001/B0001/[redacted]"
+    assert dead["last_error"] == ("HTTP 404 Not Found: no hook at POST "
+                                  "/services/T0001/B0001/[redacted]")
     assert SLACK_TOKEN not in log

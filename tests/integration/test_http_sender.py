@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from dispatcher.http.sender import BODY_EXCERPT_BYTES, HttpSender
-from dispatcher.http.transport import H1Transport, PoolKey
+from dispatcher.http.transport import Answer, H1Transport, PoolKey
 from dispatcher.policy.model import AttemptResult
 from outbox.testing import Receiver, Request, Response
 
@@ -357,7 +357,7 @@ class Failing(H1Transport):
         self.keys: list[PoolKey] = []
 
     async def post(self, key: PoolKey, payload: bytes, limit: int,
-                   body: bytes = b"") -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+                   body: bytes = b"") -> Answer:
         self.keys.append(key)
         raise self.failure
 

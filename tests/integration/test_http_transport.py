@@ -49,7 +49,7 @@ def encoded(url: str, body: bytes) -> tuple[PoolKey, bytes]:
 async def post(transport: H1Transport, url: str, body: bytes = b"{}") -> tuple[int, bytes]:
     """One POST through the transport; status and the whole body."""
     key, payload = encoded(url, body)
-    status, _, answer = await transport.post(key, payload, WHOLE)
+    status, _, answer, _, _ = await transport.post(key, payload, WHOLE)
     return status, answer
 
 
@@ -114,7 +114,7 @@ def test_an_answer_past_the_limit_is_cut_and_its_connection_closed() -> None:
         async with raw_server(answering(answer)) as server:
             for _ in range(2):
                 key, payload = encoded(server.url, b"{}")
-                status, headers, body = await transport.post(key, payload, 10)
+                status, headers, body, _, _ = await transport.post(key, payload, 10)
                 assert (status, headers, body) == (500, [(b"content-length", b"1048576")],
                                                    b"e" * 10)
             assert [len(c) for c in server.connections] == [1, 1]
@@ -164,22 +164,54 @@ def test_write_refused_on_a_reset_idle_connection_goes_once_on_a_new_one() -> No
     run(main)
 
 
-def test_request_that_reached_the_server_is_never_resent() -> None:
-    """A reused connection closed after the server read the POST: ReadError, nothing resent."""
+def test_reused_connection_closed_before_answering_is_resent_once_on_a_new_one() -> None:
+    """A reused connection that ends before a byte of the answer: once more, on a new one."""
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       heads: list[bytes]) -> None:
-        await read_request(reader, heads)
-        writer.write(OK)
-        await writer.drain()
-        await read_request(reader, heads)  # then hang up without an answer
+        while True:
+            await read_request(reader, heads)
+            if len(heads) == 2:
+                return  # the second request on a connection: hang up without an answer
+            writer.write(OK)
+            await writer.drain()
 
     async def main() -> None:
         transport = H1Transport()
         async with raw_server(handler) as server:
             assert await post(transport, server.url) == (200, b"ok")
+            key, payload = encoded(server.url, b"{}")
+            status, _, _, _, resent = await transport.post(key, payload, WHOLE)
+            assert (status, resent) == (200, True)
+            assert [len(c) for c in server.connections] == [2, 1]
+        await transport.aclose()
+    run(main)
+
+
+def test_request_is_never_sent_twice_once_the_answer_began_or_on_a_new_connection() -> None:
+    """No resend of a request that went on a new connection, nor once the answer began."""
+    opened = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      heads: list[bytes]) -> None:
+        nonlocal opened
+        opened += 1
+        await read_request(reader, heads)
+        if opened == 1:
+            return  # a new connection's request, unanswered
+        writer.write(OK)
+        await writer.drain()
+        await read_request(reader, heads)
+        writer.write(b"HTTP/1.1 200 O")  # the answer begins, and the server hangs up
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(handler) as server:
             with pytest.raises(httpx.ReadError, match="without a response"):
                 await post(transport, server.url)
-            assert [len(c) for c in server.connections] == [2]
+            assert await post(transport, server.url) == (200, b"ok")
+            with pytest.raises(httpx.ReadError, match="before the response ended"):
+                await post(transport, server.url)
+            assert [len(c) for c in server.connections] == [1, 2]
         await transport.aclose()
     run(main)
 
@@ -194,6 +226,49 @@ def test_idle_connections_expire() -> None:
             assert transport.idle_connections() == 0
             assert await post(transport, server.url) == (200, b"ok")
             assert len(server.connections) == 2
+        await transport.aclose()
+    run(main)
+
+
+@pytest.mark.parametrize(("hint", "idle", "connections"), [
+    (b"timeout=1", 0.7, [1, 1]),  # let go at 0.5 s (1 s less half of it), before the server
+    (b"timeout=1", 0.2, [2]),
+    (b"timeout=5, max=1", 0.0, [1, 1]),  # the server takes one more at most: none from us
+    (b"timeout=5, max=2", 0.0, [2]),
+], ids=["timeout-passed", "timeout-not-yet", "max-1", "max-2"])
+def test_the_servers_keep_alive_header_is_heeded(hint: bytes, idle: float,
+                                                 connections: list[int]) -> None:
+    """``Keep-Alive: timeout=N`` lets a connection go before N; ``max=1`` takes no more."""
+    answer = b"HTTP/1.1 200 OK\r\nkeep-alive: %s\r\ncontent-length: 2\r\n\r\nok" % hint
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(answering(answer)) as server:
+            assert await post(transport, server.url) == (200, b"ok")
+            await asyncio.sleep(idle)
+            assert await post(transport, server.url) == (200, b"ok")
+            assert [len(c) for c in server.connections] == connections
+        await transport.aclose()
+    run(main)
+
+
+def test_a_server_hanging_up_after_answering_gets_new_connections() -> None:
+    """A server that says keep-alive and closes after each answer: each request on a new
+    connection, at most the first sent twice, none lost."""
+    answer = b"HTTP/1.1 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok"
+
+    async def main() -> None:
+        transport = H1Transport()
+        async with raw_server(answering(answer, close_after=True)) as server:
+            resent = []
+            for _ in range(20):
+                key, payload = encoded(server.url, b"{}")
+                status, _, _, _, again = await transport.post(key, payload, WHOLE)
+                assert status == 200
+                resent.append(again)
+            assert sum(resent) <= 1
+            assert len(server.requests) == 20
+            assert [len(c) for c in server.connections if c] == [1] * 20
         await transport.aclose()
     run(main)
 

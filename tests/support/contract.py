@@ -18,6 +18,7 @@ PROJECT_METRICS = {
     "outbox_max_pending": ("gauge", {"endpoint"}),
     "outbox_tenants_due": ("gauge", {"endpoint"}),
     "outbox_tenant_pending_max": ("gauge", {"endpoint"}),
+    "outbox_requests_resent_total": ("counter", {"endpoint"}),
     "outbox_build_info": ("gauge", {"version", "schema_version"}),
     "outbox_db_horizon_age_xids": ("gauge", set()),
     "outbox_db_horizon_held_seconds": ("gauge", set()),

@@ -103,6 +103,46 @@ def test_last_error_describes_the_answer() -> None:
     assert classify(status(404), 1, 5, NOW).last_error == "HTTP 404"
 
 
+NGINX_413 = ("<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
+             "<center><h1>413 Request Entity Too Large</h1></center>\r\n"
+             "<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n")
+
+
+def test_last_error_names_the_reason_and_reads_an_html_page_as_text() -> None:
+    """The status line's reason follows the status; an HTML page gives its text, one line."""
+    result = AttemptResult(status=413, reason="Request Entity Too Large",
+                           headers={"content-type": "text/html"}, body_excerpt=NGINX_413)
+    assert classify(result, 1, 5, NOW).last_error == (
+        "HTTP 413 Request Entity Too Large: 413 Request Entity Too Large nginx/1.22.1")
+
+
+@pytest.mark.parametrize(("body", "text"), [
+    pytest.param("<!DOCTYPE html><html><head><style>p{color:red}</style><script>var x=1"
+                 "</script></head><body><p>Bad&nbsp;gateway &amp; more</p></body></html>",
+                 "Bad gateway & more", id="style and script left out, entities decoded"),
+    pytest.param("<html><head><title>Service down</title></head><body></body></html>",
+                 "Service down", id="the title when the body has no text"),
+    pytest.param("<html><body><h1>Oops</h1><p>cut off in the mid", "Oops cut off in the mid",
+                 id="cut off"),
+    pytest.param('{"error": "<b>not html</b>"}', '{"error": "<b>not html</b>"}',
+                 id="json kept as it is"),
+])
+def test_html_answers_give_their_text(body: str, text: str) -> None:
+    """Tags, hidden elements and entities of an HTML answer do not reach last_error."""
+    assert classify(status(502, body), 1, 5, NOW).last_error == f"HTTP 502: {text}"
+
+
+def test_a_secret_split_by_markup_is_masked_whole() -> None:
+    """A signature echoed in an HTML page is masked before its tags go."""
+    signature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+    page = f"<html><body><pre>webhook-signature: {signature[:20]}<b></b>{signature[20:]}</pre>"
+    error = classify(status(401, page, **{"content-type": "text/html"}), 1, 5, NOW).last_error
+    assert error is not None
+    assert "g0hM9SsE" not in error
+    assert "OTPJTGt" not in error
+    assert "ELVlNIOLJ1OE" not in error
+
+
 def test_last_error_of_a_redirect_says_it_was_not_followed() -> None:
     """A 3xx says redirects are not followed and where it pointed."""
     outcome = classify(status(302, location="https://elsewhere.example/"), 1, 5, NOW)
