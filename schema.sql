@@ -155,7 +155,13 @@ CREATE TABLE IF NOT EXISTS outbox.endpoint_slots (
 -- everything else (the dispatchers finishing deliveries, replays, retries)
 -- adds or subtracts on shard -1 in short transactions of its own, never
 -- waiting for a producer's. Made by endpoint_backlog_rows when a bound is
--- set, from a count of the backlog then; dropped when it is unset.
+-- set, from a count of the backlog then; dropped when it is unset. Read by
+-- backlog_v1 (publish's check, `outbox status`). Its writers, every one:
+-- publish (counted: its new deliveries, shards 0-15), complete (uncounted:
+-- deliveries delivered or dead leave, shard -1), admin_retry_dead and
+-- admin_replay (counted: deliveries pending again, shard -1), and the
+-- endpoint_backlog_rows trigger. A statement that makes a delivery
+-- undelivered, or finishes one, at a bounded endpoint belongs in this list.
 CREATE TABLE IF NOT EXISTS outbox.endpoint_backlog (
     endpoint_id  bigint NOT NULL,
     shard        smallint NOT NULL,
@@ -665,6 +671,60 @@ LANGUAGE sql STABLE PARALLEL SAFE ROWS 4 AS $$
     GROUP BY x.tenant, x.untenanted, x.place, x.ahead
 $$;
 
+-- The backlog bound (--max-pending): an endpoint's undelivered deliveries as
+-- its counter's shards add up (outbox.endpoint_backlog, whose comment names
+-- its writers); 0 for an endpoint without a bound, which has no counter.
+-- Version 15; publish() checks it, `outbox status` shows it.
+CREATE OR REPLACE FUNCTION outbox.backlog_v1(endpoint_id bigint)
+RETURNS TABLE (held bigint)
+LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
+    SELECT coalesce(pg_catalog.sum(b.undelivered), 0)::bigint
+    FROM outbox.endpoint_backlog b
+    WHERE b.endpoint_id OPERATOR(pg_catalog.=) backlog_v1.endpoint_id
+$$;
+
+-- The backlog bound per tenant (--max-pending-per-tenant): a tenant's
+-- undelivered deliveries at an endpoint, pending (through deliveries_turns)
+-- and in flight (through deliveries_in_flight), each counted up to cap (NULL:
+-- all of them), so that a check costs at most the bound's index entries,
+-- however large the backlog. Version 15; publish() checks it, `outbox status
+-- --tenants` shows it.
+CREATE OR REPLACE FUNCTION outbox.tenant_backlog_v1(endpoint_id bigint, tenant text, cap bigint)
+RETURNS TABLE (pending bigint, in_flight bigint)
+LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
+    SELECT (SELECT pg_catalog.count(*)
+            FROM (SELECT FROM outbox.deliveries d
+                  WHERE d.endpoint_id OPERATOR(pg_catalog.=) tenant_backlog_v1.endpoint_id
+                    AND d.tenant OPERATOR(pg_catalog.=) tenant_backlog_v1.tenant
+                    AND d.state OPERATOR(pg_catalog.=) 'pending'
+                  LIMIT cap) p),
+           (SELECT pg_catalog.count(*)
+            FROM (SELECT FROM outbox.deliveries d
+                  WHERE d.endpoint_id OPERATOR(pg_catalog.=) tenant_backlog_v1.endpoint_id
+                    AND d.tenant OPERATOR(pg_catalog.=) tenant_backlog_v1.tenant
+                    AND d.state OPERATOR(pg_catalog.=) 'in_flight'
+                  LIMIT cap) f)
+$$;
+
+-- Key order: the next delivery of this key and tenant (NULL: no tenant, a
+-- tenant of its own) for this endpoint after seq (0: the key's head, seqs
+-- start at 1) that has not finished: the one whose turn comes when the
+-- delivery at seq finishes. Version 15; the complete query hands the turn
+-- over with it, the orphan sweep (unpark_orphans) finds a key's head.
+CREATE OR REPLACE FUNCTION outbox.key_next_v1(
+    endpoint_id bigint, key text, tenant text, seq bigint) RETURNS SETOF bigint
+LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
+    SELECT p.id FROM outbox.deliveries p
+    WHERE p.endpoint_id OPERATOR(pg_catalog.=) key_next_v1.endpoint_id
+      AND p.key OPERATOR(pg_catalog.=) key_next_v1.key
+      AND (p.tenant OPERATOR(pg_catalog.=) key_next_v1.tenant
+           OR (p.tenant IS NULL AND key_next_v1.tenant IS NULL))
+      AND p.seq OPERATOR(pg_catalog.>) key_next_v1.seq
+      AND p.state OPERATOR(pg_catalog.=) ANY ('{pending,in_flight}')
+    ORDER BY p.seq
+    LIMIT 1
+$$;
+
 -- The operators' event filter (dead list, events list, dead retry, dead
 -- discard, replay): --type as LIKE patterns, --since and --until on the
 -- event's created_at, --tenant; NULL leaves a filter out.
@@ -689,6 +749,9 @@ GRANT EXECUTE ON FUNCTION
     outbox.slot_free_v1(timestamptz),
     outbox.key_blockers_v1(bigint, text, text, bigint),
     outbox.tenant_turns_v1(bigint, timestamptz, text, boolean, integer, integer, integer),
+    outbox.backlog_v1(bigint),
+    outbox.tenant_backlog_v1(bigint, text, bigint),
+    outbox.key_next_v1(bigint, text, text, bigint),
     outbox.event_matches_v1(text, timestamptz, text, text[], timestamptz, timestamptz, text)
     TO PUBLIC;
 

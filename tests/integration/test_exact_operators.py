@@ -89,7 +89,7 @@ def test_no_statement_meets_an_operator_without_an_exact_match(conn: Conn) -> No
     assert met == {}
 
 
-_SETS = ("key_", "tenant_")  # set-returning: called in FROM
+_SETS = ("key_", "tenant_", "backlog_")  # set-returning: called in FROM
 
 _CALLS: dict[str, str] = {
     "circuit_probe_due_v1": "'open', now(), 1.5::float8, now()",
@@ -102,6 +102,9 @@ _CALLS: dict[str, str] = {
     "slot_free_v1": "now()",
     "key_blockers_v1": "1::bigint, 'k', 't', 9::bigint",
     "tenant_turns_v1": "1::bigint, now(), 't', false, 4, 2, 16",
+    "backlog_v1": "1::bigint",
+    "tenant_backlog_v1": "1::bigint, 't', 5::bigint",
+    "key_next_v1": "1::bigint, 'k', 't', 9::bigint",
     "event_matches_v1": "'a.b', now(), 't', '{a.%}'::text[], now(), now(), 't'",
 }
 

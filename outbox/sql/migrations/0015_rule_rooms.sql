@@ -1,7 +1,10 @@
 -- Version 15: the fleet's rules get rooms of their own in the schema, as
 -- named functions beside version 10's: tenants' rounds, the walk that deals
 -- an endpoint's requests between its tenants (outbox.tenant_turns_v1, called
--- by the claim).
+-- by the claim); the backlog bound, an endpoint's counter and a tenant's
+-- count (backlog_v1, tenant_backlog_v1: publish, status, the tenant
+-- backlogs); key order's next delivery of a key (key_next_v1: complete and
+-- the orphan sweep).
 --
 -- Locks: CREATE FUNCTION and GRANT lock no table. The previous release's
 -- dispatchers and publishers keep working: their statements do not call
@@ -154,6 +157,63 @@ LANGUAGE sql STABLE PARALLEL SAFE ROWS 4 AS $$
     GROUP BY x.tenant, x.untenanted, x.place, x.ahead
 $$;
 
+-- The backlog bound (--max-pending): an endpoint's undelivered deliveries as
+-- its counter's shards add up (outbox.endpoint_backlog, whose comment names
+-- its writers); 0 for an endpoint without a bound, which has no counter.
+-- Version 15; publish() checks it, `outbox status` shows it.
+CREATE OR REPLACE FUNCTION outbox.backlog_v1(endpoint_id bigint)
+RETURNS TABLE (held bigint)
+LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
+    SELECT coalesce(pg_catalog.sum(b.undelivered), 0)::bigint
+    FROM outbox.endpoint_backlog b
+    WHERE b.endpoint_id OPERATOR(pg_catalog.=) backlog_v1.endpoint_id
+$$;
+
+-- The backlog bound per tenant (--max-pending-per-tenant): a tenant's
+-- undelivered deliveries at an endpoint, pending (through deliveries_turns)
+-- and in flight (through deliveries_in_flight), each counted up to cap (NULL:
+-- all of them), so that a check costs at most the bound's index entries,
+-- however large the backlog. Version 15; publish() checks it, `outbox status
+-- --tenants` shows it.
+CREATE OR REPLACE FUNCTION outbox.tenant_backlog_v1(endpoint_id bigint, tenant text, cap bigint)
+RETURNS TABLE (pending bigint, in_flight bigint)
+LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
+    SELECT (SELECT pg_catalog.count(*)
+            FROM (SELECT FROM outbox.deliveries d
+                  WHERE d.endpoint_id OPERATOR(pg_catalog.=) tenant_backlog_v1.endpoint_id
+                    AND d.tenant OPERATOR(pg_catalog.=) tenant_backlog_v1.tenant
+                    AND d.state OPERATOR(pg_catalog.=) 'pending'
+                  LIMIT cap) p),
+           (SELECT pg_catalog.count(*)
+            FROM (SELECT FROM outbox.deliveries d
+                  WHERE d.endpoint_id OPERATOR(pg_catalog.=) tenant_backlog_v1.endpoint_id
+                    AND d.tenant OPERATOR(pg_catalog.=) tenant_backlog_v1.tenant
+                    AND d.state OPERATOR(pg_catalog.=) 'in_flight'
+                  LIMIT cap) f)
+$$;
+
+-- Key order: the next delivery of this key and tenant (NULL: no tenant, a
+-- tenant of its own) for this endpoint after seq (0: the key's head, seqs
+-- start at 1) that has not finished: the one whose turn comes when the
+-- delivery at seq finishes. Version 15; the complete query hands the turn
+-- over with it, the orphan sweep (unpark_orphans) finds a key's head.
+CREATE OR REPLACE FUNCTION outbox.key_next_v1(
+    endpoint_id bigint, key text, tenant text, seq bigint) RETURNS SETOF bigint
+LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
+    SELECT p.id FROM outbox.deliveries p
+    WHERE p.endpoint_id OPERATOR(pg_catalog.=) key_next_v1.endpoint_id
+      AND p.key OPERATOR(pg_catalog.=) key_next_v1.key
+      AND (p.tenant OPERATOR(pg_catalog.=) key_next_v1.tenant
+           OR (p.tenant IS NULL AND key_next_v1.tenant IS NULL))
+      AND p.seq OPERATOR(pg_catalog.>) key_next_v1.seq
+      AND p.state OPERATOR(pg_catalog.=) ANY ('{pending,in_flight}')
+    ORDER BY p.seq
+    LIMIT 1
+$$;
+
 GRANT EXECUTE ON FUNCTION
-    outbox.tenant_turns_v1(bigint, timestamptz, text, boolean, integer, integer, integer)
+    outbox.tenant_turns_v1(bigint, timestamptz, text, boolean, integer, integer, integer),
+    outbox.backlog_v1(bigint),
+    outbox.tenant_backlog_v1(bigint, text, bigint),
+    outbox.key_next_v1(bigint, text, text, bigint)
     TO PUBLIC;

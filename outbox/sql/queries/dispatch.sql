@@ -450,18 +450,15 @@ history AS (
     WHERE f.reason IS NOT NULL
 ),
 -- A keyed delivery that finished hands its turn to the next event of its key
--- and tenant: if that one was parked (see park_blocked), it becomes due now.
+-- and tenant (key_next_v1): if that one was parked (see park_blocked), it
+-- becomes due now.
 unparked AS (
     UPDATE outbox.deliveries n
     SET next_attempt_at = now()
     WHERE n.id = ANY (ARRAY(
-            SELECT (SELECT p.id FROM outbox.deliveries p
-                    WHERE p.endpoint_id = f.endpoint_id AND p.key = f.key AND p.seq > f.seq
-                      AND p.tenant IS NOT DISTINCT FROM f.tenant
-                      AND p.state IN ('pending', 'in_flight')
-                    ORDER BY p.seq
-                    LIMIT 1)
+            SELECT x.id
             FROM finished f
+            CROSS JOIN LATERAL outbox.key_next_v1(f.endpoint_id, f.key, f.tenant, f.seq) x(id)
             WHERE f.key IS NOT NULL AND f.state IN ('delivered', 'dead')))
       AND n.state = 'pending' AND n.next_attempt_at = 'infinity'
 ),
@@ -575,7 +572,8 @@ RETURNING d.id;
 -- predecessor finished while the parking statement was running, so the
 -- complete query could not see it parked) is made due. Only keys that have
 -- parked rows are looked at (the parked rows sit at the 'infinity' end of
--- deliveries_pending), and for each of them only its head.
+-- deliveries_pending), and for each of them only its head (key_next_v1 from
+-- the start), which the UPDATE makes due if it is still parked.
 WITH parked_keys AS (
     SELECT DISTINCT d.endpoint_id, d.key, d.tenant
     FROM outbox.endpoints e
@@ -585,16 +583,7 @@ WITH parked_keys AS (
 heads AS (
     SELECT h.id
     FROM parked_keys k
-    CROSS JOIN LATERAL (
-        SELECT p.id, p.state, p.next_attempt_at
-        FROM outbox.deliveries p
-        WHERE p.endpoint_id = k.endpoint_id AND p.key = k.key
-          AND p.tenant IS NOT DISTINCT FROM k.tenant
-          AND p.state IN ('pending', 'in_flight')
-        ORDER BY p.seq
-        LIMIT 1
-    ) h
-    WHERE h.state = 'pending' AND h.next_attempt_at = 'infinity'
+    CROSS JOIN LATERAL outbox.key_next_v1(k.endpoint_id, k.key, k.tenant, 0) h(id)
 )
 UPDATE outbox.deliveries d
 SET next_attempt_at = now()
