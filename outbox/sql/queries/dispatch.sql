@@ -48,7 +48,7 @@
 --   dispatcher's next floor is at most that, and at most the time before which
 --   no transaction still running can have written a row (xmin, xmax: this
 --   snapshot's, for the dispatcher to tell which claim's time that is).
--- * Rounds between tenants (locked): per endpoint, the tenants with due
+-- * Rounds between tenants (dealt, locked): per endpoint, the tenants with due
 --   work share the requests the claim fills, in rounds: outbox.tenant_turns_v1
 --   (schema.sql says how) walks the ring of tenants from the one after
 --   ring_after (ring_null: after the deliveries without a tenant; neither:
@@ -150,6 +150,13 @@ limits AS MATERIALIZED (
                WHEN a.free_running THEN least(a.prefetch, a.held + g.granted) ELSE 0 END))
                AS wanted_rows) z
 ),
+dealt AS MATERIALIZED (
+    SELECT l.endpoint_id, t.*
+    FROM limits l
+    CROSS JOIN LATERAL outbox.tenant_turns_v1(l.endpoint_id, l.floor, l.ring_after, l.ring_null,
+                                              l.groups_wanted, l.max_batch, %(ring_steps)s) t
+    WHERE l.wanted_rows > 0
+),
 locked AS MATERIALIZED (
     SELECT l.endpoint_id, l.pos, l.wanted_rows, c.id, c.next_attempt_at, c.seq, t.place,
            (row_number() OVER (PARTITION BY l.endpoint_id, t.place
@@ -157,34 +164,28 @@ locked AS MATERIALIZED (
            + t.ahead AS round,
            (SELECT octet_length(e.payload::text) FROM outbox.events e
             WHERE e.id = c.event_id) AS size
-    FROM limits l
-    CROSS JOIN LATERAL outbox.tenant_turns_v1(l.endpoint_id, l.floor, l.ring_after, l.ring_null,
-                                              l.groups_wanted, l.max_batch, %(ring_steps)s) t
+    FROM dealt t
+    JOIN limits l ON l.endpoint_id = t.endpoint_id
     CROSS JOIN LATERAL (
         SELECT * FROM (
-            SELECT d.id, d.event_id, d.next_attempt_at, d.seq
-            FROM outbox.deliveries d
+            SELECT d.id, d.event_id, d.next_attempt_at, d.seq FROM outbox.deliveries d
             WHERE d.endpoint_id = l.endpoint_id AND d.tenant = t.tenant AND d.state = 'pending'
               AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
               AND (d.key IS NULL OR NOT EXISTS (
                     SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, d.tenant, d.seq)))
-            ORDER BY d.next_attempt_at
-            LIMIT t.requests * l.max_batch
+            ORDER BY d.next_attempt_at LIMIT t.requests * l.max_batch
             FOR UPDATE OF d SKIP LOCKED) named
         UNION ALL
         SELECT * FROM (
-            SELECT d.id, d.event_id, d.next_attempt_at, d.seq
-            FROM outbox.deliveries d
+            SELECT d.id, d.event_id, d.next_attempt_at, d.seq FROM outbox.deliveries d
             WHERE t.untenanted AND d.endpoint_id = l.endpoint_id AND d.tenant IS NULL
               AND d.state = 'pending'
               AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
               AND (d.key IS NULL OR NOT EXISTS (
                     SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, NULL, d.seq)))
-            ORDER BY d.next_attempt_at
-            LIMIT t.requests * l.max_batch
+            ORDER BY d.next_attempt_at LIMIT t.requests * l.max_batch
             FOR UPDATE OF d SKIP LOCKED) untenanted
     ) c
-    WHERE l.wanted_rows > 0
 ),
 sized AS MATERIALIZED (
     SELECT r.id, r.endpoint_id, r.seq, r.pos, r.size, r.wanted_rows,
