@@ -1,6 +1,6 @@
 """What one claim costs as the tables grow: the baseline is the same claim on a small table.
 
-    python benchmarks/claim.py [--finished 1000000] [--hot-key 50000]
+    python benchmarks/claim.py [--finished 1000000] [--hot-key 50000] [--against REF]
 
 One throwaway PostgreSQL, one endpoint, 300 due unkeyed deliveries. The claim
 statement (``claim`` in outbox/sql/queries/dispatch.sql, 100 rows, rolled
@@ -15,12 +15,17 @@ back after each run so every run sees the same rows) is timed:
    out of its way (what the dispatcher does after a slow claim).
 
 Medians of 15 runs each; the ratios to the baseline are what to read.
+``--tenants N`` adds a row after the baseline: the same 300 rows spread over N
+tenants, so that the claim deals its requests in rounds between them.
+``--against REF`` (a git commit) times that commit's claim text beside this
+tree's at each step, alternately, on the same rows: an A/B in one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import time
 from typing import Any
 
@@ -29,24 +34,40 @@ import psycopg
 import outbox
 from dispatcher.limits.quota import HELD_BYTES
 from outbox.migrate import migrate
-from outbox.sql import queries
+from outbox.sql import _parse, queries
 from outbox.testing import TemporaryPostgres
 
 PARAMS = {"endpoint_ids": [1], "requests": [100], "held": [0], "prefetch": [0],
-          "rows": [100], "floors": ["-infinity"], "turn_after": [None], "turn_null": [False],
-          "turn_steps": 128, "lease_seconds": 30, "horizon": 0.25,
+          "rows": [100], "floors": ["-infinity"], "ring_after": [None], "ring_null": [False],
+          "ring_steps": 128, "lease_seconds": 30, "horizon": 0.25,
           "pace": 1.05, "budget": HELD_BYTES}
 
 
+OLD_PARAMS = {"turn_after": [None], "turn_null": [False], "turn_steps": 128}  # earlier names
+TEXTS: dict[str, bytes] = {"this tree": queries["claim"].encode()}
+
+
 def claim_ms(conn: psycopg.Connection[Any], runs: int = 15) -> float:
-    times = []
+    """The median of this tree's claim; with --against, each text's, printed after it."""
+    times: dict[str, list[float]] = {name: [] for name in TEXTS}
     for _ in range(runs):
-        start = time.perf_counter()
-        with conn.transaction(force_rollback=True):
-            rows = conn.execute(queries["claim"], PARAMS).fetchall()
-        times.append((time.perf_counter() - start) * 1000)
-        assert len(rows) == 100, len(rows)
-    return statistics.median(times)
+        for name, text in TEXTS.items():
+            start = time.perf_counter()
+            with conn.transaction(force_rollback=True):
+                rows = conn.execute(text, PARAMS | OLD_PARAMS).fetchall()
+            times[name].append((time.perf_counter() - start) * 1000)
+            assert len(rows) == 100, (name, len(rows))
+    medians = {name: statistics.median(found) for name, found in times.items()}
+    if len(TEXTS) > 1:
+        print("    " + ", ".join(f"{name}: {ms:.2f} ms" for name, ms in medians.items()))
+    return medians["this tree"]
+
+
+def against(ref: str) -> bytes:
+    """The claim statement of commit ``ref``."""
+    text = subprocess.run(["git", "show", f"{ref}:outbox/sql/queries/dispatch.sql"],
+                          check=True, capture_output=True, text=True).stdout
+    return _parse(text, ref)["claim"].encode()
 
 
 def publish(conn: psycopg.Connection[Any], count: int, key: str | None = None) -> None:
@@ -67,7 +88,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--finished", type=int, default=1_000_000)
     parser.add_argument("--hot-key", type=int, default=50_000)
+    parser.add_argument("--tenants", type=int, default=0)
+    parser.add_argument("--against", metavar="REF")
     args = parser.parse_args()
+    if args.against:
+        TEXTS[args.against] = against(args.against)
     with TemporaryPostgres() as pg, psycopg.connect(pg.dsn) as conn:
         migrate(conn)
         conn.execute("INSERT INTO outbox.endpoints (name, url, max_in_flight) "
@@ -77,6 +102,16 @@ def main() -> None:
         vacuum(conn)
         base = claim_ms(conn)
         print(f"baseline: 300 due deliveries, nothing else          {base:8.2f} ms")
+        if args.tenants:
+            with conn.transaction():
+                conn.execute("UPDATE outbox.deliveries SET tenant = 't' || (id %% %s)",
+                             (args.tenants,))
+            vacuum(conn)
+            spread = claim_ms(conn)
+            print(f"  the same over {args.tenants} tenants                    {spread:8.2f} ms "
+                  f"({spread / base:.2f}x)")
+            with conn.transaction():
+                conn.execute("UPDATE outbox.deliveries SET tenant = NULL")
         with conn.transaction():
             conn.execute("UPDATE outbox.deliveries SET state = 'delivered', finished_at = now()")
         publish(conn, args.finished)

@@ -223,8 +223,8 @@ def claim_costs(dsn: str, rounds: int) -> dict[str, float]:
         outbox.publish_many(conn, [outbox.Event("claims.event", {"n": i}) for i in range(300)])
         conn.commit()
         fleet = {"endpoint_ids": [endpoint], "requests": [100], "held": [0], "prefetch": [0],
-                 "rows": [100], "floors": ["-infinity"], "turn_after": [None],
-                 "turn_null": [False], "turn_steps": 128, "lease_seconds": 30, "horizon": 1000.0,
+                 "rows": [100], "floors": ["-infinity"], "ring_after": [None],
+                 "ring_null": [False], "ring_steps": 128, "lease_seconds": 30, "horizon": 1000.0,
                  "pace": 1.05, "budget": HELD_BYTES}
         old = {"endpoint_ids": [endpoint], "limits": [100], "lease_seconds": 30}
         found: dict[str, list[float]] = {"without": [], "limits": [], "rate": []}

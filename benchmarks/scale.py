@@ -51,7 +51,7 @@ import throughput  # the shared receiver counter and dispatcher stop
 
 DISPATCHER_OPTIONS = "-c jit=off"  # as the dispatcher's connections run (dispatcher/db.py)
 CLAIM = {"endpoint_ids": [1], "requests": [100], "held": [0], "prefetch": [0], "rows": [100],
-         "floors": ["-infinity"], "turn_after": [None], "turn_null": [False], "turn_steps": 128,
+         "floors": ["-infinity"], "ring_after": [None], "ring_null": [False], "ring_steps": 128,
          "lease_seconds": 30, "horizon": 0.25, "pace": 1.05,
          "budget": HELD_BYTES}
 

@@ -39,7 +39,7 @@ from psycopg import sql
 
 import outbox
 from dispatcher.limits.quota import HELD_BYTES
-from dispatcher.limits.turns import TURN_STEPS
+from dispatcher.limits.ring import RING_STEPS
 from outbox.migrate import migrate
 from outbox.sql import queries
 from outbox.testing import Receiver, Request, Response, TemporaryPostgres
@@ -149,8 +149,8 @@ def run(admin_dsn: str, name: str, arrivals: Arrivals, seconds: float, quiet: bo
 
 
 CLAIM = {"requests": [MAX_IN_FLIGHT], "held": [MAX_IN_FLIGHT], "prefetch": [MAX_IN_FLIGHT],
-         "rows": [2 * MAX_IN_FLIGHT], "floors": ["-infinity"], "turn_after": [None],
-         "turn_null": [False], "turn_steps": TURN_STEPS, "lease_seconds": 30, "horizon": 0.25,
+         "rows": [2 * MAX_IN_FLIGHT], "floors": ["-infinity"], "ring_after": [None],
+         "ring_null": [False], "ring_steps": RING_STEPS, "lease_seconds": 30, "horizon": 0.25,
          "pace": 1.05, "budget": HELD_BYTES}
 
 

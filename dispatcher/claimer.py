@@ -36,8 +36,8 @@ from dispatcher.flights import Flights, Group
 from dispatcher.leases import Leases
 from dispatcher.limits import keys, rate
 from dispatcher.limits.quota import BATCH_BYTES, HELD_BYTES, Plan, Quotas
+from dispatcher.limits.ring import Ring
 from dispatcher.limits.slots import SPARE_LINGER, SlotBook
-from dispatcher.limits.turns import Turns
 from dispatcher.limits.walk import Step, Walk
 from dispatcher.policy.floors import Floors
 from dispatcher.policy.model import ClaimRow, Endpoint, Slot
@@ -92,7 +92,7 @@ class Claimer:
         self._quotas = Quotas()
         self._walk = Walk(endpoints.usable, want=concurrency)
         self._floors = Floors()
-        self._turns = Turns()
+        self._ring = Ring()
         self._rate_turns = rate.Turns()
         self._throttled: float | None = None
         self._lean = False  # the last claim took fewer than LEAN_CLAIM rows
@@ -182,12 +182,12 @@ class Claimer:
         """The claim statement's rows for ``plan``; ``started``: on the monotonic clock."""
         floors = self._floors.for_claim(plan.endpoint_ids, started)
         rows = [ClaimRow._make(raw) for raw in await self._db.fetch("claim", {
-            **plan.params(), **self._turns.for_claim(plan.endpoint_ids),
+            **plan.params(), **self._ring.for_claim(plan.endpoint_ids),
             "floors": floors, "lease_seconds": self._leases.seconds(),
             "horizon": rate.RATE_HORIZON, "pace": rate.PACE, "budget": budget})]
         self._rate_turns.claimed(started, time.monotonic())
         self._floors.claimed(plan.endpoint_ids, floors, rows)
-        self._turns.claimed(rows)
+        self._ring.claimed(rows)
         return rows
 
     def _measure(self, claimed: _Claimed) -> None:

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
-from dispatcher.limits import circuit, rate, turns
+from dispatcher.limits import circuit, rate, ring
 from dispatcher.limits.slots import SlotBook
 from dispatcher.policy.model import Delivery, Endpoint, Slot
 from outbox._shared.text import counted
@@ -125,9 +125,9 @@ class Flights:
 
     def queue(self, group: Group) -> None:
         """Keep the group until a request of its endpoint ends and hands it its slot: in
-        its tenant's turn among the groups waiting (``limits.turns.place``)."""
+        its tenant's turn among the groups waiting (``limits.ring.place``)."""
         waiting = self._waiting.setdefault(group.endpoint.id, deque())
-        waiting.insert(turns.place(waiting, group.tenant), group)
+        waiting.insert(ring.place(waiting, group.tenant), group)
 
     @contextlib.contextmanager
     def claiming(self) -> Iterator[None]:

@@ -16,8 +16,8 @@ half and names the statements that hold the other:
 - ``quota``: what one claim asks each endpoint for (slots dealt in turns
   between the endpoints with due work, prefetch, rows), within what the
   rules above grant;
-- ``turns``: fair turns between the tenants of one endpoint (the cursor of
-  the claim's walk over them, and a waiting group's place among the
+- ``ring``: fair rounds between the tenants of one endpoint (the cursor of
+  the claim's walk round their ring, and a waiting group's place among the
   tenants' rounds).
 
 ``policy`` keeps what is decided per attempt (envelope, outcome, backoff,

@@ -149,7 +149,8 @@ def grants_text(part: str = "grants") -> str:
 
 
 def schema_text() -> str:
-    """The packaged schema.sql (the root copy is kept identical by a test)."""
+    """The packaged schema.sql, the one that is edited (``./dev docs`` writes the root copy
+    from it, and a test keeps the two identical)."""
     return resources.files(__package__).joinpath("schema.sql").read_text("utf-8")
 
 

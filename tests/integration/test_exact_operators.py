@@ -89,6 +89,8 @@ def test_no_statement_meets_an_operator_without_an_exact_match(conn: Conn) -> No
     assert met == {}
 
 
+_SETS = ("key_", "tenant_", "backlog_")  # set-returning: called in FROM
+
 _CALLS: dict[str, str] = {
     "circuit_probe_due_v1": "'open', now(), 1.5::float8, now()",
     "circuit_failures_v1": "1, 2, false",
@@ -99,6 +101,10 @@ _CALLS: dict[str, str] = {
     "rate_next_turn_v1": "now(), 3, 2.5::float8",
     "slot_free_v1": "now()",
     "key_blockers_v1": "1::bigint, 'k', 't', 9::bigint",
+    "tenant_turns_v1": "1::bigint, now(), 't', false, 4, 2, 16",
+    "backlog_v1": "1::bigint",
+    "tenant_backlog_v1": "1::bigint, 't', 5::bigint",
+    "key_next_v1": "1::bigint, 'k', 't', 9::bigint",
     "event_matches_v1": "'a.b', now(), 't', '{a.%}'::text[], now(), now(), 't'",
 }
 
@@ -115,7 +121,7 @@ def test_the_rule_functions_meet_only_pg_catalog_on_any_path(conn: Conn) -> None
     conn.execute("SET search_path = probe, pg_catalog")
     for rule, args in _CALLS.items():
         call = f"outbox.{rule}({args})"
-        query = f"EXPLAIN (VERBOSE) SELECT {'* FROM ' + call if rule.startswith('key') else call}"
+        query = f"EXPLAIN (VERBOSE) SELECT {'* FROM ' + call if rule.startswith(_SETS) else call}"
         plan = "\n".join(row[0] for row in conn.execute(query.encode()).fetchall())
         assert f"{rule}(" not in plan, plan  # inlined
         assert _met(plan, tags) == [], (rule, plan)

@@ -20,13 +20,18 @@ _RULE = re.compile(r"\boutbox\.([a-z_]+_v\d+)\b")
 # Each statement that calls a rule function, with parameters it can be planned with.
 _STATEMENTS: dict[QueryName, dict[str, Any]] = {
     "claim": {"endpoint_ids": [1], "requests": [4], "held": [0], "prefetch": [1],
-              "rows": [10], "floors": ["-infinity"], "turn_after": [None],
-              "turn_null": [False], "turn_steps": 16, "lease_seconds": 30,
+              "rows": [10], "floors": ["-infinity"], "ring_after": [None],
+              "ring_null": [False], "ring_steps": 16, "lease_seconds": 30,
               "horizon": RATE_HORIZON, "pace": PACE, "budget": HELD_BYTES},
     "due_endpoints": {"after": 0, "want": 8, "budget": 16, "horizon": RATE_HORIZON,
                       "floor_ids": [], "floors": []},
     "complete": {"results": "[]", "slots": "[]", "circuits": json.dumps([[1, True, 0]])},
     "park_blocked": {"endpoint_ids": [1], "budget": 10},
+    "unpark_orphans": {},
+    "publish": {"ids": "[]", "types": "[]", "keys": "[]", "payloads": "[]", "headers": "[]",
+                "idempotency_keys": "[]", "delays": "[]", "traceparents": "[]",
+                "tracestates": "[]", "tenants": "[]"},
+    "admin_tenant_backlogs": {"per_endpoint": 5},
     "admin_dead_list": {"endpoint": None, "types": ["order.%"], "since": None, "until": None,
                         "failed_since": None, "limit": 10, "tenant": None, "before_at": None,
                         "before_id": None},
@@ -58,3 +63,14 @@ def test_each_statement_is_planned_with_its_rules_inlined(conn: Conn, name: Quer
     plan = "\n".join(row[0] for row in conn.execute(
         ("EXPLAIN (VERBOSE) " + text).encode(), _STATEMENTS[name]).fetchall())
     assert not _RULE.search(plan), plan
+
+
+def test_the_tenants_rounds_are_inlined_as_a_lateral_of_the_claim(conn: Conn) -> None:
+    """outbox.tenant_turns_v1, set-returning, is planned as a subquery of its caller (its walk
+    reads deliveries_turns in the caller's plan), never run as a function scan."""
+    plan = "\n".join(row[0] for row in conn.execute(
+        "EXPLAIN (VERBOSE) SELECT * FROM outbox.endpoints e CROSS JOIN LATERAL "
+        "outbox.tenant_turns_v1(e.id, '-infinity', NULL, false, 4, 1, 16) t").fetchall())
+    assert "Function Scan on outbox" not in plan, plan
+    assert "tenant_turns_v1" not in plan, plan
+    assert "deliveries_turns" in plan, plan

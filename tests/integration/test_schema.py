@@ -33,9 +33,10 @@ def _tables(dsn: str) -> list[str]:
 
 
 def test_root_schema_is_the_packaged_schema() -> None:
-    """schema.sql at the root and outbox/sql/schema.sql are identical byte for byte."""
+    """schema.sql at the root is outbox/sql/schema.sql (the one edited) byte for byte."""
     packaged = resources.files("outbox.sql").joinpath("schema.sql").read_bytes()
-    assert ROOT_SCHEMA.read_bytes() == packaged
+    assert ROOT_SCHEMA.read_bytes() == packaged, (
+        "the root schema.sql is written from outbox/sql/schema.sql: run ./dev docs")
 
 
 def test_migrate_twice_on_a_new_database(empty_dsn: str) -> None:

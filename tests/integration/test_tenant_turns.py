@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 import outbox
-from dispatcher.limits.turns import TURN_STEPS, Turns
+from dispatcher.limits.ring import RING_STEPS, Ring
 from dispatcher.policy.model import ClaimRow
 from outbox.sql import queries
 from tests.support.claiming import claim, finish
@@ -60,13 +60,13 @@ def test_more_tenants_than_slots_take_turns_across_claims(conn: Conn) -> None:
     endpoint = _endpoint(conn)
     for n in range(12):
         _publish(conn, f"t{n:02}", 5)
-    turns = Turns()
+    ring = Ring()
     served: list[str | None] = []
     for _ in range(6):
-        cursor = turns.for_claim([endpoint])
-        rows = claim(conn, [endpoint], rows=4, turn_after=cursor["turn_after"][0],
-                     turn_null=cursor["turn_null"][0])
-        turns.claimed(map(ClaimRow._make, rows))
+        cursor = ring.for_claim([endpoint])
+        rows = claim(conn, [endpoint], rows=4, ring_after=cursor["ring_after"][0],
+                     ring_null=cursor["ring_null"][0])
+        ring.claimed(map(ClaimRow._make, rows))
         served += [tenant for _, tenant in _groups(rows)]
     assert served[:12] == [f"t{n:02}" for n in range(12)]
     assert served[12:] == served[:12]
@@ -105,7 +105,7 @@ def test_a_walk_cut_short_by_its_steps_still_claims_and_goes_on(conn: Conn) -> N
     before the one with due work: the claim still takes due work (work-conserving), and the
     walks after it go on past those tenants."""
     endpoint = _endpoint(conn)
-    waiting = TURN_STEPS + 20
+    waiting = RING_STEPS + 20
     outbox.publish_many(conn, [outbox.Event("t", {}, tenant=f"a{n:04}", delay=3600)
                                for n in range(waiting)])
     _publish(conn, "z", 3)
@@ -113,10 +113,10 @@ def test_a_walk_cut_short_by_its_steps_still_claims_and_goes_on(conn: Conn) -> N
     assert [tenant for _, tenant in _groups(rows)] == ["z"]
     for row in rows:
         finish(conn, row)
-    turns = Turns()
-    cursor = {"turn_after": ["a0000"], "turn_null": [False]}
-    rows = claim(conn, [endpoint], rows=1, turn_after=cursor["turn_after"][0])
-    turns.claimed(map(ClaimRow._make, rows))
+    ring = Ring()
+    cursor = {"ring_after": ["a0000"], "ring_null": [False]}
+    rows = claim(conn, [endpoint], rows=1, ring_after=cursor["ring_after"][0])
+    ring.claimed(map(ClaimRow._make, rows))
     assert [tenant for _, tenant in _groups(rows)] == ["z"]
 
 
@@ -127,14 +127,14 @@ def test_two_dispatchers_each_deal_turns(conn: Conn, dsn: str) -> None:
     _publish(conn, "a", 100)
     _publish(conn, "b", 4)
     with psycopg.connect(dsn) as other:
-        cursors = [Turns(), Turns()]
+        cursors = [Ring(), Ring()]
         served: list[str | None] = []
         for n in range(8):
-            connection, turns = (conn, other)[n % 2], cursors[n % 2]
-            cursor = turns.for_claim([endpoint])
-            rows = claim(connection, [endpoint], rows=1, turn_after=cursor["turn_after"][0],
-                         turn_null=cursor["turn_null"][0])
-            turns.claimed(map(ClaimRow._make, rows))
+            connection, ring = (conn, other)[n % 2], cursors[n % 2]
+            cursor = ring.for_claim([endpoint])
+            rows = claim(connection, [endpoint], rows=1, ring_after=cursor["ring_after"][0],
+                         ring_null=cursor["ring_null"][0])
+            ring.claimed(map(ClaimRow._make, rows))
             served += [tenant for _, tenant in _groups(rows)]
     assert served.count("b") == 4
     first_b = [index for index, tenant in enumerate(served) if tenant == "b"]

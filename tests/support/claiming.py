@@ -9,7 +9,7 @@ import psycopg
 
 from dispatcher.limits.quota import HELD_BYTES
 from dispatcher.limits.rate import PACE
-from dispatcher.limits.turns import TURN_STEPS
+from dispatcher.limits.ring import RING_STEPS
 from dispatcher.policy.model import ClaimRow, Completed, Record
 from outbox.sql import queries
 
@@ -24,18 +24,18 @@ GROUP, SLOT, SLOT_TOKEN, SEND_IN, PROBE, SIZE = (_AT[n] for n in (
 
 def claim(conn: Conn, endpoint_ids: list[int], rows: int = 100, *, requests: int | None = None,
           prefetch: int = 0, held: int = 0, lease_seconds: float = 30,
-          horizon: float = 0.25, budget: int = HELD_BYTES, turn_after: str | None = None,
-          turn_null: bool = False) -> list[tuple[Any, ...]]:
+          horizon: float = 0.25, budget: int = HELD_BYTES, ring_after: str | None = None,
+          ring_null: bool = False) -> list[tuple[Any, ...]]:
     """One claim for these endpoints (each asking ``requests`` slots, default ``rows``),
     bringing at most ``budget`` payload bytes; each endpoint's walk of its tenants starts
-    after ``turn_after`` (``turn_null``: after the deliveries without a tenant)."""
+    after ``ring_after`` (``ring_null``: after the deliveries without a tenant)."""
     count = len(endpoint_ids)
     found = conn.execute(queries["claim"], {
         "endpoint_ids": endpoint_ids, "requests": [rows if requests is None else requests] * count,
         "held": [held] * count, "prefetch": [prefetch] * count, "rows": [rows] * count,
         "floors": ["-infinity"] * count,
-        "turn_after": [turn_after] * count, "turn_null": [turn_null] * count,
-        "turn_steps": TURN_STEPS,
+        "ring_after": [ring_after] * count, "ring_null": [ring_null] * count,
+        "ring_steps": RING_STEPS,
         "lease_seconds": lease_seconds, "horizon": horizon, "pace": PACE,
         "budget": budget}).fetchall()
     conn.commit()

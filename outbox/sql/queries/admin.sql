@@ -42,9 +42,10 @@ ORDER BY ep.name;
 -- name: admin_tenant_backlogs
 -- `outbox status --tenants`: per live endpoint, the tenants with the largest
 -- backlogs (pending plus in flight), at most %(per_endpoint)s each, largest
--- first. The counts walk deliveries_turns and deliveries_in_flight;
--- the oldest pending age reads created_at from those rows, as admin_status
--- does for the whole endpoint.
+-- first. The tenants and the oldest pending age come from one pass over the
+-- endpoint's undelivered rows (created_at, as admin_status reads it for the
+-- whole endpoint); the counts are the ones --max-pending-per-tenant checks
+-- (outbox.tenant_backlog_v1, uncapped).
 SELECT x.name, x.tenant, x.pending, x.in_flight, x.oldest_pending_seconds
 FROM (
     SELECT e.name, t.tenant, t.pending, t.in_flight, t.oldest_pending_seconds,
@@ -52,16 +53,16 @@ FROM (
                               ORDER BY t.pending + t.in_flight DESC, t.tenant) AS place
     FROM outbox.endpoints e
     CROSS JOIN LATERAL (
-        SELECT d.tenant,
-               count(*) FILTER (WHERE d.state = 'pending') AS pending,
-               count(*) FILTER (WHERE d.state = 'in_flight') AS in_flight,
-               greatest(0, coalesce(extract(epoch FROM clock_timestamp()
-                   - min(d.created_at) FILTER (WHERE d.state = 'pending')), 0))::float8
-                   AS oldest_pending_seconds
-        FROM outbox.deliveries d
-        WHERE d.endpoint_id = e.id AND d.tenant IS NOT NULL
-          AND d.state IN ('pending', 'in_flight')
-        GROUP BY d.tenant
+        SELECT g.tenant, b.pending, b.in_flight, g.oldest_pending_seconds
+        FROM (SELECT d.tenant,
+                     greatest(0, coalesce(extract(epoch FROM clock_timestamp()
+                         - min(d.created_at) FILTER (WHERE d.state = 'pending')), 0))::float8
+                         AS oldest_pending_seconds
+              FROM outbox.deliveries d
+              WHERE d.endpoint_id = e.id AND d.tenant IS NOT NULL
+                AND d.state IN ('pending', 'in_flight')
+              GROUP BY d.tenant) g
+        CROSS JOIN LATERAL outbox.tenant_backlog_v1(e.id, g.tenant, NULL) b
     ) AS t
     WHERE e.removed_at IS NULL
 ) AS x

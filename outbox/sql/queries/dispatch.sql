@@ -23,7 +23,7 @@
 --   in its cool-down, or one whose probe is out, allows none.
 -- * slots takes that many free slots (expired leases count as free) with
 --   FOR UPDATE SKIP LOCKED, so --max-in-flight holds for the fleet.
--- * locked takes the deliveries: per tenant's turns (below), oldest due first, enough
+-- * locked takes the deliveries: per tenant's rounds (below), oldest due first, enough
 --   for the slots granted plus the groups it may prefetch (which wait for a
 --   running request's slot in the dispatcher, holding none of their own). A
 --   keyed delivery is eligible only when no earlier delivery of its key (lower
@@ -48,34 +48,22 @@
 --   dispatcher's next floor is at most that, and at most the time before which
 --   no transaction still running can have written a row (xmin, xmax: this
 --   snapshot's, for the dispatcher to tell which claim's time that is).
--- * Turns between tenants (busy to dealt): per endpoint, the tenants with due
---   work share the requests the claim fills. busy counts each tenant's
---   requests in flight anywhere in the fleet (its in-flight rows, in
---   --max-batch groups: at most what the endpoint lets run). turn_walk walks
---   the tenants with pending rows over deliveries_turns (endpoint, tenant,
---   next_attempt_at) WHERE pending, one descent per tenant, whose first entry
---   is its earliest pending row (so "due" is exact): the names in order, then
---   the deliveries without a tenant (one tenant of their own), from the one
---   after turn_after (turn_null: after the untenanted; neither: from the
---   start), round once. It stops when it has found turns_wanted due tenants
---   with nothing in flight, or after turn_steps tenants looked at; a walk cut
---   short before any due tenant hands the turn to the tenant of the
---   endpoint's earliest due row (takers), so a claim always takes due work.
---   demand counts each taker's due rows, capped where no taker could use more;
---   dealt deals the turns: round j of a tenant with k requests in flight is
---   dealt as round j + k, in walk order within a round, each tenant up to its
---   demand (work-conserving: a tenant alone takes every turn). The locked
---   CTEs (locked_named, locked_untenanted: two, and two arms in the walk and
---   in demand, because `tenant IS NOT DISTINCT FROM` cannot use the index,
---   while `= tenant` and `IS NULL` each can) take each tenant's rows for its
---   turns as locked below, and rounds numbers the groups in the order of the
---   deal, so the slots granted go to the first turns and the prefetched
---   groups follow. A group holds one tenant's rows.
+-- * Rounds between tenants (dealt, locked): per endpoint, the tenants with due
+--   work share the requests the claim fills, in rounds: outbox.tenant_turns_v1
+--   (schema.sql says how) walks the ring of tenants from the one after
+--   ring_after (ring_null: after the deliveries without a tenant; neither:
+--   from the start), at most ring_steps of them, and deals the requests;
+--   locked takes each tenant's rows for its requests as described above.
+--   Two arms in locked (named, and without a tenant), because `tenant IS NOT
+--   DISTINCT FROM` cannot use the index, while `= tenant` and `IS NULL` each
+--   can; only one of them finds rows. Each tenant's groups are numbered in
+--   the order of the deal (round), so the slots granted go to the first
+--   rounds and the prefetched groups follow. A group holds one tenant's rows.
 -- * sized numbers each endpoint's rows in order (rank) and reads each payload's
 --   size in bytes (octet_length of the text: what the dispatcher will hold),
 --   by a probe per row rather than a join (see claimed below).
 -- * grouped keeps the rows while the bytes before them are under the budget,
---   counted over the endpoints in turns (each one's first row in the order
+--   counted over the endpoints in rotation (each one's first row in the order
 --   asked, then each one's second, ...) so that one endpoint's large events do
 --   not crowd out the others. The first row always goes (an event larger than
 --   the budget is still sent); the rows left out stay pending, their locks go
@@ -102,9 +90,9 @@
 --   says why).
 -- * Runs in autocommit at READ COMMITTED: under REPEATABLE READ a row updated
 --   concurrently would abort the claim with 40001 instead of being skipped.
-WITH RECURSIVE wanted AS (
+WITH wanted AS (
     SELECT w.endpoint_id, w.pos, w.requests, w.held, w.prefetch, w.rows, w.floor, e.max_batch,
-           w.turn_after, w.turn_null,
+           w.ring_after, w.ring_null,
            e.rate_limit / %(pace)s::float8 AS rate_limit,  -- the pace; see "Turns" above
            e.breaker_cooldown_seconds AS cooldown, s.circuit,
            s.circuit = 'closed' AND e.rate_limit IS NULL AS free_running,
@@ -112,8 +100,8 @@ WITH RECURSIVE wanted AS (
                                        s.probe_until) AS probe_due
     FROM unnest(%(endpoint_ids)s::bigint[], %(requests)s::int[], %(held)s::int[],
                 %(prefetch)s::int[], %(rows)s::int[], %(floors)s::timestamptz[],
-                %(turn_after)s::text[], %(turn_null)s::boolean[]) WITH ORDINALITY
-         AS w(endpoint_id, requests, held, prefetch, rows, floor, turn_after, turn_null, pos)
+                %(ring_after)s::text[], %(ring_null)s::boolean[]) WITH ORDINALITY
+         AS w(endpoint_id, requests, held, prefetch, rows, floor, ring_after, ring_null, pos)
     JOIN outbox.endpoints e ON e.id = w.endpoint_id AND e.enabled AND e.removed_at IS NULL
     JOIN outbox.endpoint_state s ON s.endpoint_id = w.endpoint_id
 ),
@@ -129,7 +117,7 @@ gated AS MATERIALIZED (
 ),
 allowance AS (
     SELECT w.endpoint_id, w.pos, w.held, w.prefetch, w.rows, w.floor, w.max_batch,
-           w.turn_after, w.turn_null, w.rate_limit, w.free_running, g.next_turn,
+           w.ring_after, w.ring_null, w.rate_limit, w.free_running, g.next_turn,
            g.probe_due AND NOT g.closed AS probe,
            CASE
                WHEN w.free_running THEN w.requests
@@ -155,198 +143,59 @@ slots AS MATERIALIZED (
         FOR UPDATE OF sl SKIP LOCKED
     ) f
 ),
-sized_up AS (
-    SELECT a.*, coalesce(g.granted, 0) AS granted,
-           least(a.rows, a.max_batch * (coalesce(g.granted, 0)
-               + CASE WHEN a.free_running
-                      THEN least(a.prefetch, a.held + coalesce(g.granted, 0)) ELSE 0 END))
-               AS wanted_rows
-    FROM allowance a
-    LEFT JOIN (SELECT endpoint_id, count(*)::int AS granted FROM slots GROUP BY endpoint_id) g
-           ON g.endpoint_id = a.endpoint_id
-),
 limits AS MATERIALIZED (
-    SELECT z.*, ceil(z.wanted_rows::numeric / z.max_batch::numeric)::int AS turns_wanted
-    FROM sized_up z
-),
--- Fair turns between the tenants of each endpoint (events without a tenant
--- count as one, after the named ones in the walk's order):
-busy AS MATERIALIZED (
-    SELECT d.endpoint_id, d.tenant, ceil(count(*)::numeric / max(l.max_batch)::numeric)::int AS ahead
-    FROM limits l
-    JOIN outbox.deliveries d ON d.endpoint_id = l.endpoint_id AND d.state = 'in_flight'
-    WHERE l.wanted_rows > 0
-    GROUP BY d.endpoint_id, d.tenant
-),
-turn_walk (endpoint_id, tenant, untenanted, lap, visited, found, due, ahead) AS (
-    SELECT l.endpoint_id, l.turn_after, l.turn_null, 0, 0, 0, false, 0
-    FROM limits l
-    WHERE l.wanted_rows > 0
-    UNION ALL
-    SELECT w.endpoint_id, n.tenant, n.untenanted, n.lap, w.visited + 1,
-           w.found + (n.due AND n.ahead = 0)::int, n.due, n.ahead
-    FROM turn_walk w
-    JOIN limits l ON l.endpoint_id = w.endpoint_id
-    CROSS JOIN LATERAL (
-        SELECT x.tenant, x.untenanted, x.lap, x.at <= now() AS due,
-               coalesce((SELECT b.ahead FROM busy b
-                         WHERE b.endpoint_id = w.endpoint_id
-                           AND b.tenant IS NOT DISTINCT FROM x.tenant), 0) AS ahead
-        FROM ((SELECT d.tenant, false AS untenanted, w.lap, d.next_attempt_at AS at
-               FROM outbox.deliveries d
-               WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
-                 AND w.tenant IS NULL AND NOT w.untenanted AND d.tenant IS NOT NULL
-                 AND d.next_attempt_at >= l.floor
-               ORDER BY d.tenant, d.next_attempt_at
-               LIMIT 1)
-              UNION ALL
-              (SELECT d.tenant, false, w.lap, d.next_attempt_at
-               FROM outbox.deliveries d
-               WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
-                 AND d.tenant > w.tenant AND d.next_attempt_at >= l.floor
-               ORDER BY d.tenant, d.next_attempt_at
-               LIMIT 1)
-              UNION ALL
-              (SELECT NULL, true, w.lap, d.next_attempt_at
-               FROM outbox.deliveries d
-               WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
-                 AND NOT w.untenanted AND d.tenant IS NULL AND d.next_attempt_at >= l.floor
-               ORDER BY d.next_attempt_at
-               LIMIT 1)
-              UNION ALL
-              (SELECT d.tenant, false, 1, d.next_attempt_at
-               FROM outbox.deliveries d
-               WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
-                 AND w.lap = 0 AND (l.turn_after IS NOT NULL OR l.turn_null)
-                 AND d.tenant IS NOT NULL AND d.next_attempt_at >= l.floor
-               ORDER BY d.tenant, d.next_attempt_at
-               LIMIT 1)
-              UNION ALL
-              (SELECT NULL, true, 1, d.next_attempt_at
-               FROM outbox.deliveries d
-               WHERE d.endpoint_id = w.endpoint_id AND d.state = 'pending'
-                 AND w.lap = 0 AND l.turn_null
-                 AND d.tenant IS NULL AND d.next_attempt_at >= l.floor
-               ORDER BY d.next_attempt_at
-               LIMIT 1)
-              LIMIT 1) x
-    ) n
-    WHERE w.found < l.turns_wanted AND w.visited < %(turn_steps)s
-      AND (n.lap = 0 OR l.turn_null OR (NOT n.untenanted AND n.tenant <= l.turn_after))
-),
-walked AS MATERIALIZED (
-    SELECT w.endpoint_id, w.tenant, w.untenanted, w.visited AS place, w.ahead
-    FROM turn_walk w
-    WHERE w.due
-),
-takers AS MATERIALIZED (
-    SELECT * FROM walked
-    UNION ALL
-    -- A walk cut short by its steps before it found a tenant with due work: the
-    -- tenant of the endpoint's earliest due row takes the turn (the next walk
-    -- starts after it).
-    SELECT l.endpoint_id, h.tenant, h.tenant IS NULL, 0, 0
-    FROM limits l
-    CROSS JOIN LATERAL (
-        SELECT d.tenant
-        FROM outbox.deliveries d
-        WHERE d.endpoint_id = l.endpoint_id AND d.state = 'pending'
-          AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
-        ORDER BY d.next_attempt_at
-        LIMIT 1
-    ) h
-    WHERE l.wanted_rows > 0 AND l.endpoint_id NOT IN (SELECT endpoint_id FROM walked)
-),
-demand AS MATERIALIZED (
-    SELECT t.endpoint_id, t.tenant, t.untenanted, t.place, t.ahead, l.turns_wanted,
-           CASE WHEN c.takers = 1 THEN l.turns_wanted
-                WHEN t.untenanted THEN
-                    ceil((SELECT count(*) FROM (
-                              SELECT FROM outbox.deliveries d
-                              WHERE d.endpoint_id = t.endpoint_id AND d.state = 'pending'
-                                AND d.tenant IS NULL
-                                AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
-                              LIMIT greatest(1, l.turns_wanted - c.idle + 1) * l.max_batch) r
-                          )::numeric / l.max_batch::numeric)::int
-                ELSE
-                    ceil((SELECT count(*) FROM (
-                              SELECT FROM outbox.deliveries d
-                              WHERE d.endpoint_id = t.endpoint_id AND d.state = 'pending'
-                                AND d.tenant = t.tenant
-                                AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
-                              LIMIT greatest(1, l.turns_wanted - c.idle + 1) * l.max_batch) r
-                          )::numeric / l.max_batch::numeric)::int
-           END AS groups
-    FROM takers t
-    JOIN limits l ON l.endpoint_id = t.endpoint_id
-    JOIN (SELECT endpoint_id, count(*)::int AS takers,
-                 count(*) FILTER (WHERE ahead = 0)::int AS idle
-          FROM takers GROUP BY endpoint_id) c
-      ON c.endpoint_id = t.endpoint_id
+    SELECT a.*, g.granted, z.wanted_rows,
+           ceil(z.wanted_rows::numeric / a.max_batch::numeric)::int AS groups_wanted
+    FROM allowance a
+    CROSS JOIN LATERAL (SELECT count(*)::int AS granted FROM slots s
+                        WHERE s.endpoint_id = a.endpoint_id) g
+    CROSS JOIN LATERAL (SELECT least(a.rows, a.max_batch * (g.granted + CASE
+               WHEN a.free_running THEN least(a.prefetch, a.held + g.granted) ELSE 0 END))
+               AS wanted_rows) z
 ),
 dealt AS MATERIALIZED (
-    SELECT x.endpoint_id, x.tenant, x.untenanted, x.place, x.ahead, count(*)::int AS turns
-    FROM (SELECT d.*, row_number() OVER (PARTITION BY d.endpoint_id
-                                         ORDER BY j + d.ahead, d.place) AS nth
-          FROM demand d
-          CROSS JOIN LATERAL generate_series(0, least(d.groups, d.turns_wanted) - 1) j) x
-    WHERE x.nth <= x.turns_wanted
-    GROUP BY x.endpoint_id, x.tenant, x.untenanted, x.place, x.ahead
+    SELECT l.endpoint_id, t.*
+    FROM limits l
+    CROSS JOIN LATERAL outbox.tenant_turns_v1(l.endpoint_id, l.floor, l.ring_after, l.ring_null,
+                                              l.groups_wanted, l.max_batch, %(ring_steps)s) t
+    WHERE l.wanted_rows > 0
 ),
-locked_named AS MATERIALIZED (
-    SELECT c.id, c.endpoint_id, c.event_id, c.next_attempt_at, c.seq, t.place, t.ahead
-    FROM dealt t
-    JOIN limits l ON l.endpoint_id = t.endpoint_id
-    CROSS JOIN LATERAL (
-        SELECT d.id, d.endpoint_id, d.event_id, d.next_attempt_at, d.seq
-        FROM outbox.deliveries d
-        WHERE d.endpoint_id = t.endpoint_id AND d.tenant = t.tenant
-          AND d.state = 'pending'
-          AND d.next_attempt_at <= now()
-          AND d.next_attempt_at >= l.floor
-          AND (d.key IS NULL OR NOT EXISTS (
-                SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, d.tenant, d.seq)))
-        ORDER BY d.next_attempt_at
-        LIMIT t.turns * l.max_batch
-        FOR UPDATE OF d SKIP LOCKED
-    ) c
-    WHERE NOT t.untenanted
-),
-locked_untenanted AS MATERIALIZED (
-    SELECT c.id, c.endpoint_id, c.event_id, c.next_attempt_at, c.seq, t.place, t.ahead
-    FROM dealt t
-    JOIN limits l ON l.endpoint_id = t.endpoint_id
-    CROSS JOIN LATERAL (
-        SELECT d.id, d.endpoint_id, d.event_id, d.next_attempt_at, d.seq
-        FROM outbox.deliveries d
-        WHERE d.endpoint_id = t.endpoint_id AND d.tenant IS NULL
-          AND d.state = 'pending'
-          AND d.next_attempt_at <= now()
-          AND d.next_attempt_at >= l.floor
-          AND (d.key IS NULL OR NOT EXISTS (
-                SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, NULL, d.seq)))
-        ORDER BY d.next_attempt_at
-        LIMIT t.turns * l.max_batch
-        FOR UPDATE OF d SKIP LOCKED
-    ) c
-    WHERE t.untenanted
-),
-rounds AS MATERIALIZED (
-    SELECT k.*, l.pos, l.max_batch, l.wanted_rows,
-           (row_number() OVER (PARTITION BY k.endpoint_id, k.place
-                               ORDER BY k.next_attempt_at, k.seq) - 1) / l.max_batch
-           + k.ahead AS round,
+locked AS MATERIALIZED (
+    SELECT l.endpoint_id, l.pos, l.wanted_rows, c.id, c.next_attempt_at, c.seq, t.place,
+           (row_number() OVER (PARTITION BY l.endpoint_id, t.place
+                               ORDER BY c.next_attempt_at, c.seq) - 1) / l.max_batch
+           + t.ahead AS round,
            (SELECT octet_length(e.payload::text) FROM outbox.events e
-            WHERE e.id = k.event_id) AS size
-    FROM (SELECT * FROM locked_named UNION ALL SELECT * FROM locked_untenanted) k
-    JOIN limits l ON l.endpoint_id = k.endpoint_id
+            WHERE e.id = c.event_id) AS size
+    FROM dealt t
+    JOIN limits l ON l.endpoint_id = t.endpoint_id
+    CROSS JOIN LATERAL (
+        SELECT * FROM (
+            SELECT d.id, d.event_id, d.next_attempt_at, d.seq FROM outbox.deliveries d
+            WHERE d.endpoint_id = l.endpoint_id AND d.tenant = t.tenant AND d.state = 'pending'
+              AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
+              AND (d.key IS NULL OR NOT EXISTS (
+                    SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, d.tenant, d.seq)))
+            ORDER BY d.next_attempt_at LIMIT t.requests * l.max_batch
+            FOR UPDATE OF d SKIP LOCKED) named
+        UNION ALL
+        SELECT * FROM (
+            SELECT d.id, d.event_id, d.next_attempt_at, d.seq FROM outbox.deliveries d
+            WHERE t.untenanted AND d.endpoint_id = l.endpoint_id AND d.tenant IS NULL
+              AND d.state = 'pending'
+              AND d.next_attempt_at <= now() AND d.next_attempt_at >= l.floor
+              AND (d.key IS NULL OR NOT EXISTS (
+                    SELECT FROM outbox.key_blockers_v1(d.endpoint_id, d.key, NULL, d.seq)))
+            ORDER BY d.next_attempt_at LIMIT t.requests * l.max_batch
+            FOR UPDATE OF d SKIP LOCKED) untenanted
+    ) c
 ),
 sized AS MATERIALIZED (
     SELECT r.id, r.endpoint_id, r.seq, r.pos, r.size, r.wanted_rows,
            dense_rank() OVER (PARTITION BY r.endpoint_id ORDER BY r.round, r.place) - 1 AS grp,
            row_number() OVER (PARTITION BY r.endpoint_id
                               ORDER BY r.round, r.place, r.next_attempt_at, r.seq) - 1 AS rank
-    FROM rounds r
+    FROM locked r
 ),
 grouped AS MATERIALIZED (
     SELECT r.id, r.endpoint_id, r.seq, r.size, r.grp
@@ -435,7 +284,7 @@ SELECT c.id, c.endpoint_id, c.attempts, c.lease_token, c.event_id, e.type, e.key
        e.tenant,
        -- The request's turn on the database clock (NULL: no rate limit), for the
        -- dispatcher to tell how late it leaves whatever delayed this answer.
-       u.first_turn + make_interval(secs => g.grp / u.rate_limit) AS turn_at
+       u.first_turn + make_interval(secs => g.grp::double precision / u.rate_limit) AS turn_at
 FROM claimed c
 JOIN outbox.events e ON e.id = c.event_id
 JOIN grouped g ON g.id = c.id
@@ -621,21 +470,17 @@ history AS (
     WHERE f.reason IS NOT NULL
 ),
 -- A keyed delivery that finished hands its turn to the next event of its key
--- and tenant: if that one was parked (see park_blocked), it becomes due now.
+-- and tenant (key_next_v1): if that one was parked (see park_blocked), it
+-- becomes due now.
 unparked AS (
     UPDATE outbox.deliveries n
     SET next_attempt_at = now()
     WHERE n.id = ANY (ARRAY(
             SELECT q.id FROM outbox.deliveries q
             WHERE q.id = ANY (ARRAY(
-                    SELECT (SELECT p.id FROM outbox.deliveries p
-                            WHERE p.endpoint_id = f.endpoint_id AND p.key = f.key
-                              AND p.seq > f.seq
-                              AND p.tenant IS NOT DISTINCT FROM f.tenant
-                              AND p.state IN ('pending', 'in_flight')
-                            ORDER BY p.seq
-                            LIMIT 1)
+                    SELECT x.id
                     FROM finished f
+                    CROSS JOIN LATERAL outbox.key_next_v1(f.endpoint_id, f.key, f.tenant, f.seq) x(id)
                     WHERE f.key IS NOT NULL AND f.state IN ('delivered', 'dead')))
               AND q.state = 'pending' AND q.next_attempt_at = 'infinity'
             ORDER BY q.id
@@ -759,7 +604,8 @@ RETURNING d.id;
 -- predecessor finished while the parking statement was running, so the
 -- complete query could not see it parked) is made due. Only keys that have
 -- parked rows are looked at (the parked rows sit at the 'infinity' end of
--- deliveries_pending), and for each of them only its head.
+-- deliveries_pending), and for each of them only its head (key_next_v1 from
+-- the start), which the UPDATE makes due if it is still parked.
 WITH parked_keys AS (
     SELECT DISTINCT d.endpoint_id, d.key, d.tenant
     FROM outbox.endpoints e
@@ -769,16 +615,7 @@ WITH parked_keys AS (
 heads AS (
     SELECT h.id
     FROM parked_keys k
-    CROSS JOIN LATERAL (
-        SELECT p.id, p.state, p.next_attempt_at
-        FROM outbox.deliveries p
-        WHERE p.endpoint_id = k.endpoint_id AND p.key = k.key
-          AND p.tenant IS NOT DISTINCT FROM k.tenant
-          AND p.state IN ('pending', 'in_flight')
-        ORDER BY p.seq
-        LIMIT 1
-    ) h
-    WHERE h.state = 'pending' AND h.next_attempt_at = 'infinity'
+    CROSS JOIN LATERAL outbox.key_next_v1(k.endpoint_id, k.key, k.tenant, 0) h(id)
 ),
 -- Row locks in id order, as every statement that waits for them takes them.
 locked AS MATERIALIZED (

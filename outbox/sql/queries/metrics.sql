@@ -11,7 +11,7 @@
 -- history that makes up most of the table. An endpoint with nothing pending
 -- still gets its row (count 0, age 0) so that its series stays continuous.
 -- The same rows counted per tenant (deliveries without one are one tenant, as
--- in the claim's turns) give how many tenants have due work and the largest
+-- in the claim's rounds) give how many tenants have due work and the largest
 -- one's backlog: no tenant appears as a label (their number is the users'
 -- customers'), and the count costs what the endpoint's count costs, one pass
 -- over its pending rows (deliveries_turns is ordered by tenant).

@@ -28,7 +28,8 @@
 -- advisory locks applications use; a hash collision only makes two keys take
 -- turns.
 -- --max-pending (docs/concepts.md, "Backpressure"): over finds a bounded endpoint the batch would
--- take past its bound (what it holds, as its counter shards add up, plus
+-- take past its bound (what it holds, as its counter shards add up:
+-- outbox.backlog_v1, plus
 -- the events of this batch routed to it). Then nothing is written (every
 -- write below is conditional on over being empty, the key locks too) and
 -- one row names the endpoint: the caller raises BacklogFull, and its
@@ -38,11 +39,8 @@
 -- LOCKED), so that concurrent producers rarely wait on one another. Only
 -- bounded endpoints have shards: an unbounded one costs nothing here.
 -- --max-pending-per-tenant: over_tenant counts each tenant's undelivered
--- deliveries at a bounded endpoint the batch routes some of its events to:
--- its pending rows through deliveries_turns, stopping at the bound (a count
--- of at most N index entries, however large the backlog), and its rows in
--- flight among the endpoint's (deliveries_in_flight: at most what the
--- endpoint's --max-in-flight lets run, and the bound again). Like
+-- deliveries at a bounded endpoint the batch routes some of its events to
+-- (outbox.tenant_backlog_v1, each count stopping at the bound). Like
 -- --max-pending, concurrent transactions that each see room may together
 -- pass the bound, by at most their number. The first refusal (by endpoint name, then tenant) is the one
 -- reported; refused names the tenant, NULL for the endpoint's own bound.
@@ -74,29 +72,19 @@ over AS MATERIALIZED (
     FROM (SELECT * FROM targets WHERE max_pending IS NOT NULL) t
     CROSS JOIN LATERAL (SELECT count(*) AS routed FROM input i
                         WHERE i.type LIKE ANY (t.events_like)) r
-    CROSS JOIN LATERAL (SELECT coalesce(sum(b.undelivered), 0)::bigint AS held
-                        FROM outbox.endpoint_backlog b WHERE b.endpoint_id = t.id) h
+    CROSS JOIN LATERAL outbox.backlog_v1(t.id) h
     WHERE r.routed > 0 AND h.held + r.routed > t.max_pending
     ORDER BY t.name
     LIMIT 1
 ),
 over_tenant AS MATERIALIZED (
-    SELECT t.name, t.max_pending_per_tenant AS bound, h.held, x.tenant
+    SELECT t.name, t.max_pending_per_tenant AS bound, h.pending + h.in_flight AS held, x.tenant
     FROM (SELECT * FROM targets WHERE max_pending_per_tenant IS NOT NULL) t
     CROSS JOIN LATERAL (SELECT i.tenant, count(*) AS routed FROM input i
                         WHERE i.tenant IS NOT NULL AND i.type LIKE ANY (t.events_like)
                         GROUP BY i.tenant) x
-    CROSS JOIN LATERAL (SELECT (SELECT count(*)
-                                FROM (SELECT 1 FROM outbox.deliveries d
-                                      WHERE d.endpoint_id = t.id AND d.tenant = x.tenant
-                                        AND d.state = 'pending'
-                                      LIMIT t.max_pending_per_tenant) p)
-                               + (SELECT count(*)
-                                  FROM (SELECT 1 FROM outbox.deliveries d
-                                        WHERE d.endpoint_id = t.id AND d.tenant = x.tenant
-                                          AND d.state = 'in_flight'
-                                        LIMIT t.max_pending_per_tenant) f) AS held) h
-    WHERE h.held + x.routed > t.max_pending_per_tenant
+    CROSS JOIN LATERAL outbox.tenant_backlog_v1(t.id, x.tenant, t.max_pending_per_tenant) h
+    WHERE h.pending + h.in_flight + x.routed > t.max_pending_per_tenant
     ORDER BY t.name, x.tenant
     LIMIT 1
 ),

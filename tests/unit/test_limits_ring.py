@@ -1,4 +1,4 @@
-"""Fair turns' Python half: the cursor each endpoint's next walk starts after, and the place
+"""Fair rounds' Python half: the cursor each endpoint's next walk starts after, and the place
 of a group waiting for a slot among the tenants' rounds (the SQL half, the claim's deal:
 tests/integration/test_tenant_turns.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dispatcher.limits.turns import TURN_STEPS, Turns, place
+from dispatcher.limits.ring import RING_STEPS, Ring, place
 
 
 @dataclass(frozen=True)
@@ -22,21 +22,21 @@ class _Group:
 
 
 def test_a_new_endpoint_walks_from_the_start_of_the_ring() -> None:
-    assert Turns().for_claim([1, 2]) == {"turn_after": [None, None],
-                                         "turn_null": [False, False],
-                                         "turn_steps": TURN_STEPS}
+    assert Ring().for_claim([1, 2]) == {"ring_after": [None, None],
+                                        "ring_null": [False, False],
+                                        "ring_steps": RING_STEPS}
 
 
 def test_the_cursor_moves_to_the_tenant_of_each_endpoints_last_request() -> None:
-    """Per endpoint, the tenant of its highest group; none: the untenanted turn."""
-    turns = Turns()
-    turns.claimed([_Row(1, 0, "a"), _Row(1, 2, "c"), _Row(1, 1, "b"),
-                   _Row(2, 0, "x"), _Row(2, 1, None)])
-    assert turns.for_claim([1, 2, 3]) == {"turn_after": ["c", None, None],
-                                          "turn_null": [False, True, False],
-                                          "turn_steps": TURN_STEPS}
-    turns.claimed([])  # a claim that found nothing leaves the cursors where they were
-    assert turns.for_claim([1])["turn_after"] == ["c"]
+    """Per endpoint, the tenant of its highest group; none: the deliveries without a tenant."""
+    ring = Ring()
+    ring.claimed([_Row(1, 0, "a"), _Row(1, 2, "c"), _Row(1, 1, "b"),
+                  _Row(2, 0, "x"), _Row(2, 1, None)])
+    assert ring.for_claim([1, 2, 3]) == {"ring_after": ["c", None, None],
+                                         "ring_null": [False, True, False],
+                                         "ring_steps": RING_STEPS}
+    ring.claimed([])  # a claim that found nothing leaves the cursors where they were
+    assert ring.for_claim([1])["ring_after"] == ["c"]
 
 
 def _order(tenants: list[str | None]) -> list[str | None]:
