@@ -97,13 +97,14 @@ STAGES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
     ("row decoding", lambda stack, leaf: "claimer.py" in stack and (
         "psycopg/rows.py" in stack or "fetch" in leaf or "load" in leaf
         or "policy/model.py" in stack or "_group (" in stack)),
-    ("claim statement", lambda stack, _: "claimer.py" in stack),
+    ("claim statement", lambda stack, _: "claimer.py" in stack and (
+        "dispatcher/db.py" in stack or "psycopg" in stack)),
     ("completion statement", lambda stack, _: "completer.py" in stack or "leases.py" in stack),
     ("request building and signing", lambda stack, _: "policy/envelope.py" in stack
      or "hmac.py" in stack or "_request_start" in stack or "json/encoder.py" in stack
      or "/wire.py" in stack),
     ("HTTP write and parse", lambda stack, _: "dispatcher/http/" in stack
-     or "httptools" in stack),
+     or "httptools" in stack or "_SelectorSocketTransport" in stack),
     ("delivery bookkeeping", lambda stack, _: "dispatcher/" in stack),
     ("event loop", lambda stack, _: "asyncio/" in stack or "selectors.py" in stack
      or "uvloop" in stack),
@@ -111,10 +112,24 @@ STAGES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
 
 
 def stage_of(stack: str) -> str:
-    """The stage a sample's stack (frames joined by ``;``, outermost first) belongs to."""
-    leaf = stack.rsplit(";", 1)[-1]
+    """The stage a sample's stack (frames joined by ``;``, outermost first) belongs to.
+
+    Only the frames of the callback the loop is running count (after asyncio's
+    ``Handle._run``): the frames below it, the process's entry and the loop's
+    turn, are on every stack; a sample outside any callback is the loop's own.
+    """
+    frames = stack.split(";")
+    runs = [i for i, frame in enumerate(frames)
+            if frame.split(" (", 1)[0].endswith("_run") and "asyncio/events.py" in frame]
+    if runs:
+        frames = frames[runs[-1] + 1:]
+    elif any("asyncio/base_events.py" in frame for frame in frames):
+        frames = []  # in the loop's turn, between callbacks
+    inner = ";".join(frames)
+    if not inner:
+        return "event loop"
     for name, matches in STAGES:
-        if matches(stack, leaf):
+        if matches(inner, frames[-1]):
             return name
     return "other (interpreter, libraries)"
 
@@ -149,6 +164,8 @@ def main() -> None:
     parser.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--flamegraph", type=Path, metavar="SVG",
                         help="also sample --seconds more into a flame graph written here")
+    parser.add_argument("--raw", type=Path, metavar="FILE",
+                        help="keep the samples (py-spy's collapsed stacks) in FILE")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -193,6 +210,8 @@ def main() -> None:
         print(f"{delivered} events delivered while sampling ({args.event_loop})")
         print(summarise(raw, args.top))
         print(budget(raw, cpu_ms))
+        if args.raw is not None:
+            shutil.copyfile(raw, args.raw)
         print(f"\n(the dispatcher's CPU while sampled, py-spy's pauses included; "
               f"load average {os.getloadavg()[0]:.2f})")
         if args.flamegraph is not None:
