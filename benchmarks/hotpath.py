@@ -31,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
@@ -154,6 +155,16 @@ def budget(raw: Path, cpu_ms_per_event: float) -> str:
     return "\n".join(lines)
 
 
+def tidy(svg: Path) -> None:
+    """The flame graph's file names relative to this tree and to the interpreter's library,
+    so that it reads the same whichever checkout and machine made it."""
+    text = svg.read_text()
+    root = str(Path(__file__).resolve().parent.parent) + "/"
+    for prefix in sorted({*sysconfig.get_paths().values(), sys.prefix}, key=len, reverse=True):
+        text = text.replace(prefix + "/", "")
+    svg.write_text(text.replace(root, ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=60_000)
@@ -203,6 +214,7 @@ def main() -> None:
                                 str(args.flamegraph), "-r", str(args.rate), "-d",
                                 str(args.seconds), "-p", str(proc.pid)],
                                check=True, stdout=subprocess.DEVNULL)
+                tidy(args.flamegraph)
         finally:
             throughput.stop(proc)
         if arrivals.count >= args.events:
