@@ -66,6 +66,10 @@ class GuardError(Exception):
     """A run-time failure, told in one line."""
 
 
+class BadRef(GuardError):
+    """REF names no commit: bad usage."""
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The guard's options; ``--quick`` shrinks every count to a smoke run of one pair."""
     parser = argparse.ArgumentParser(
@@ -132,7 +136,7 @@ def install_ref(ref: str) -> Tree:
     try:
         sha = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except GuardError:
-        raise GuardError(f"--against {ref}: not a commit of this repository") from None
+        raise BadRef(f"--against {ref}: not a commit of this repository") from None
     folder, venv = CACHE / "trees" / sha[:12], CACHE / "venvs" / sha[:12]
     stamp = venv / ".installed"
     if not stamp.exists():
@@ -398,6 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(args)
     except GuardError as error:
         print(f"bench --against: {error}", file=sys.stderr)
+        return 2 if isinstance(error, BadRef) else 1
+    except subprocess.TimeoutExpired as error:
+        print(f"bench --against: {Path(str(error.cmd[1])).name} ran past {error.timeout:.0f} s",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -92,3 +92,11 @@ def test_last_words_name_the_error_not_the_stack(guard: ModuleType) -> None:
               "    at Socket.x (node:net:1)\n}\n\nNode.js v22.23.5\n")
     assert guard.last_words(stderr) == "Error: connect ECONNREFUSED"
     assert guard.last_words("") == "no output"
+
+
+def test_an_unknown_ref_is_bad_usage(guard: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    """A REF that names no commit exits 2 with one line, before anything is installed."""
+    assert guard.main(["--against", "no-such-ref-anywhere"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("bench --against: --against no-such-ref-anywhere: "
+                           "not a commit of this repository")
