@@ -324,15 +324,28 @@ def medians(runs: Sequence[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(run[key] for run in runs if key in run) for key in keys}
 
 
-def table(ours: dict[str, float], theirs: dict[str, float], labels: tuple[str, str],
-          peers: dict[str, float] | None = None) -> str:
-    """Medians side by side, with this / REF; figures either side lacks are left out."""
+def pair_ratios(ours: Sequence[dict[str, float]],
+                theirs: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Per figure, the median of this / REF within each pair: the two trees of a pair ran
+    minutes apart, so the machine's other load weighs on both alike."""
+    found: dict[str, list[float]] = {}
+    for mine, other in zip(ours, theirs, strict=True):
+        for key, value in mine.items():
+            if other.get(key):
+                found.setdefault(key, []).append(value / other[key])
+    return {key: statistics.median(values) for key, values in found.items()}
+
+
+def table(ours: dict[str, float], theirs: dict[str, float], ratios: dict[str, float],
+          labels: tuple[str, str], peers: dict[str, float] | None = None) -> str:
+    """Medians side by side, with the median of the pairs' this / REF; figures either side
+    lacks are left out."""
     head = ("figure", labels[0], labels[1], "this / REF")
     rows = [head]
     for key, label, fmt, ratio in FIGURES:
         if key not in ours or key not in theirs:
             continue
-        share = f"{ours[key] / theirs[key]:.2f}" if ratio and theirs[key] else ""
+        share = f"{ratios[key]:.2f}" if ratio and key in ratios else ""
         rows.append((label, fmt.format(ours[key]), fmt.format(theirs[key]), share))
     for label, value in (peers or {}).items():
         rows.append((label, f"{value:,.0f}", "", ""))
@@ -390,8 +403,10 @@ def run(args: argparse.Namespace) -> None:
     print()
     peers = {"pg-boss 12 events/s, same run": statistics.median(peer_rates)} if peer_rates else {}
     print(table(medians(results["ours"]), medians(results["theirs"]),
-                (ours.label, theirs.label), peers))
-    print(f"\nmedians of {args.pairs} pairs; {load()} at the end")
+                pair_ratios(results["ours"], results["theirs"]), (ours.label, theirs.label),
+                peers))
+    print(f"\nmedians of {args.pairs} pairs (this / REF: the median of the pairs' ratios); "
+          f"{load()} at the end")
     if peer.note:
         print(peer.note)
 

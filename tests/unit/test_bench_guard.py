@@ -74,7 +74,8 @@ def test_table_sets_medians_side_by_side_with_the_ratio(guard: ModuleType) -> No
     """The table has one row per figure both trees measured: this tree, REF, and this / REF."""
     ours = {"rate": 7520.0, "cpu_ms": 0.097, "idle_p50": 6.1}
     theirs = {"rate": 10125.0, "cpu_ms": 0.082}
-    text = guard.table(ours, theirs, ("this (abc1234)", "f3bb187"),
+    ratios = {"rate": 0.74, "cpu_ms": 1.18}
+    text = guard.table(ours, theirs, ratios, ("this (abc1234)", "f3bb187"),
                        {"pg-boss 12 events/s, same run": 6480.0})
     lines = text.splitlines()
     assert lines[0].split() == ["figure", "this", "(abc1234)", "f3bb187", "this", "/", "REF"]
@@ -84,6 +85,13 @@ def test_table_sets_medians_side_by_side_with_the_ratio(guard: ModuleType) -> No
     assert not any("idle" in line for line in lines)  # REF lacks it: no row
     assert lines[-1].split()[-1] == "6,480"
     assert len({len(line.rstrip()) for line in lines[:4]}) == 1  # columns aligned
+
+
+def test_ratio_is_the_median_of_the_pairs_ratios(guard: ModuleType) -> None:
+    """this / REF is taken within each pair, then the median: a busy pair moves both sides."""
+    ours = [{"rate": 3000.0}, {"rate": 4500.0}, {"rate": 2500.0, "idle_p50": 1.0}]
+    theirs = [{"rate": 5000.0}, {"rate": 3000.0}, {"rate": 9000.0}]
+    assert guard.pair_ratios(ours, theirs) == {"rate": 0.6}
 
 
 def test_last_words_name_the_error_not_the_stack(guard: ModuleType) -> None:
