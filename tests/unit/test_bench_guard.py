@@ -94,6 +94,19 @@ def test_ratio_is_the_median_of_the_pairs_ratios(guard: ModuleType) -> None:
     assert guard.pair_ratios(ours, theirs) == {"rate": 0.6}
 
 
+def test_pgboss_is_left_out_with_a_note_without_node(guard: ModuleType, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Node.js or npm on PATH the peer is skipped, saying why, and nothing installed."""
+    (tmp_path / "peer.mjs").write_text("")
+    monkeypatch.setattr(guard, "PEER", tmp_path)
+    monkeypatch.setattr(guard.shutil, "which", lambda _name: None)
+    peer = guard.Peer.find()
+    assert peer.node is None
+    assert peer.note == "pg-boss skipped: Node.js or npm is not installed"
+    monkeypatch.setattr(guard, "PEER", tmp_path / "absent")
+    assert guard.Peer.find().note.startswith("pg-boss skipped: ")
+
+
 def test_last_words_name_the_error_not_the_stack(guard: ModuleType) -> None:
     """A failed run is told by its error line, not by a stack frame or the runtime's version."""
     stderr = ("file.js:45\n    Error.captureStackTrace(err)\nError: connect ECONNREFUSED\n"
