@@ -73,7 +73,7 @@ class BadRef(GuardError):
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The guard's options; ``--quick`` shrinks every count to a smoke run of one pair."""
     parser = argparse.ArgumentParser(
-        prog="./dev bench --against REF",
+        prog="./dev bench",
         description="This tree against REF: the same benchmarks in alternating runs, "
         "medians side by side.")
     parser.add_argument("--against", required=True, metavar="REF",
