@@ -1,14 +1,15 @@
 """The release guard: this tree against another commit, the same benchmarks in alternating runs.
 
     ./dev bench --against REF [--pairs 3] [--events 20000] [--samples 60]
-                              [--seeds-events 1000] [--no-peer] [--quick]
+                              [--seeds-events 1000] [--no-peer] [--quick] [--tree REF2]
 
 REF is a git ref or tag (``f3bb187``, ``main``, ``v1.4.0``). Its tree is
 exported (``git archive``) into ``.bench/trees/SHA`` and installed, with the
 extras it has among ``dispatcher`` and ``binary``, into a virtual
 environment of its own, ``.bench/venvs/SHA``; both are kept, so a second run
 against the same commit starts at once. This tree runs from its own
-``.venv`` (``./dev``'s, editable: uncommitted changes count).
+``.venv`` (``./dev``'s, editable: uncommitted changes count); ``--tree REF2``
+measures another commit in its place, installed as REF is, to bisect a change.
 
 One throwaway PostgreSQL (fsync on, data on disk) and one lean receiver
 (``throughput.Arrivals``, which answers ``GET /stats`` and ``GET /reset``)
@@ -86,6 +87,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="idle latency samples per run (default 60)")
     parser.add_argument("--seeds-events", type=_positive, default=1000,
                         help="events of the seeds' loop per pair (default 1,000)")
+    parser.add_argument("--tree", metavar="REF2",
+                        help="measure another commit in place of this tree, installed as REF "
+                        "is (to bisect: --tree COMMIT --against f3bb187)")
     parser.add_argument("--no-peer", action="store_true", help="leave pg-boss out")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: one pair, 2,000 events, 10 samples, 200 seeds' events")
@@ -365,7 +369,8 @@ def load() -> str:
 def run(args: argparse.Namespace) -> None:
     from outbox.testing import Receiver, TemporaryPostgres
 
-    theirs, ours = install_ref(args.against), this_tree()
+    theirs = install_ref(args.against)
+    ours = install_ref(args.tree) if args.tree else this_tree()
     peer = Peer() if args.no_peer else Peer.find()
     if args.no_peer:
         peer.note = "pg-boss left out (--no-peer)"

@@ -35,6 +35,7 @@ def test_defaults_are_three_pairs_of_twenty_thousand_events(guard: ModuleType) -
     """Without options the guard runs three alternating pairs of 20,000-event drains, pg-boss in."""
     args = guard.parse_args(["--against", "f3bb187"])
     assert (args.against, args.pairs, args.events, args.no_peer) == ("f3bb187", 3, 20000, False)
+    assert args.tree is None  # this tree, as it stands, against REF
 
 
 def test_quick_is_one_short_pair(guard: ModuleType) -> None:
