@@ -120,9 +120,12 @@ class Arrivals:
         self.on_first: Callable[[], None] = lambda: None
         self.fail_first = False
         self.failed: set[str] = set()
+        self.ids: set[str] = set()
 
     def __call__(self, request: Request) -> Response:
         now = time.perf_counter()
+        if request.method == "GET":
+            return self.answer(request.path)
         events = request.body.count(b'"type":') if request.body.startswith(b"[") else 1
         if self.fail_first:  # every event's first attempt fails, its retry succeeds
             event_id = request.headers.get("webhook-id", "")
@@ -136,12 +139,26 @@ class Arrivals:
                 self.on_first()
             self.count += events
             self.last = now
+            if events == 1:  # a peer's body carries the id; the dispatcher's header too
+                self.ids.add(request.headers.get("webhook-id") or _body_id(request.body))
             if self.track_ids and request.body.startswith(b"["):  # a batch: ids in the body
                 for event in json.loads(request.body):
                     self.by_id[event["id"]] = now
             elif self.track_ids:
                 self.by_id[request.headers.get("webhook-id", "")] = now
         return Response(204)
+
+    def answer(self, path: str) -> Response:
+        """``GET /stats`` (what arrived: events, distinct ids, first and last arrival on
+        ``time.perf_counter``'s clock) and ``GET /reset``, for drivers in other processes."""
+        if path.startswith("/reset"):
+            self.reset()
+        elif not path.startswith("/stats"):
+            return Response(404)
+        with self.lock:
+            stats = {"events": self.count, "distinct": len(self.ids), "first": self.first,
+                     "last": self.last}
+        return Response(200, {"content-type": "application/json"}, json.dumps(stats).encode())
 
     def wait_for(self, events: int, procs: Sequence[subprocess.Popen[bytes]],
                  timeout: float) -> None:
@@ -161,6 +178,16 @@ class Arrivals:
             self.count, self.first, self.last = 0, 0.0, 0.0
             self.by_id.clear()
             self.failed.clear()
+            self.ids.clear()
+
+
+def _body_id(body: bytes) -> str:
+    """The ``id`` of a JSON event body, or "" (not JSON, or none)."""
+    try:
+        event = json.loads(body)
+    except ValueError:
+        return ""
+    return str(event.get("id", "")) if isinstance(event, dict) else ""
 
 
 def baseline(dsn: str, url: str, events: int) -> float:
