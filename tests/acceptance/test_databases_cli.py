@@ -14,7 +14,6 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-
 import psycopg
 import pytest
 from psycopg import sql
@@ -135,7 +134,8 @@ def test_status_all_lists_every_database_oldest_backlog_first(dbs: Databases) ->
         assert [r["database"] for r in rows][:3] == ["busy", "quiet", "idle"]
         by_name = {r["database"]: r for r in rows}
         assert set(by_name) == {"busy", "quiet", "idle", "bare", "older", "gone", "locked-out"}
-        assert by_name["busy"]["pending"] == 3 and by_name["busy"]["dead"] == 0
+        assert by_name["busy"]["pending"] == 3
+        assert by_name["busy"]["dead"] == 0
         assert by_name["busy"]["oldest_pending_seconds"] >= 3600
         assert by_name["idle"] == {"database": "idle", "state": "ok", "pending": 0, "dead": 0,
                                    "oldest_pending_seconds": 0}
@@ -147,7 +147,8 @@ def test_status_all_lists_every_database_oldest_backlog_first(dbs: Databases) ->
         assert text.returncode == 0, text.stderr
         lines = text.stdout.strip().splitlines()
         assert len(lines) == 1 + len(rows)  # a header, then one line per database
-        assert lines[1].startswith("busy ") and "unreachable" in text.stdout
+        assert lines[1].startswith("busy ")
+        assert "unreachable" in text.stdout
     finally:
         with dbs.cluster.admin() as admin:
             admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
@@ -168,9 +169,12 @@ def test_migrate_all_goes_on_past_failures_and_finishes_when_run_again(dbs: Data
         reader.rollback()
     assert first.returncode == 1
     lines = first.stdout.strip().splitlines()
-    assert lines[0] == "done: current" and lines[1] == "bare: migrated"
-    assert lines[2].startswith("blocked: failed: ") and lines[3] == "older: migrated"
-    assert lines[4].startswith("gone: unreachable: ") and len(lines) == 5
+    assert lines[0] == "done: current"
+    assert lines[1] == "bare: migrated"
+    assert lines[2].startswith("blocked: failed: ")
+    assert lines[3] == "older: migrated"
+    assert lines[4].startswith("gone: unreachable: ")
+    assert len(lines) == 5
     assert "run `outbox migrate --all` again" in first.stderr
 
     again = _outbox("migrate", "--all", "--json", "--databases", path)
@@ -182,7 +186,8 @@ def test_migrate_all_goes_on_past_failures_and_finishes_when_run_again(dbs: Data
                                 "from_version": SCHEMA_VERSION, "to_version": SCHEMA_VERSION,
                                 "error": None}
     assert outcomes["gone"]["outcome"].startswith("unreachable: ")
-    assert outcomes["gone"]["error"] and outcomes["gone"]["from_version"] is None
+    assert outcomes["gone"]["error"]
+    assert outcomes["gone"]["from_version"] is None
 
     reachable = dbs.file("done", "bare", "blocked", "older")
     last = _outbox("migrate", "--all", "--databases", reachable)
@@ -255,14 +260,17 @@ def test_catalog_lists_more_databases(dbs: Databases, tmp_path: Path) -> None:
     unparsed = tmp_path / "unparsed.toml"
     unparsed.write_text('[catalog]\ndsn = "env:CATALOG_DSN"\nquery = "SELEC name, dsn"\n')
     bad = _outbox("status", "--all", "--databases", str(unparsed), env=env)
-    assert bad.returncode == 2 and "the query does not parse" in bad.stderr, bad.stderr
+    assert bad.returncode == 2, bad.stderr
+    assert "the query does not parse" in bad.stderr
     twice = tmp_path / "twice.toml"
     twice.write_text('[[database]]\nname = "catalogued"\ndsn = "host=x"\n' + (
         '[catalog]\ndsn = "env:CATALOG_DSN"\nquery = "SELECT name, dsn FROM public.tenants"\n'))
     dup = _outbox("migrate", "--all", "--databases", str(twice), env=env)
-    assert dup.returncode == 2 and "given twice" in dup.stderr, dup.stderr
+    assert dup.returncode == 2, dup.stderr
+    assert "given twice" in dup.stderr
     down = _outbox("status", "--all", "--databases", path, env={
         "CATALOG_DSN": f"postgresql://u:{PASSWORD}@127.0.0.1:{_closed_port()}/x"})
-    assert down.returncode == 1 and "catalog database is unreachable" in down.stderr
+    assert down.returncode == 1
+    assert "catalog database is unreachable" in down.stderr
 
 

@@ -40,7 +40,8 @@ def test_refresh_and_catalog_are_read() -> None:
                    'FROM t"\n', ENV)
     assert config.refresh == 120
     assert config.databases == ()
-    assert config.catalog is not None and config.catalog.query.startswith("SELECT")
+    assert config.catalog is not None
+    assert config.catalog.query.startswith("SELECT")
 
 
 def test_the_objects_never_show_a_dsn() -> None:
@@ -86,7 +87,8 @@ def test_bad_files_are_refused_in_one_line(text: str, says: str) -> None:
     message = str(caught.value)
     assert says in message
     assert "\n" not in message
-    assert SECRET not in message and "host=x" not in message
+    assert SECRET not in message
+    assert "host=x" not in message
 
 
 def test_a_password_in_a_bad_dsn_is_not_repeated() -> None:
@@ -98,7 +100,7 @@ def test_a_password_in_a_bad_dsn_is_not_repeated() -> None:
 
 def test_a_file_that_cannot_be_read_names_itself(tmp_path: Path) -> None:
     """A missing or undecodable file is a bad file, named in the message."""
-    with pytest.raises(BadDatabasesFile, match="nowhere.toml: cannot read it"):
+    with pytest.raises(BadDatabasesFile, match=r"nowhere\.toml: cannot read it"):
         load(tmp_path / "nowhere.toml")
     (tmp_path / "bad.toml").write_bytes(b"\xff\xfe")
     with pytest.raises(BadDatabasesFile, match="not valid UTF-8"):
@@ -107,7 +109,7 @@ def test_a_file_that_cannot_be_read_names_itself(tmp_path: Path) -> None:
 
 def test_names_are_unique_across_file_and_catalog() -> None:
     """A catalog row with a file entry's name is refused; an empty union too."""
-    with pytest.raises(BadDatabasesFile, match="'a' is given twice .again in the catalog"):
+    with pytest.raises(BadDatabasesFile, match=r"'a' is given twice \(again in the catalog"):
         merge([Database("a", "host=x")], [Database("a", "host=y")])
     with pytest.raises(BadDatabasesFile, match="lists no database"):
         merge([], [])
@@ -129,12 +131,15 @@ def test_refresh_keeps_the_last_good_list(tmp_path: Path) -> None:
     path = tmp_path / "db.toml"
     path.write_text('[[database]]\nname = "a"\ndsn = "host=x"\n')
     first = database_catalog.refresh(path, database_catalog.Refreshed((), DEFAULT_REFRESH))
-    assert first.problem is None and [d.name for d in first.databases] == ["a"]
+    assert first.problem is None
+    assert [d.name for d in first.databases] == ["a"]
     path.write_text('[[database]]\nname = "a"\ndsn = "host=x"\nbad = 1\n')
     second = database_catalog.refresh(path, first)
     assert second.databases == first.databases
-    assert second.problem is not None and "unknown key 'bad'" in second.problem
+    assert second.problem is not None
+    assert "unknown key 'bad'" in second.problem
     path.write_text('refresh = "5s"\n[[database]]\nname = "b"\ndsn = "host=x"\n')
     third = database_catalog.refresh(path, second)
-    assert third.problem is None and [d.name for d in third.databases] == ["b"]
+    assert third.problem is None
+    assert [d.name for d in third.databases] == ["b"]
     assert third.refresh == 5
