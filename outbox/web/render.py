@@ -35,6 +35,15 @@ def _when(moment: Any) -> str:
     return rfc3339(moment, seconds=True) or "-"
 
 
+def at(request: Request, url: str) -> str:
+    """``url`` keeping the request's ``?db=`` (every link of a page of one database of many)."""
+    name = request.query_params.get("db")
+    if not name:
+        return url
+    joiner = "" if url.endswith(("?", "&")) else "&" if "?" in url else "?"
+    return f"{url}{joiner}{urlencode({'db': name})}"
+
+
 def _environment() -> Environment:
     env = Environment(loader=PackageLoader("outbox.web", "templates"),
                       autoescape=select_autoescape(default=True), finalize=_shown,
@@ -48,15 +57,6 @@ def _environment() -> Environment:
 
 
 _ENV = _environment()
-
-
-def at(request: Request, url: str) -> str:
-    """``url`` keeping the request's ``?db=`` (every link of a page of one database of many)."""
-    name = request.query_params.get("db")
-    if not name:
-        return url
-    joiner = "" if url.endswith(("?", "&")) else "&" if "?" in url else "?"
-    return f"{url}{joiner}{urlencode({'db': name})}"
 
 
 def wants_json(request: Request) -> bool:
