@@ -11,6 +11,7 @@ the whole listing; the reason shown is masked of any password.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,8 +34,8 @@ CONNECT_TIMEOUT = 5
 # Each statement's bound; the startup packet carries it with the pinned search_path.
 _SETTINGS = "-c jit=off -c statement_timeout=10000"
 # Words of libpq's or the server's refusal of the role (a connection failure has no SQLSTATE).
-_REFUSALS = ("password authentication failed", "permission denied", "does not exist",
-             "no pg_hba.conf entry", "authentication failed", "not permitted to log in")
+_REFUSALS = re.compile(r"authentication failed|permission denied|role \S+ does not exist"
+                       r"|no pg_hba\.conf entry|not permitted to log in")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,7 @@ def read_one(database: Database) -> DatabaseState:
                                options=server_options(database.dsn, _SETTINGS), **KEEPALIVES)
     except psycopg.Error as exc:
         reason = hidden(exc)
-        refused = any(word in reason for word in _REFUSALS)
+        refused = _REFUSALS.search(reason) is not None
         return DatabaseState(name, "refused" if refused else "unreachable", reason=reason)
     try:
         with conn:

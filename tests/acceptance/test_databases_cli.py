@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from psycopg import sql
@@ -24,6 +25,7 @@ from tests.conftest import Cluster
 from tests.support.cli import run_outbox
 from tests.support.publishing import add_endpoint
 from tests.support.releases import releases
+from tests.support.web_server import web_server
 
 PASSWORD = "pw-9f3c1d"  # in the unreachable databases' DSNs: it must never be printed
 _SECRETS: list[str] = [PASSWORD]
@@ -274,3 +276,27 @@ def test_catalog_lists_more_databases(dbs: Databases, tmp_path: Path) -> None:
     assert "catalog database is unreachable" in down.stderr
 
 
+
+
+def test_web_serves_the_overview_of_the_file(dbs: Databases) -> None:
+    """outbox web --databases: / redirects to /databases; ?db= serves one database's pages."""
+    _backlog(dbs.add("a", "current"), 2, 60)
+    dbs.add("b", "current")
+    dbs.unreachable("gone")
+    said: list[str] = []
+    with web_server("postgresql://127.0.0.1:1/ignored", "--databases", dbs.file(),
+                    said=said) as url, \
+            httpx.Client(base_url=url, trust_env=False) as client:
+        root = client.get("/")
+        assert root.status_code == 303
+        assert root.headers["location"] == "/databases"
+        rows = client.get("/databases?format=json").json()["databases"]
+        assert [(r["database"], r["state"]) for r in rows] == [
+            ("a", "ok"), ("b", "ok"), ("gone", "unreachable")]
+        assert client.get("/?db=a&format=json").json()["endpoints"][0]["pending"] == 2
+        assert client.get("/dead?db=zz").status_code == 404
+        html = client.get("/databases").text
+        for secret in _SECRETS:
+            assert secret not in html
+    for secret in _SECRETS:
+        assert secret not in "\n".join(said)
