@@ -1,11 +1,14 @@
 """The databases a file names, with those its ``[catalog]`` query lists; read again on refresh.
 
 :func:`databases` gives the whole list once (the ``outbox`` command);
-:func:`refresh` gives it again, or the last good list and why not (a
+:func:`first` gives it at a long-running reader's start, and :func:`refresh`
+gives it again, or the last good list and why not (a
 long-running reader such as the dispatcher, which must keep serving what it
 had when the file or the catalog cannot be read).
 
-The catalog query is checked before it runs: it is prepared and described
+The query runs with the pinned ``search_path`` (``pg_catalog, pg_temp``), so
+it names its tables with their schema (``public.tenant_databases``); one
+that does not is told so. The catalog query is checked before it runs: it is prepared and described
 (the server parses and plans it, nothing is executed), so that a query that
 does not parse, or that does not return ``name`` and ``dsn``, is a bad file
 (:class:`BadDatabasesFile`) and not taken for an outage; a catalog database
@@ -41,6 +44,10 @@ CONNECT_TIMEOUT = 10
 """Seconds to reach the catalog database before it counts as unreachable."""
 _TIMEOUT: LiteralString = "SET LOCAL statement_timeout = '30s'"
 _COLUMNS = ("name", "dsn", "listen_dsn")
+# undefined_table, undefined_function, undefined_object: a name the pinned path cannot see.
+_NOT_FOUND = frozenset({"42P01", "42883", "42704"})
+_UNQUALIFIED = (" (the query runs with search_path pg_catalog, pg_temp: name each table "
+                "with its schema, as public.tenant_databases)")
 
 
 class CatalogUnreachable(Exception):
@@ -62,6 +69,18 @@ def databases(config: DatabasesFile, environ: Mapping[str, str] | None = None
     if config.catalog is None:
         return merge(config.databases, ())
     return merge(config.databases, read_catalog(config.catalog, environ))
+
+
+def first(path: str | Path, environ: Mapping[str, str] | None = None) -> Refreshed:
+    """The list at start: a bad file (or catalog rows) raises BadDatabasesFile (exit 2);
+    a catalog database that is down gives the file's own entries, and why, to be tried
+    again at the next :func:`refresh`."""
+    config = load(path, environ)
+    try:
+        return Refreshed(databases(config, environ), config.refresh)
+    except CatalogUnreachable as exc:
+        return Refreshed(merge(config.databases, (), allow_empty=True), config.refresh,
+                         f"{exc}; it is tried again in {config.refresh:g} s")
 
 
 def refresh(path: str | Path, last: Refreshed, environ: Mapping[str, str] | None = None
@@ -114,7 +133,9 @@ def _describe(conn: psycopg.Connection[Any], catalog: Catalog) -> Sequence[str]:
     pgconn = conn.pgconn
     result = pgconn.prepare(b"", catalog.query.encode())
     if result.status != pq.ExecStatus.COMMAND_OK:
-        raise BadDatabasesFile("catalog: the query does not parse: " + _error(result))
+        state = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+        hint = _UNQUALIFIED if state in _NOT_FOUND else ""
+        raise BadDatabasesFile("catalog: the query does not parse: " + _error(result) + hint)
     described = pgconn.describe_prepared(b"")
     if described.status != pq.ExecStatus.COMMAND_OK:
         raise BadDatabasesFile("catalog: the query cannot be described: " + _error(described))

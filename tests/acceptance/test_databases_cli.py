@@ -264,6 +264,12 @@ def test_catalog_lists_more_databases(dbs: Databases, tmp_path: Path) -> None:
     bad = _outbox("status", "--all", "--databases", str(unparsed), env=env)
     assert bad.returncode == 2, bad.stderr
     assert "the query does not parse" in bad.stderr
+    unqualified = tmp_path / "unqualified.toml"
+    unqualified.write_text('[catalog]\ndsn = "env:CATALOG_DSN"\n'
+                           'query = "SELECT name, dsn FROM tenants"\n')
+    bare = _outbox("status", "--all", "--databases", str(unqualified), env=env)
+    assert bare.returncode == 2, bare.stderr
+    assert "name each table with its schema" in bare.stderr
     twice = tmp_path / "twice.toml"
     twice.write_text('[[database]]\nname = "catalogued"\ndsn = "host=x"\n' + (
         '[catalog]\ndsn = "env:CATALOG_DSN"\nquery = "SELECT name, dsn FROM public.tenants"\n'))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,29 @@ def test_refresh_keeps_the_last_good_list(tmp_path: Path) -> None:
     assert third.problem is None
     assert [d.name for d in third.databases] == ["b"]
     assert third.refresh == 5
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_catalog_that_is_down_is_tried_again(tmp_path: Path) -> None:
+    """At start the file's entries serve meanwhile; at a refresh the last good list stays."""
+    path = tmp_path / "db.toml"
+    path.write_text('[[database]]\nname = "a"\ndsn = "host=x"\n'
+                    '[catalog]\ndsn = "env:CATALOG"\nquery = "SELECT name, dsn FROM t"\n')
+    env = {"CATALOG": f"postgresql://u:{SECRET}@127.0.0.1:{_closed_port()}/c"}
+    start = database_catalog.first(path, env)
+    assert [d.name for d in start.databases] == ["a"]
+    assert start.problem is not None
+    assert "catalog database is unreachable" in start.problem
+    assert SECRET not in start.problem
+    last = database_catalog.Refreshed((Database("a", "host=x"), Database("b", "host=y")), 60)
+    again = database_catalog.refresh(path, last, env)
+    assert again.databases == last.databases
+    assert again.problem is not None
+    assert "last good list of 2 databases" in again.problem
+    with pytest.raises(database_catalog.CatalogUnreachable):
+        database_catalog.databases(load(path, env), env)
