@@ -203,7 +203,8 @@ def _run_all(args: argparse.Namespace) -> int:
         outcome = _migrate_one(database, args)
         outcomes.append(outcome)
         if not args.json:
-            common.print_line(f"{outcome['database']}: {outcome['outcome']}")
+            said = f": {outcome['error']}" if outcome["error"] else ""
+            common.print_line(f"{outcome['database']}: {outcome['outcome']}{said}")
             sys.stdout.flush()
     if args.json:
         common.print_json(outcomes)
@@ -216,13 +217,14 @@ def _run_all(args: argparse.Namespace) -> int:
 
 
 def _migrate_one(database: Database, args: argparse.Namespace) -> dict[str, Any]:
-    """One database's outcome: migrated, current, failed: REASON or unreachable: REASON."""
+    """One database's outcome: migrated, current, failed or unreachable (the reason in
+    ``error``; the line printed for people joins them, ``failed: REASON``)."""
     result: dict[str, Any] = {"database": database.name, "outcome": "", "from_version": None,
                               "to_version": None, "error": None}
 
     def failed(kind: str, exc: BaseException) -> dict[str, Any]:
         reason = without_passwords(first_line(exc), [database.dsn]) or type(exc).__name__
-        result.update(outcome=f"{kind}: {reason}", error=reason)
+        result.update(outcome=kind, error=reason)
         return result
 
     try:
