@@ -306,3 +306,16 @@ def test_web_serves_the_overview_of_the_file(dbs: Databases) -> None:
             assert secret not in html
     for secret in _SECRETS:
         assert secret not in "\n".join(said)
+
+
+def test_web_with_db_serves_that_database_alone(dbs: Databases) -> None:
+    """outbox web --databases FILE --db NAME serves that one database, as with --dsn."""
+    _backlog(dbs.add("a", "current"), 1, 1)
+    dbs.add("b", "current")
+    with web_server("postgresql://127.0.0.1:1/ignored", "--databases", dbs.file(), "--db",
+                    "a") as url, httpx.Client(base_url=url, trust_env=False) as client:
+        assert client.get("/?format=json").json()["endpoints"][0]["pending"] == 1
+        assert client.get("/databases").status_code == 404
+    refused = _outbox("web", "--databases", dbs.file(), "--db", "c")
+    assert refused.returncode == 2
+    assert "choose one of a, b" in refused.stderr
