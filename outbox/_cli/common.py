@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -15,6 +16,9 @@ from typing import Any, Literal
 import psycopg
 
 from outbox._present import args as arguments
+from outbox._shared import database_catalog as catalog
+from outbox._shared.databases import BadDatabasesFile, Database, choose
+from outbox._shared.databases import load as load_databases
 from outbox._shared.dsn import (
     KEEPALIVES,
     InvalidDsn,
@@ -50,6 +54,51 @@ def add_dsn_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsn", default=argparse.SUPPRESS,
                         help="database URL (default: $OUTBOX_DSN, $DATABASE_URL, "
                         "libpq PG* variables)")
+    parser.add_argument("--databases", default=argparse.SUPPRESS, metavar="FILE",
+                        help="a databases file naming many databases, instead of --dsn "
+                        "(default: $OUTBOX_DATABASES when no --dsn is given)")
+    parser.add_argument("--db", default=argparse.SUPPRESS, metavar="NAME",
+                        help="with --databases: the database to work on (default: $OUTBOX_DB; "
+                        "needed when the file lists more than one)")
+
+
+def databases_file(args: argparse.Namespace) -> str | None:
+    """The databases file asked for: --databases, else $OUTBOX_DATABASES unless --dsn is given.
+
+    ``--dsn`` with ``--databases`` is bad usage, as is ``--db`` without a file.
+    """
+    flag_dsn, flag_file = getattr(args, "dsn", None), getattr(args, "databases", None)
+    if flag_dsn and flag_file:
+        raise UsageError("--dsn and --databases cannot be given together: one names a "
+                         "database, the other a file of them")
+    path = flag_file or (None if flag_dsn else os.environ.get("OUTBOX_DATABASES") or None)
+    if path is None and getattr(args, "db", None):
+        raise UsageError("--db picks one database of a databases file: give --databases FILE "
+                         "(or set OUTBOX_DATABASES)")
+    return path
+
+
+def all_databases(path: str) -> tuple[Database, ...]:
+    """Every database the file and its catalog list: a bad file is exit 2, a catalog down 1."""
+    try:
+        return catalog.databases(load_databases(path))
+    except BadDatabasesFile as exc:
+        raise UsageError(str(exc)) from None
+    except catalog.CatalogUnreachable as exc:
+        raise CommandFailed(str(exc)) from None
+
+
+def target_dsn(args: argparse.Namespace) -> str:
+    """The DSN of the one database this command works on (see :func:`databases_file`)."""
+    path = databases_file(args)
+    if path is None:
+        return resolve_dsn(getattr(args, "dsn", None))
+    listed = all_databases(path)
+    try:
+        return choose(listed, getattr(args, "db", None) or os.environ.get("OUTBOX_DB")
+                      or None).dsn
+    except BadDatabasesFile as exc:
+        raise UsageError(str(exc)) from None
 
 
 @contextmanager
@@ -64,7 +113,7 @@ def connect(args: argparse.Namespace, *, needs: Literal["outbox", "outbox or inb
     holding only the inbox will do too (``outbox purge``). ``None``: no check
     (``outbox migrate``).
     """
-    dsn = resolve_dsn(getattr(args, "dsn", None))
+    dsn = target_dsn(args)
     try:
         check_dsn(dsn)
     except InvalidDsn as exc:

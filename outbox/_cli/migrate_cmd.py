@@ -15,6 +15,10 @@ from typing import Any
 import psycopg
 
 from outbox._cli import common
+from outbox._shared.databases import Database
+from outbox._shared.dsn import KEEPALIVES, server_options, without_passwords
+from outbox._shared.text import first_line
+from outbox.errors import OutboxError
 from outbox.migrate import (
     LOCK_ATTEMPTS,
     LOCK_TIMEOUT,
@@ -41,6 +45,12 @@ def register(sub: Any) -> None:
     parser.add_argument("--from", type=_version, dest="from_version", metavar="VERSION",
                         help="with --sql: the schema version to start from (0: no outbox); "
                         "then no database is needed")
+    parser.add_argument("--all", action="store_true",
+                        help="with --databases: migrate every database of the file in turn, "
+                        "going on past one that fails; one line per database; exit 1 if any "
+                        "failed (run it again to finish)")
+    parser.add_argument("--json", action="store_true",
+                        help="with --all: print the outcomes as JSON")
     parser.add_argument("--inbox-only", action="store_true",
                         help="only the inbox (outbox.receive), for a receiver's own database")
     parser.add_argument("--lock-timeout", type=_seconds, default=LOCK_TIMEOUT,
@@ -135,6 +145,10 @@ def _judge(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.all:
+        return _run_all(args)
+    if args.json:
+        raise common.UsageError("--json goes with --all")
     if args.from_version is not None and not args.sql:
         raise common.UsageError("--from goes with --sql")
     if args.sql:
@@ -165,3 +179,68 @@ def run(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(warning, file=sys.stderr)
     return common.EXIT_OK
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    """``migrate --all``: each database of the file in turn; a failure is its line, not the end.
+
+    Each database is migrated as ``outbox migrate`` migrates one, so a run
+    stopped or failed half way is finished by running it again: a database
+    already current is only read.
+    """
+    for option in ("dry_run", "sql", "check", "inbox_only"):
+        if getattr(args, option):
+            raise common.UsageError(f"--all migrates; --{option.replace('_', '-')} is for one "
+                                    "database (give --db NAME)")
+    if getattr(args, "db", None):
+        raise common.UsageError("--all migrates every database: --db is not for it")
+    path = common.databases_file(args)
+    if path is None:
+        raise common.UsageError("--all needs a databases file: give --databases FILE (or set "
+                                "OUTBOX_DATABASES)")
+    outcomes = []
+    for database in common.all_databases(path):
+        outcome = _migrate_one(database, args)
+        outcomes.append(outcome)
+        if not args.json:
+            said = f": {outcome['error']}" if outcome["error"] else ""
+            common.print_line(f"{outcome['database']}: {outcome['outcome']}{said}")
+            sys.stdout.flush()
+    if args.json:
+        common.print_json(outcomes)
+    failed = sum(1 for o in outcomes if o["outcome"] not in ("migrated", "current"))
+    if failed:
+        print(f"outbox: {failed} of {len(outcomes)} databases were not migrated: run "
+              "`outbox migrate --all` again once their reasons are dealt with", file=sys.stderr)
+        return common.EXIT_FAILURE
+    return common.EXIT_OK
+
+
+def _migrate_one(database: Database, args: argparse.Namespace) -> dict[str, Any]:
+    """One database's outcome: migrated, current, failed or unreachable (the reason in
+    ``error``; the line printed for people joins them, ``failed: REASON``)."""
+    result: dict[str, Any] = {"database": database.name, "outcome": "", "from_version": None,
+                              "to_version": None, "error": None}
+
+    def failed(kind: str, exc: BaseException) -> dict[str, Any]:
+        reason = without_passwords(first_line(exc), [database.dsn]) or type(exc).__name__
+        result.update(outcome=kind, error=reason)
+        return result
+
+    try:
+        conn = psycopg.connect(database.dsn, connect_timeout=10, application_name="outbox-cli",
+                               options=server_options(database.dsn), **KEEPALIVES)
+    except psycopg.Error as exc:
+        return failed("unreachable", exc)
+    try:
+        with conn:
+            with conn.transaction():
+                state = read_state(conn)
+            result["from_version"] = state.version if state.outbox else 0
+            before, after = migrate(conn, lock_timeout=args.lock_timeout,
+                                    attempts=args.lock_attempts)
+    except (psycopg.Error, OutboxError) as exc:
+        return failed("failed", exc)
+    result.update(outcome="migrated" if before != after else "current", from_version=before,
+                  to_version=after)
+    return result

@@ -11,7 +11,7 @@ from typing import Any
 
 from outbox import admin
 from outbox._cli import common
-from outbox._present import shapes
+from outbox._present import overview, shapes
 from outbox._present.words import describe_horizon, format_age
 
 
@@ -32,6 +32,10 @@ def register(sub: Any) -> None:
                         f"(at most {admin.TENANTS_PER_ENDPOINT}, pending plus in flight)")
     parser.add_argument("--watch", nargs="?", type=_interval, const=2.0, metavar="SECONDS",
                         help="redraw every SECONDS (default 2) until interrupted")
+    parser.add_argument("--all", action="store_true",
+                        help="with --databases: one line per database of the file (its state, "
+                        "pending and dead deliveries, oldest pending age), the oldest "
+                        "backlog first")
     common.add_dsn_option(parser)
     parser.set_defaults(func=run)
 
@@ -48,6 +52,8 @@ def _interval(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.all:
+        return _run_all(args)
     if args.watch is None:
         with common.connect(args) as conn:
             _show(conn, as_json=args.json, tenants=args.tenants)
@@ -63,6 +69,45 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(args.watch)
     except KeyboardInterrupt:
         return common.EXIT_OK
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    """``status --all``: every database of the file, each read apart (see overview)."""
+    if args.tenants:
+        raise common.UsageError("--tenants goes with one database, not with --all")
+    if getattr(args, "db", None):
+        raise common.UsageError("--all lists every database: --db is not for it")
+    path = common.databases_file(args)
+    if path is None:
+        raise common.UsageError("--all needs a databases file: give --databases FILE (or set "
+                                "OUTBOX_DATABASES)")
+    databases = common.all_databases(path)
+    clear = "\033[H\033[2J" if sys.stdout.isatty() else ""
+    try:
+        while True:
+            rows = overview.read_all(databases)
+            if args.watch is not None:
+                sys.stdout.write(clear)
+                print(datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+            _show_all(rows, as_json=args.json)
+            if args.watch is None:
+                return common.EXIT_OK
+            sys.stdout.flush()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return common.EXIT_OK
+
+
+def _show_all(rows: list[overview.DatabaseState], *, as_json: bool) -> None:
+    if as_json:
+        common.print_json(overview.shape(rows))
+        return
+    common.print_table(
+        ["database", "state", "pending", "dead", "oldest pending", "reason"],
+        [(r.database, r.state, "-" if r.pending is None else r.pending,
+          "-" if r.dead is None else r.dead,
+          "-" if not r.pending else format_age(r.oldest_pending_seconds or 0.0),
+          r.reason or "") for r in rows])
 
 
 def _show(conn: Any, *, as_json: bool, tenants: bool = False) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 
 from outbox._cli import common
 from outbox._shared import extras
-from outbox._shared.dsn import resolve_dsn
 from outbox.web.config import DEFAULT_HOST, DEFAULT_PORT, InsecureWebConfig, WebConfig
 
 
@@ -81,8 +80,12 @@ def _address(text: str) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     host, port = args.listen
+    path = common.databases_file(args)
+    many = path is not None and not (getattr(args, "db", None) or os.environ.get("OUTBOX_DB"))
+    databases = common.all_databases(path) if many and path is not None else ()
     try:
-        config = WebConfig(dsn=resolve_dsn(getattr(args, "dsn", None)), host=host, port=port,
+        config = WebConfig(dsn="" if many else common.target_dsn(args), host=host, port=port,
+                           databases=databases,
                            allow_actions=args.allow_actions,
                            password=os.environ.get("OUTBOX_WEB_PASSWORD") or None,
                            no_password=args.no_password,
@@ -92,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
     missing = extras.missing("outbox web", "web", extras.WEB)
     if missing is not None:
         raise common.CommandFailed(missing)
-    with common.connect(args):  # the database answers, and holds the schema this reads
-        pass
+    if not many:
+        with common.connect(args):  # the database answers, and holds the schema this reads
+            pass
     from outbox.web.serve import bind, serve, url
 
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -163,4 +163,18 @@ def _masked(text: str, dsn: str) -> str:
     text = _QUOTED.sub(mask, text)
     if any(password in text for password in passwords):
         return "the reason is not shown, since it would repeat the password"
+    return text
+
+
+def without_passwords(text: str, dsns: Iterable[str]) -> str:
+    """``text`` (a server's or libpq's message) with any password of ``dsns`` in it masked.
+
+    For messages about one of many databases, where a reason is shown after
+    the database's name: libpq does not repeat a password when it fails to
+    connect, but a message is checked rather than trusted.
+    """
+    for dsn in dsns:
+        for password in sorted(_sensitive_parts(dsn)[1], key=len, reverse=True):
+            if len(password) >= 3:
+                text = text.replace(password, "***")
     return text

@@ -24,7 +24,7 @@ from outbox._shared.text import counted
 from outbox.errors import EndpointNotFound
 from outbox.web.guard import COOKIE
 from outbox.web.params import event_id
-from outbox.web.render import problem
+from outbox.web.render import at, problem
 from outbox.web.state import Parts, parts
 
 log = logging.getLogger("outbox.web")
@@ -62,7 +62,7 @@ async def _act(request: Request, verb: str) -> Response:
              counted(count, "dead delivery", "dead deliveries"), found, endpoint,
              _client(request))
     done = urlencode({"done": verb, "endpoint": endpoint, "count": count})
-    return RedirectResponse(f"/events/{found}?{done}", 303)
+    return RedirectResponse(at(request, f"/events/{found}?{done}"), 303)
 
 
 def _refusal(request: Request, state: Parts, form: dict[str, str] | None) -> Response | None:

@@ -33,16 +33,18 @@ from outbox.web.db import NoConnection, Pool
 from outbox.web.guard import Guard, Tokens
 from outbox.web.params import BadParameter
 from outbox.web.render import problem
+from outbox.web.sites import CONNECTIONS, IDLE_SECONDS, Sites, UnknownDatabase, close
 from outbox.web.state import Parts
 
 log = logging.getLogger("outbox.web")
 
 
-def create_app(config: WebConfig) -> Starlette:
-    """The ASGI application (uvicorn serves it; tests drive it with Starlette's client)."""
-    readers = Pool(config.dsn, size=config.connections, read_only=True, wait=10,
+def _parts(config: WebConfig, dsn: str, tokens: Tokens, *, size: int,
+           max_idle: float = 600.0) -> Parts:
+    """One database's pools and counts' cache."""
+    readers = Pool(dsn, size=size, read_only=True, wait=10, max_idle=max_idle,
                    statement_timeout=config.statement_timeout_seconds)
-    writer = (Pool(config.dsn, size=1, read_only=False, wait=10,
+    writer = (Pool(dsn, size=1, read_only=False, wait=10, max_idle=max_idle,
                    statement_timeout=config.statement_timeout_seconds)
               if config.allow_actions else None)
 
@@ -50,20 +52,35 @@ def create_app(config: WebConfig) -> Starlette:
         with readers.connection() as conn:
             return pages.read_overview(conn)
 
-    state = Parts(config=config, readers=readers, writer=writer, counts=Snapshot(count),
-                  tokens=Tokens(),
-                  searches=threading.BoundedSemaphore(max(1, config.connections // 2)))
+    return Parts(config=config, readers=readers, writer=writer, counts=Snapshot(count),
+                 tokens=tokens, searches=threading.BoundedSemaphore(max(1, size // 2)))
+
+
+def create_app(config: WebConfig) -> Starlette:
+    """The ASGI application (uvicorn serves it; tests drive it with Starlette's client)."""
+    tokens = Tokens()
+    state: Parts | None = None
+    sites: Sites | None = None
+    if config.databases:
+        sites = Sites(config.databases, lambda database: _parts(
+            config, database.dsn, tokens, size=min(config.connections, CONNECTIONS),
+            max_idle=IDLE_SECONDS))
+    else:
+        state = _parts(config, config.dsn, tokens, size=config.connections)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        state.counts.warm()
+        if state is not None:
+            state.counts.warm()
         yield
-        readers.close()
-        if writer is not None:
-            writer.close()
+        if state is not None:
+            close(state)
+        if sites is not None:
+            sites.close()
 
     routes = [
-        Route("/", pages.overview),
+        Route("/", pages.home),
+        Route("/databases", pages.databases),
         Route("/dead", pages.dead),
         Route("/search", pages.find),
         Route("/events/{event_id}", pages.event),
@@ -75,9 +92,17 @@ def create_app(config: WebConfig) -> Starlette:
                        read_only=None if config.allow_actions else actions.READ_ONLY)
     app = Starlette(routes=routes, middleware=[guard], lifespan=lifespan,
                     exception_handlers={BadParameter: _bad, EndpointNotFound: _unknown,
-                                        NoConnection: _busy, psycopg.Error: _database})
+                                        NoConnection: _busy, psycopg.Error: _database,
+                                        UnknownDatabase: _no_database})
     app.state.parts = state
+    app.state.sites = sites
+    app.state.overview = threading.BoundedSemaphore(1)
     return app
+
+
+async def _no_database(request: Request, exc: Exception) -> Response:
+    missing = isinstance(exc, UnknownDatabase) and exc.missing
+    return problem(request, 400 if missing else 404, str(exc))
 
 
 async def _bad(request: Request, exc: Exception) -> Response:

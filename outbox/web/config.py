@@ -6,6 +6,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from outbox._shared.databases import Database
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 USER = "outbox"
@@ -62,6 +64,9 @@ class WebConfig:
     proxy in front guards the view (said at start)."""
     allowed_hosts: tuple[str, ...] = ()
     """``--allowed-host NAME``: more names requests may be addressed to (``Host``)."""
+    databases: tuple[Database, ...] = ()
+    """``--databases FILE``: every database of the file, each page of one with ``?db=NAME``
+    (``dsn`` is then unused); empty for the one database of ``dsn``."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -35,7 +35,7 @@ class Pool:
     """At most ``size`` connections, opened when first needed, reused while healthy."""
 
     def __init__(self, dsn: str, *, size: int, statement_timeout: float,
-                 read_only: bool, wait: float) -> None:
+                 read_only: bool, wait: float, max_idle: float = 600.0) -> None:
         millis = max(1, round(statement_timeout * 1000))
         # work_mem: the dead-letter listing sorts its rows (100,000 dead letters, some
         # 10 MB) in memory rather than on disk.
@@ -47,7 +47,7 @@ class Pool:
             settings.append(f"-c lock_timeout={min(millis, 2000)}")
         self._wait = wait
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            dsn, min_size=0, max_size=size, open=True, name="outbox-web",
+            dsn, min_size=0, max_size=size, open=True, name="outbox-web", max_idle=max_idle,
             kwargs={"autocommit": True, "connect_timeout": 10, "prepare_threshold": None,
                     "application_name": "outbox-web", **KEEPALIVES,
                     "options": server_options(dsn, " ".join(settings))})

@@ -24,13 +24,14 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from outbox import admin, history
+from outbox._present import overview as databases_overview
 from outbox._present import shapes
 from outbox._present.words import describe_horizon
 from outbox.errors import EventsNotFound
 from outbox.web.db import NoConnection
 from outbox.web.guard import COOKIE
 from outbox.web.params import BadParameter, dead_query, event_id, page_mark
-from outbox.web.render import document, page, problem, wants_json
+from outbox.web.render import at, document, page, problem, wants_json
 from outbox.web.search import search
 from outbox.web.state import parts
 
@@ -49,6 +50,31 @@ class Overview:
 
 def read_overview(conn: Any) -> Overview:
     return Overview(admin.status(conn), admin.horizon(conn), admin.key_waits(conn))
+
+
+def home(request: Request) -> Response:
+    """``/``: the endpoints of the one database; with many, the overview unless ``?db=``."""
+    if request.app.state.sites is not None and not request.query_params.get("db"):
+        return RedirectResponse("/databases", 303)
+    return overview(request)
+
+
+def databases(request: Request) -> Response:
+    """``/databases``: one row per database, as ``outbox status --all`` prints them."""
+    sites = request.app.state.sites
+    if sites is None:
+        return problem(request, 404, "this view serves one database: start it with "
+                       "--databases FILE for the overview of many")
+    # One overview read at a time: each opens a short connection to every database.
+    if not request.app.state.overview.acquire(timeout=30):
+        raise NoConnection("the databases' overview is being read for another request")
+    try:
+        rows = databases_overview.read_all(sites.databases)
+    finally:
+        request.app.state.overview.release()
+    if wants_json(request):
+        return document(databases_overview.shape(rows))
+    return page(request, "databases.html", rows=rows)
 
 
 def overview(request: Request) -> Response:
@@ -130,5 +156,5 @@ def find(request: Request) -> Response:
     if wants_json(request):
         return document(shapes.events(found))
     if len(found) == 1:
-        return RedirectResponse(f"/events/{found[0].event_id}", 303)
+        return RedirectResponse(at(request, f"/events/{found[0].event_id}"), 303)
     return page(request, "search.html", text=text, found=found)

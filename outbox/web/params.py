@@ -81,7 +81,7 @@ def dead_query(params: QueryParams, *, default_limit: int) -> DeadQuery:
             raise BadParameter(f"limit: give a whole number from 1 to {MAX_LIMIT}")
         limit = int(text)
     raw = tuple((k, v) for k, v in params.multi_items()
-                if k in {"endpoint", "type", "tenant", "since", "until", "limit", "format"}
+                if k in {"endpoint", "type", "tenant", "since", "until", "limit", "format", "db"}
                 and v.strip())
     return DeadQuery(
         endpoint=_one(params, "endpoint"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
@@ -34,6 +35,15 @@ def _when(moment: Any) -> str:
     return rfc3339(moment, seconds=True) or "-"
 
 
+def at(request: Request, url: str) -> str:
+    """``url`` keeping the request's ``?db=`` (every link of a page of one database of many)."""
+    name = request.query_params.get("db")
+    if not name:
+        return url
+    joiner = "" if url.endswith(("?", "&")) else "&" if "?" in url else "?"
+    return f"{url}{joiner}{urlencode({'db': name})}"
+
+
 def _environment() -> Environment:
     env = Environment(loader=PackageLoader("outbox.web", "templates"),
                       autoescape=select_autoescape(default=True), finalize=_shown,
@@ -42,6 +52,7 @@ def _environment() -> Environment:
     env.filters["age"] = format_age
     env.filters["flat"] = lambda text: " ".join((text or "").split())
     env.globals["version"] = __version__
+    env.globals["at"] = at
     return env
 
 

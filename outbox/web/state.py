@@ -32,5 +32,9 @@ class Parts:
 
 
 def parts(request: Request) -> Parts:
+    """The parts of the database the request is about: the one database, or ``?db=``'s."""
     app: Any = request.app
-    return cast(Parts, app.state.parts)
+    sites = app.state.sites
+    if sites is None:
+        return cast(Parts, app.state.parts)
+    return cast(Parts, sites.get(request.query_params.get("db") or None))

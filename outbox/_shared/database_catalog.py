@@ -1,0 +1,161 @@
+"""The databases a file names, with those its ``[catalog]`` query lists; read again on refresh.
+
+:func:`databases` gives the whole list once (the ``outbox`` command);
+:func:`first` gives it at a long-running reader's start, and :func:`refresh`
+gives it again, or the last good list and why not (a
+long-running reader such as the dispatcher, which must keep serving what it
+had when the file or the catalog cannot be read).
+
+The query is the operator's own text, and the catalog's tables are the
+application's, usually in ``public``: it runs with the ``search_path``
+``pg_catalog, public, pg_temp``, so that ``FROM tenant_databases`` finds
+``public.tenant_databases`` while every built-in function and operator is
+still found in ``pg_catalog`` first (a look-alike planted in ``public`` wins
+only where the query itself mixes types that have no exact built-in match;
+naming the table ``public.tenant_databases`` and revoking CREATE on
+``public`` in the catalog database leaves it nothing). The catalog query is
+checked before it runs: it is prepared and described
+(the server parses and plans it, nothing is executed), so that a query that
+does not parse, or that does not return ``name`` and ``dsn``, is a bad file
+(:class:`BadDatabasesFile`) and not taken for an outage; a catalog database
+that cannot be reached is :class:`CatalogUnreachable`, tried again later. It
+runs in a read-only transaction under a statement timeout.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg import pq
+
+from outbox._shared.databases import (
+    BadDatabasesFile,
+    Catalog,
+    Database,
+    DatabasesFile,
+    database_from,
+    load,
+    merge,
+)
+from outbox._shared.dsn import KEEPALIVES, server_options, without_passwords
+from outbox._shared.text import first_line
+
+CONNECT_TIMEOUT = 10
+"""Seconds to reach the catalog database before it counts as unreachable."""
+_TIMEOUT: LiteralString = "SET LOCAL statement_timeout = '30s'"
+_COLUMNS = ("name", "dsn", "listen_dsn")
+# undefined_table, undefined_function, undefined_object: a name the pinned path cannot see.
+_NOT_FOUND = frozenset({"42P01", "42883", "42704"})
+_UNQUALIFIED = (" (the query runs with search_path pg_catalog, public, pg_temp: name a "
+                "table in another schema with its schema, as app.tenant_databases)")
+CATALOG_OPTION: LiteralString = "-c search_path=pg_catalog,public,pg_temp"
+"""The catalog connection's path: built-ins first, then the application's ``public``."""
+
+
+class CatalogUnreachable(Exception):
+    """The catalog database did not answer; the message says why (no DSN in it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refreshed:
+    """A refresh's outcome: the list in force, and why it is the old one when it is."""
+
+    databases: tuple[Database, ...]
+    refresh: float
+    problem: str | None = None
+
+
+def databases(config: DatabasesFile, environ: Mapping[str, str] | None = None
+              ) -> tuple[Database, ...]:
+    """The file's databases, then the catalog's; names unique across both, at least one."""
+    if config.catalog is None:
+        return merge(config.databases, ())
+    return merge(config.databases, read_catalog(config.catalog, environ))
+
+
+def first(path: str | Path, environ: Mapping[str, str] | None = None) -> Refreshed:
+    """The list at start: a bad file (or catalog rows) raises BadDatabasesFile (exit 2);
+    a catalog database that is down gives the file's own entries, and why, to be tried
+    again at the next :func:`refresh`."""
+    config = load(path, environ)
+    try:
+        return Refreshed(databases(config, environ), config.refresh)
+    except CatalogUnreachable as exc:
+        return Refreshed(merge(config.databases, (), allow_empty=True), config.refresh,
+                         f"{exc}; it is tried again in {config.refresh:g} s")
+
+
+def refresh(path: str | Path, last: Refreshed, environ: Mapping[str, str] | None = None
+            ) -> Refreshed:
+    """The file and catalog read again; on any failure ``last``'s list, with the reason."""
+    try:
+        config = load(path, environ)
+        return Refreshed(databases(config, environ), config.refresh)
+    except (BadDatabasesFile, CatalogUnreachable) as exc:
+        return Refreshed(last.databases, last.refresh,
+                         f"{exc}; the last good list of {len(last.databases)} databases "
+                         "stays in force")
+
+
+def read_catalog(catalog: Catalog, environ: Mapping[str, str] | None = None
+                 ) -> list[Database]:
+    """The rows of the catalog query, each checked as a file's entry is."""
+    try:
+        conn = psycopg.connect(catalog.dsn, connect_timeout=CONNECT_TIMEOUT,
+                               application_name="outbox-catalog", autocommit=True,
+                               options=server_options(catalog.dsn, CATALOG_OPTION), **KEEPALIVES)
+    except psycopg.OperationalError as exc:
+        raise CatalogUnreachable("the catalog database is unreachable: "
+                                 + without_passwords(first_line(exc), [catalog.dsn])) from None
+    env = os.environ if environ is None else environ
+    try:
+        with conn:
+            columns = _describe(conn, catalog)
+            with conn.transaction():
+                conn.execute("SET TRANSACTION READ ONLY")
+                conn.execute(_TIMEOUT)
+                rows = conn.execute(catalog.query.encode(), prepare=False).fetchall()
+    except psycopg.OperationalError as exc:
+        raise CatalogUnreachable("the catalog database failed: "
+                                 + without_passwords(first_line(exc), [catalog.dsn])) from None
+    except psycopg.Error as exc:
+        raise BadDatabasesFile("catalog: the query failed: "
+                               + without_passwords(first_line(exc), [catalog.dsn])) from None
+    found: list[Database] = []
+    for number, row in enumerate(rows, 1):
+        values = dict(zip(columns, row, strict=True))
+        found.append(database_from(values["name"], values["dsn"], values.get("listen_dsn"),
+                                   env,
+                                   f"catalog: row {number}"))
+    return found
+
+
+def _describe(conn: psycopg.Connection[Any], catalog: Catalog) -> Sequence[str]:
+    """The query's column names, read by preparing it (parsed and planned, never run)."""
+    pgconn = conn.pgconn
+    result = pgconn.prepare(b"", catalog.query.encode())
+    if result.status != pq.ExecStatus.COMMAND_OK:
+        state = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+        hint = _UNQUALIFIED if state in _NOT_FOUND else ""
+        raise BadDatabasesFile("catalog: the query does not parse: " + _error(result) + hint)
+    described = pgconn.describe_prepared(b"")
+    if described.status != pq.ExecStatus.COMMAND_OK:
+        raise BadDatabasesFile("catalog: the query cannot be described: " + _error(described))
+    names = [(described.fname(i) or b"").decode() for i in range(described.nfields)]
+    if "name" not in names or "dsn" not in names or len(set(names)) != len(names) \
+            or not set(names) <= set(_COLUMNS):
+        raise BadDatabasesFile("catalog: the query must return the columns name and dsn "
+                               f"(and optionally listen_dsn), not {', '.join(names) or 'none'}")
+    return names
+
+
+def _error(result: pq.abc.PGresult) -> str:
+    message = (result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY) or b"").decode(
+        errors="replace")
+    return message.splitlines()[0] if message.strip() else "no reason given"
+
