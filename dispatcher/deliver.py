@@ -27,7 +27,7 @@ from dispatcher.observe.metrics import Metrics
 from dispatcher.observe.throttle import Throttled
 from dispatcher.observe.tracing import Tracing
 from dispatcher.policy.envelope import encode
-from dispatcher.policy.model import AttemptResult, Delivery, Endpoint
+from dispatcher.policy.model import AttemptResult, Delivery, Endpoint, Record
 from dispatcher.policy.outcome import decide
 
 log = logging.getLogger("dispatcher")
@@ -91,6 +91,10 @@ class Deliverer:
     async def __call__(self, endpoint: Endpoint, deliveries: list[Delivery]) -> bool:
         """One request (more if a batch is refused with 413, see ``_split``); True unless
         the endpoint failed retryably (the breaker's word)."""
+        if endpoint.tenant is not None:
+            deliveries = self._refuse_foreign(endpoint, deliveries)
+            if not deliveries:
+                return True
         answered = True
         pieces = [deliveries]  # a stack: the next piece to send last
         while pieces:
@@ -109,6 +113,35 @@ class Deliverer:
                 continue
             answered = self._settle(endpoint, piece, result) and answered
         return answered
+
+    def _refuse_foreign(self, endpoint: Endpoint, deliveries: list[Delivery]) -> list[Delivery]:
+        """The deliveries of the endpoint's own tenant; the others become dead letters that
+        say why, never sent.
+
+        publish() routes an endpoint that belongs to a tenant only that tenant's events,
+        but a delivery may come from elsewhere: a publisher of an earlier release (which
+        routes by type alone), an INSERT by hand, or a tenant given to the endpoint after
+        the delivery was made. It counts as a failed attempt in its history (which says
+        why); the endpoint's circuit breaker is not told.
+        """
+        own = [d for d in deliveries if d.event.tenant == endpoint.tenant]
+        if len(own) == len(deliveries):
+            return deliveries
+        for delivery in deliveries:
+            if delivery.event.tenant == endpoint.tenant:
+                continue
+            theirs = ("an event without a tenant" if delivery.event.tenant is None
+                      else f"an event of tenant {delivery.event.tenant!r}")
+            error = (f"not sent: endpoint {endpoint.name} belongs to tenant "
+                     f"{endpoint.tenant!r}, and this is {theirs}")
+            log.warning("event %s dead-lettered for %s: %s", delivery.event.id,
+                        endpoint.name, error, extra={"endpoint": endpoint.name})
+            self._metrics.failed(endpoint.name, "other")
+            self._metrics.dead(endpoint.name)
+            self.dead_lettered += 1
+            self._completer.add(Record(delivery.id, delivery.lease_token, "dead", error=error,
+                                       reason="other"))
+        return own
 
     def _sent(self, endpoint: Endpoint, result: AttemptResult) -> None:
         """Count a request, whatever came of it."""

@@ -90,6 +90,7 @@ class EndpointRow(NamedTuple):
     ca_file: str | None
     client_cert: str | None
     client_key: str | None
+    tenant: str | None  # the tenant it belongs to; None: every tenant's events go to it
     now: datetime  # the database's clock, for rotated secrets' overlaps
     version: str  # the row's xmin
 
@@ -176,7 +177,7 @@ class EndpointView:
             rate_limit=float(row.rate_limit) if row.rate_limit is not None else None,
             max_batch=row.max_batch, format=cast(Format, row.format),
             headers=json.loads(row.headers or "{}"), breaker_failures=row.breaker_failures,
-            send_tracestate=bool(row.send_tracestate), tls=_tls_files(row))
+            send_tracestate=bool(row.send_tracestate), tls=_tls_files(row), tenant=row.tenant)
         self._enabled[row.id] = bool(row.enabled)
         self._versions[row.id] = row.version
         # Read again when the first overlap still running ends (its secret stops signing).

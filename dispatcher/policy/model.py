@@ -67,6 +67,9 @@ class Endpoint:
     breaker_failures: int = DEFAULT_BREAKER_FAILURES  # 0: no circuit breaker
     send_tracestate: bool = True  # False: traceparent alone goes out
     tls: TlsFiles | None = None  # its CA bundle and client certificate; None: the defaults
+    # The tenant it belongs to: it is sent no other tenant's event (deliver.foreign);
+    # None: every tenant's.
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ _MAX_OVERLAP = timedelta(days=365)
 _SCALAR_OPTIONS = ("url", "secret", "max_attempts", "timeout", "min_backoff", "max_backoff",
                    "max_in_flight", "rate_limit", "max_batch", "format", "breaker_failures",
                    "breaker_cooldown", "max_pending", "max_pending_per_tenant",
-                   "send_tracestate", "ca_file", "client_cert", "client_key")
+                   "send_tracestate", "ca_file", "client_cert", "client_key", "tenant")
 _TLS_OPTIONS = frozenset({"ca_file", "client_cert", "client_key"})
 
 
@@ -56,7 +56,11 @@ def register(sub: Any) -> None:
     _option_arguments(update, url_required=False)
     update.add_argument("--unset", action="append", metavar="OPTION", default=[],
                         help="return an option to its default (rate-limit, max-pending, "
-                        "max-pending-per-tenant, secret, header, ...; repeatable)")
+                        "max-pending-per-tenant, secret, header, tenant, ...; repeatable)")
+    update.add_argument("--no-tenant", action="store_true",
+                        help="the endpoint belongs to no tenant any more: it receives the "
+                        "matching events of every tenant published from now on (as "
+                        "--unset tenant)")
     show = _command(commands, "show", endpoints_view.show,
                     "every option of one endpoint (the secret only as its kind)")
     show.add_argument("name", metavar="NAME")
@@ -65,6 +69,7 @@ def register(sub: Any) -> None:
     listing = _command(commands, "list", endpoints_view.list_endpoints,
                        "show endpoints with their limits (never their secrets)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument("--tenant", metavar="TENANT", help="only the endpoints of this tenant")
     for name, func, text in (("enable", _enable, "resume deliveries to an endpoint"),
                              ("disable", _disable, "hold deliveries to an endpoint")):
         _command(commands, name, func, text).add_argument("name", metavar="NAME")
@@ -129,6 +134,10 @@ def _option_arguments(parser: argparse.ArgumentParser, *, url_required: bool) ->
     parser.add_argument("--client-key", metavar="PATH",
                         help="the client certificate's private key (PEM, unencrypted); "
                         "with --client-cert")
+    parser.add_argument("--tenant", metavar="TENANT",
+                        help="the tenant the endpoint belongs to: it receives only the events "
+                        "published with that tenant (among those --events matches); "
+                        "default: none, it receives every tenant's")
     tracestate = parser.add_mutually_exclusive_group()
     tracestate.add_argument("--send-tracestate", dest="send_tracestate", action="store_const",
                             const=True, help="send the event's tracestate beside its "
@@ -211,6 +220,10 @@ def _update(args: argparse.Namespace) -> int:
             raise common.UsageError(f"argument --unset: {text!r} is not an option that "
                                     "has a default")
         unset.append(option)
+    if args.no_tenant:
+        if args.tenant is not None:
+            raise common.UsageError("argument --no-tenant: not allowed with --tenant")
+        unset.append("tenant")
     try:
         options = _given_options(args)
         with common.connect(args) as conn:

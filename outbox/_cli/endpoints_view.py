@@ -14,7 +14,8 @@ from outbox._cli import common
 from outbox._shared.text import counted
 from outbox._shared.urls import shown_url
 from outbox.admin import status
-from outbox.endpoints import signing_label
+from outbox.endpoints import check_tenant, signing_label
+from outbox.errors import InvalidEndpoint
 
 
 def show(args: argparse.Namespace) -> int:
@@ -53,8 +54,14 @@ def _shown(key: str, value: Any) -> str:
 
 
 def list_endpoints(args: argparse.Namespace) -> int:
+    tenant = None
+    if args.tenant is not None:
+        try:
+            tenant = check_tenant(args.tenant)
+        except InvalidEndpoint as exc:
+            raise common.UsageError(f"--tenant {exc.problem}") from None
     with common.connect(args) as conn:
-        endpoints = store.list_endpoints(conn)
+        endpoints = store.list_endpoints(conn, tenant=tenant)
     if args.json:
         common.print_json([as_json(e) for e in endpoints])
         return common.EXIT_OK
@@ -66,9 +73,10 @@ def list_endpoints(args: argparse.Namespace) -> int:
                      signing_label(c["secret"]) or "-", c["format"], c["max_in_flight"],
                      f"{c['rate_limit']:g}/s" if c["rate_limit"] else "-", c["max_batch"],
                      c["max_pending"] or "-", c["max_pending_per_tenant"] or "-",
-                     c["max_attempts"]))
+                     c["max_attempts"], c["tenant"] or "-"))
     common.print_table(("name", "enabled", "url", "events", "signing", "format", "in flight",
-                        "rate", "batch", "max pending", "per tenant", "attempts"), rows)
+                        "rate", "batch", "max pending", "per tenant", "attempts", "tenant"),
+                       rows)
     return common.EXIT_OK
 
 
@@ -79,6 +87,7 @@ def as_json(e: store.StoredEndpoint) -> dict[str, Any]:
     return {
         # Query values may be tokens (?token=...): masked, as header values are.
         "name": c["name"], "url": shown_url(c["url"]), "events": c["events"],
+        "tenant": c["tenant"],
         "signing": signing_label(c["secret"]), "signing_previous_until": rotation_ends,
         "max_attempts": c["max_attempts"], "timeout": c["timeout_seconds"],
         "min_backoff": c["min_backoff_seconds"], "max_backoff": c["max_backoff_seconds"],

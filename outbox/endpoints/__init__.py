@@ -28,7 +28,7 @@ from outbox._shared.secrets import (
     decode_secret,
     env_name_allowed,
 )
-from outbox.endpoints._checks import check_patterns, glob_to_like
+from outbox.endpoints._checks import check_patterns, check_tenant, glob_to_like
 from outbox.endpoints._files import file_warning
 from outbox.endpoints._spec import (
     EndpointSpec,
@@ -67,6 +67,7 @@ __all__ = [
     "add_endpoint",
     "check_patterns",
     "check_secret",
+    "check_tenant",
     "decode_secret",
     "env_name_allowed",
     "file_warning",

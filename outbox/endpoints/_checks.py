@@ -16,9 +16,10 @@ import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
+from outbox._event import check_tenant as _event_tenant
 from outbox._shared.headers import HEADER_NAME, is_reserved, value_problem
 from outbox._shared.urls import shown_url
-from outbox.errors import InvalidEndpoint
+from outbox.errors import InvalidEndpoint, InvalidEvent
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _URL_MAX = 2048
@@ -238,3 +239,12 @@ def check_number(value: object, field: str, low: float, high: float, *,
         raise InvalidEndpoint(f"must be a number of {unit} {bound} up to {high:g}, "
                               f"not {value!r}", field)
     return float(value)  # type: ignore[arg-type]
+
+
+def check_tenant(tenant: object) -> str | None:
+    """The tenant an endpoint belongs to (None: none), as publish() takes an event's:
+    1 to 200 printable ASCII characters, a tenant that events can carry."""
+    try:
+        return _event_tenant(tenant)
+    except InvalidEvent as exc:
+        raise InvalidEndpoint(str(exc).removeprefix("tenant "), "tenant") from None

@@ -124,6 +124,10 @@ class EndpointSpec:
     client_key: str | None = None
     """The client certificate's private key (PEM, unencrypted): an absolute path on the
     dispatcher's filesystem, given with ``client_cert``; None for none."""
+    tenant: str | None = None
+    """The tenant the endpoint belongs to: it receives only the events published with that
+    tenant (among those its patterns match), so that one customer's endpoint never sees
+    another's; None: the matching events of every tenant, and those without one."""
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -175,6 +179,7 @@ class EndpointSpec:
                 and not self.url.lower().startswith("https://")):
             raise InvalidEndpoint("ca_file, client_cert and client_key are for https:// URLs: "
                                   "an http:// endpoint has no TLS to use them in")
+        put("tenant", checks.check_tenant(self.tenant))
         if (self.client_cert is None) != (self.client_key is None):
             raise InvalidEndpoint("client_cert and client_key are given together: the "
                                   "certificate and the key that belongs to it")
@@ -199,7 +204,7 @@ class EndpointSpec:
             "max_pending_per_tenant": self.max_pending_per_tenant,
             "send_tracestate": self.send_tracestate,
             "ca_file": self.ca_file, "client_cert": self.client_cert,
-            "client_key": self.client_key,
+            "client_key": self.client_key, "tenant": self.tenant,
         }
 
     @classmethod

@@ -60,7 +60,7 @@ _OPTION_COLUMNS = ("name", "url", "events", "events_like", "secret", "max_attemp
                    "max_in_flight", "rate_limit", "max_batch", "format", "headers",
                    "breaker_failures", "breaker_cooldown_seconds", "max_pending",
                    "max_pending_per_tenant", "send_tracestate", "ca_file", "client_cert",
-                   "client_key")
+                   "client_key", "tenant")
 
 
 def _lock(conn: Conn) -> None:
@@ -73,10 +73,10 @@ def _params(spec: EndpointSpec) -> dict[str, Any]:
     return params
 
 
-def list_endpoints(conn: Conn) -> list[StoredEndpoint]:
-    """Every live (not removed) endpoint, by name."""
+def list_endpoints(conn: Conn, *, tenant: str | None = None) -> list[StoredEndpoint]:
+    """Every live (not removed) endpoint, by name; with ``tenant``, that tenant's only."""
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(queries["endpoints_live"]).fetchall()
+        rows = cur.execute(queries["endpoints_live"], {"tenant": tenant}).fetchall()
     found = []
     for row in rows:
         columns = {key: row[key] for key in _OPTION_COLUMNS if key in row}
@@ -219,7 +219,8 @@ _FIELD_OF_COLUMN = {"url": "url", "events": "events", "secret": "secret",
                     "breaker_cooldown_seconds": "breaker_cooldown", "max_pending": "max_pending",
                     "max_pending_per_tenant": "max_pending_per_tenant",
                     "send_tracestate": "send_tracestate", "ca_file": "ca_file",
-                    "client_cert": "client_cert", "client_key": "client_key"}
+                    "client_cert": "client_cert", "client_key": "client_key",
+                    "tenant": "tenant"}
 
 
 def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],

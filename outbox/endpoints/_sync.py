@@ -45,6 +45,7 @@ _OPTION_OF_COLUMN = {
     "breaker_cooldown_seconds": "breaker_cooldown", "max_pending": "max_pending",
     "max_pending_per_tenant": "max_pending_per_tenant", "send_tracestate": "send_tracestate",
     "ca_file": "ca_file", "client_cert": "client_cert", "client_key": "client_key",
+    "tenant": "tenant",
 }
 
 

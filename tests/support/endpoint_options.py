@@ -91,6 +91,8 @@ GOOD: dict[str, st.SearchStrategy[Any]] = {
     "max_pending": _whole(1, 1_000_000_000),
     "max_pending_per_tenant": _whole(1, 1_000_000_000),
     "send_tracestate": st.booleans(),
+    "tenant": st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1,
+                      max_size=200),
 }
 # min_backoff and max_backoff are drawn together (the one must not exceed the other).
 BACKOFFS = ("min_backoff", "max_backoff")
@@ -140,6 +142,10 @@ def _near_misses(chars: st.SearchStrategy[str]) -> dict[str, st.SearchStrategy[A
         "headers": st.builds(lambda good, name, value: {**good, name: value}, _HEADERS,
                              st.one_of(_HEADER_NAMES, odd_text), st.one_of(
                                  _HEADER_VALUES, odd_text, st.just("v" * (MAX_VALUE + 1)))),
+        "tenant": st.one_of(st.builds(lambda good, odd: good + odd, st.text(
+            st.characters(min_codepoint=32, max_codepoint=126), max_size=10),
+            odd_text.filter(lambda odd: not odd.isascii() or not odd.isprintable())),
+            st.just(""), st.just("t" * 201)),
     }
 
 

@@ -201,6 +201,9 @@ LIMIT %(limit)s;
 -- filters choose whose endpoint is removed are not retried (no dispatcher
 -- serves it): they come back as skipped, counted per endpoint. With dry_run
 -- nothing is written and the counts say what would be.
+-- A dead letter of another tenant's event at an endpoint that belongs to a
+-- tenant (made by hand, or before the endpoint had its tenant) is never
+-- chosen: retried, it could only die again, and it is not counted.
 -- pg_notify is queued until commit: dispatchers wake only if the retry commits.
 WITH live AS (
     SELECT id, name, enabled FROM outbox.endpoints
@@ -218,6 +221,10 @@ chosen AS MATERIALIZED (
       AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
                                   %(since)s::timestamptz, %(until)s::timestamptz,
                                   %(tenant)s::text)
+      AND NOT EXISTS (SELECT 1 FROM outbox.endpoints e
+                      WHERE e.id = d.endpoint_id AND e.tenant IS NOT NULL
+                        AND (ev.tenant IS NULL
+                             OR e.tenant OPERATOR(pg_catalog.<>) ev.tenant))
     ORDER BY d.id  -- row locks in id order, as every writer of deliveries takes them
     FOR NO KEY UPDATE OF d
 ),
@@ -310,8 +317,10 @@ WHERE NOT EXISTS (SELECT 1 FROM outbox.events ev WHERE ev.id = given.id);
 -- range scan instead of a scan of the whole table. Both come in as constants
 -- (admin_replay_since) so that the planner can estimate the range.
 -- The endpoint row is locked FOR SHARE (see admin_retry_dead for why).
+-- An endpoint that belongs to a tenant is replayed only that tenant's events:
+-- the others are not chosen, nor counted.
 WITH target AS (
-    SELECT id, enabled FROM outbox.endpoints
+    SELECT id, enabled, tenant FROM outbox.endpoints
     WHERE id = %(endpoint_id)s AND removed_at IS NULL
     FOR SHARE
 ),
@@ -325,6 +334,9 @@ chosen AS MATERIALIZED (
     WHERE ev.id = ANY (%(event_ids)s::uuid[])
       AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
                                   NULL, NULL, %(tenant)s::text)
+      AND NOT EXISTS (SELECT 1 FROM target t
+                      WHERE t.tenant IS NOT NULL
+                        AND (ev.tenant IS NULL OR t.tenant OPERATOR(pg_catalog.<>) ev.tenant))
     UNION ALL
     SELECT ev.id, ev.seq, ev.key, ev.tenant, ev.deliver_after
     FROM outbox.events ev
@@ -333,6 +345,9 @@ chosen AS MATERIALIZED (
       AND outbox.event_matches_v1(ev.type, ev.created_at, ev.tenant, %(types)s::text[],
                                   %(since)s::timestamptz, %(until)s::timestamptz,
                                   %(tenant)s::text)
+      AND NOT EXISTS (SELECT 1 FROM target t
+                      WHERE t.tenant IS NOT NULL
+                        AND (ev.tenant IS NULL OR t.tenant OPERATOR(pg_catalog.<>) ev.tenant))
 ),
 fresh AS MATERIALIZED (
     SELECT c.id, c.seq, c.key, c.tenant, c.deliver_after, t.id AS endpoint_id

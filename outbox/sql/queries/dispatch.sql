@@ -755,7 +755,7 @@ WHERE removed_at IS NULL;
 SELECT id, name, url, secret, previous_secrets::text, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
        format, headers::text, enabled, breaker_failures, send_tracestate,
-       ca_file, client_cert, client_key, now(), xmin::text
+       ca_file, client_cert, client_key, tenant, now(), xmin::text
 FROM outbox.endpoints
 WHERE removed_at IS NULL AND id = ANY (%(ids)s::bigint[])
 ORDER BY id;

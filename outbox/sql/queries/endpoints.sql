@@ -12,10 +12,11 @@ SELECT pg_advisory_xact_lock(7469813520412), pg_notify('outbox_endpoints', '');
 SELECT id, name, url, events, events_like, secret, previous_secrets, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
        format, headers, breaker_failures, breaker_cooldown_seconds, max_pending,
-       max_pending_per_tenant, send_tracestate, ca_file, client_cert, client_key,
+       max_pending_per_tenant, send_tracestate, ca_file, client_cert, client_key, tenant,
        enabled, disabled_reason, created_at, updated_at
 FROM outbox.endpoints
 WHERE removed_at IS NULL
+  AND (%(tenant)s::text IS NULL OR tenant OPERATOR(pg_catalog.=) %(tenant)s::text)
 ORDER BY name;
 
 -- name: endpoint_id_by_name
@@ -30,7 +31,7 @@ INSERT INTO outbox.endpoints
     (name, url, events, events_like, secret, max_attempts, timeout_seconds,
      min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
      format, headers, breaker_failures, breaker_cooldown_seconds, max_pending,
-     max_pending_per_tenant, send_tracestate, ca_file, client_cert, client_key)
+     max_pending_per_tenant, send_tracestate, ca_file, client_cert, client_key, tenant)
 VALUES
     (%(name)s, %(url)s, %(events)s::text[], %(events_like)s::text[], %(secret)s::text,
      %(max_attempts)s, %(timeout_seconds)s, %(min_backoff_seconds)s,
@@ -38,7 +39,7 @@ VALUES
      %(format)s, %(headers)s::jsonb, %(breaker_failures)s, %(breaker_cooldown_seconds)s,
      %(max_pending)s::bigint, %(max_pending_per_tenant)s::bigint,
      %(send_tracestate)s::boolean, %(ca_file)s::text, %(client_cert)s::text,
-     %(client_key)s::text)
+     %(client_key)s::text, %(tenant)s::text)
 RETURNING id;
 
 -- name: endpoint_replace
@@ -72,6 +73,7 @@ UPDATE outbox.endpoints SET
     ca_file = %(ca_file)s::text,
     client_cert = %(client_cert)s::text,
     client_key = %(client_key)s::text,
+    tenant = %(tenant)s::text,
     updated_at = now()
 WHERE id = %(id)s;
 

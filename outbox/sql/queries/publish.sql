@@ -47,6 +47,13 @@
 -- Key order is per tenant (no tenant being a tenant of its own): the key
 -- locks of a tenant's keys are its own, and an event without a tenant takes
 -- the same lock as the previous release's publishers take for its key.
+-- Tenants' endpoints (docs/concepts.md, "Endpoints of a tenant"): an event goes
+-- to the endpoints whose patterns match its type and that belong to no
+-- tenant or to the event's (written out in each place that routes).
+-- targets keeps only those that may take one of this batch's events: the
+-- endpoints of other tenants are dropped by one hashed look-up each, before
+-- any pattern is matched, so a thousand customers' endpoints cost publish()
+-- no more than the few that can match.
 WITH input AS (
     SELECT *
     FROM ROWS FROM (
@@ -64,14 +71,17 @@ WITH input AS (
                            traceparent, tracestate, tenant, ord)
 ),
 targets AS (
-    SELECT id, name, events_like, max_pending, max_pending_per_tenant FROM outbox.endpoints
+    SELECT id, name, events_like, max_pending, max_pending_per_tenant, tenant
+    FROM outbox.endpoints
     WHERE removed_at IS NULL
+      AND (tenant IS NULL OR tenant OPERATOR(pg_catalog.=) ANY (SELECT i.tenant FROM input i))
 ),
 over AS MATERIALIZED (
     SELECT t.name, t.max_pending, h.held
     FROM (SELECT * FROM targets WHERE max_pending IS NOT NULL) t
     CROSS JOIN LATERAL (SELECT count(*) AS routed FROM input i
-                        WHERE i.type LIKE ANY (t.events_like)) r
+                        WHERE i.type LIKE ANY (t.events_like)
+                          AND (t.tenant IS NULL OR t.tenant OPERATOR(pg_catalog.=) i.tenant)) r
     CROSS JOIN LATERAL outbox.backlog_v1(t.id) h
     WHERE r.routed > 0 AND h.held + r.routed > t.max_pending
     ORDER BY t.name
@@ -82,6 +92,7 @@ over_tenant AS MATERIALIZED (
     FROM (SELECT * FROM targets WHERE max_pending_per_tenant IS NOT NULL) t
     CROSS JOIN LATERAL (SELECT i.tenant, count(*) AS routed FROM input i
                         WHERE i.tenant IS NOT NULL AND i.type LIKE ANY (t.events_like)
+                          AND (t.tenant IS NULL OR t.tenant OPERATOR(pg_catalog.=) i.tenant)
                         GROUP BY i.tenant) x
     CROSS JOIN LATERAL outbox.tenant_backlog_v1(t.id, x.tenant, t.max_pending_per_tenant) h
     WHERE h.pending + h.in_flight + x.routed > t.max_pending_per_tenant
@@ -112,7 +123,8 @@ inserted AS (
          traceparent, tracestate, tenant)
     SELECT i.id::uuid, i.type, i.key, i.payload, i.headers::jsonb, i.idempotency_key,
            c.at, c.at + make_interval(secs => i.delay::float8),
-           NOT EXISTS (SELECT 1 FROM targets t WHERE i.type LIKE ANY (t.events_like)),
+           NOT EXISTS (SELECT 1 FROM targets t WHERE i.type LIKE ANY (t.events_like)
+                       AND (t.tenant IS NULL OR t.tenant OPERATOR(pg_catalog.=) i.tenant)),
            i.traceparent, i.tracestate, i.tenant
     FROM input i CROSS JOIN clock c
     WHERE NOT EXISTS (SELECT 1 FROM refused)
@@ -125,6 +137,7 @@ fanned AS (
     SELECT e.id, t.id, e.seq, e.key, e.tenant, e.deliver_after
     FROM inserted e
     JOIN targets t ON e.type LIKE ANY (t.events_like)
+                  AND (t.tenant IS NULL OR t.tenant OPERATOR(pg_catalog.=) e.tenant)
     RETURNING endpoint_id
 ),
 counted AS (
