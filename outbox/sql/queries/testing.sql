@@ -10,7 +10,7 @@
 -- (64-bit) xid, rebuilt from our own, says "in progress" only for ours: an
 -- uncommitted row of anyone else is not visible here at all.
 WITH mine AS (SELECT pg_current_xact_id_if_assigned()::text::bigint AS top)
-SELECT e.id, e.type, e.key, e.payload, e.headers, e.idempotency_key, e.created_at
+SELECT e.id, e.type, e.key, e.payload, e.headers, e.idempotency_key, e.created_at, e.tenant
 FROM outbox.events e, mine
 WHERE mine.top IS NOT NULL
   AND age(e.xmin) <= 0
