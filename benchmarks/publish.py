@@ -1,7 +1,7 @@
 """What publishing costs a producer's transaction, against a bare INSERT baseline.
 
     python benchmarks/publish.py [--repetitions 7] [--transactions 200] [--batches 10]
-                                 [--tmpfs]
+                                 [--tmpfs] [--tenant-endpoints N]
 
 Starts its own throwaway PostgreSQL with fsync on and its data directory on
 disk (``--tmpfs`` puts it in /dev/shm instead), creates one endpoint
@@ -22,6 +22,11 @@ all of them alike:
 - ``publish_many`` of 1,000 events per call (with its commit), against a
   bare 1,000-row ``INSERT ... SELECT FROM unnest`` into the plain table
   (the usual way of sending a batch: arrays adapted by the driver).
+
+With ``--tenant-endpoints N`` there are also N endpoints subscribed to
+``mail.*`` that belong to tenants ``t0`` ... ``tN-1``, and every event is
+published with tenant ``t0``: each goes to the sink and to t0's endpoint,
+and publish must pass over the N - 1 others (the A/B of 1 and 10,000).
 
 Wall times suffer from anything else running on the machine; the CPU time of
 this process and of its server backend does not, so both are reported.
@@ -83,7 +88,7 @@ def _payload(i: int) -> dict[str, Any]:
 
 def _publish_one(conn: psycopg.Connection[Any], i: int, type_: str) -> tuple[float, float]:
     start = time.perf_counter()
-    outbox.publish(conn, type_, _payload(i), key=f"thread-{i % 50}")
+    outbox.publish(conn, type_, _payload(i), key=f"thread-{i % 50}", tenant=TENANT)
     statement = time.perf_counter()
     conn.commit()
     return time.perf_counter() - start, statement - start
@@ -99,6 +104,7 @@ def bench_publish_in_span(conn: psycopg.Connection[Any], i: int) -> tuple[float,
 
 
 TRACER: Any = None
+TENANT: str | None = None  # the events' tenant (--tenant-endpoints)
 
 
 def bench_publish_bounded(conn: psycopg.Connection[Any], i: int) -> tuple[float, float]:
@@ -118,7 +124,7 @@ def bench_bare(conn: psycopg.Connection[Any], i: int) -> tuple[float, float]:
 def bench_publish_many(conn: psycopg.Connection[Any], i: int) -> tuple[float, float]:
     start = time.perf_counter()
     outbox.publish_many(conn, [
-        outbox.Event("mail.received", _payload(i + n), key=f"thread-{n % 50}")
+        outbox.Event("mail.received", _payload(i + n), key=f"thread-{n % 50}", tenant=TENANT)
         for n in range(BATCH)])
     statement = time.perf_counter()
     conn.commit()
@@ -205,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the data directory in /dev/shm (fsync then costs nothing)")
     parser.add_argument("--span", action="store_true",
                         help="also publish inside an OpenTelemetry span (needs opentelemetry-sdk)")
+    parser.add_argument("--tenant-endpoints", type=int, default=0, metavar="N",
+                        help="also N endpoints of tenants t0..tN-1; events are t0's")
     args = parser.parse_args(argv)
     singles: dict[str, Variant] = {"publish": bench_publish,
                                    "publish, bounded": bench_publish_bounded,
@@ -227,6 +235,14 @@ def main(argv: list[str] | None = None) -> int:
             conn.execute("INSERT INTO outbox.endpoints (name, url, events, events_like, "
                          "max_pending) VALUES ('bounded', 'http://127.0.0.1:9/', "
                          "'{order.*}', '{order.%}', 1000000000)")
+            if args.tenant_endpoints:
+                global TENANT  # noqa: PLW0603 - set once, before any measurement
+                TENANT = "t0"
+                conn.execute("INSERT INTO outbox.endpoints (name, url, events, events_like, "
+                             "tenant) SELECT 'tenant-' || n, 'http://127.0.0.1:9/', "
+                             "'{mail.*}', '{mail.%%}', 't' || n "
+                             "FROM generate_series(0, %s - 1) AS n", (args.tenant_endpoints,))
+                conn.execute("ANALYZE outbox.endpoints")
             conn.commit()
             version = conn.execute("SHOW server_version").fetchone()
             fsync = conn.execute("SHOW fsync").fetchone()
@@ -280,6 +296,8 @@ def report(single: dict[str, Timings], many: dict[str, Timings], *, server_versi
         cpu = _ms(t.client_cpu) + _ms(t.server_cpu)
         print(f"  {name:<24}{_ms(t.totals):>11.1f}{BATCH / statistics.median(t.totals):>11,.0f}"
               f"{_ms(t.client_cpu):>17.1f} + {_ms(t.server_cpu):<7.1f}{BATCH * 1000 / cpu:>14,.0f}")
+    if args.tenant_endpoints:
+        print(f"  ({args.tenant_endpoints} tenant endpoints; events of tenant t0)")
     rate = BATCH / statistics.median(many["publish_many"].totals)
     print(f"  target: publish_many >= 20,000 events/s: {'met' if rate >= 20000 else 'MISSED'}"
           " (events/CPU-s: the rate when client and server each get their core)")

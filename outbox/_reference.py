@@ -1,7 +1,7 @@
 """The Python API reference, ``docs/api.md``, generated from the public modules' docstrings.
 
-The public API is what ``outbox``, ``outbox.receive``, ``outbox.testing``
-and ``outbox.errors`` name in ``__all__``: each name's signature and
+The public API is what ``outbox``, ``outbox.receive``, ``outbox.testing``,
+``outbox.endpoints`` and ``outbox.errors`` name in ``__all__``: each name's signature and
 docstring go to the page, classes with their public methods and properties.
 Nothing is written twice by hand: a name added to an ``__all__`` appears
 here, a public name without a docstring stops the generator, and
@@ -21,7 +21,7 @@ from types import ModuleType
 PAGE = Path("docs") / "api.md"
 """Where the reference lives, from the repository's root."""
 
-MODULES = ("outbox", "outbox.receive", "outbox.testing", "outbox.errors")
+MODULES = ("outbox", "outbox.receive", "outbox.testing", "outbox.endpoints", "outbox.errors")
 """The public modules, in the page's order."""
 
 _HEAD = """\
@@ -31,9 +31,9 @@ _HEAD = """\
      docstrings of the public modules: edit those, not this page. -->
 
 The public API is what the modules below name; anything else (modules or
-names starting with `_`, and `outbox.admin`, `outbox.endpoints`,
-`outbox.history`, `outbox.migrate`, `outbox.retention`, which serve the
-`outbox` command) may change between minor versions. The exceptions
+names starting with `_`, names of `outbox.endpoints` not in its `__all__`,
+and `outbox.admin`, `outbox.history`, `outbox.migrate`, `outbox.retention`,
+which serve the `outbox` command) may change between minor versions. The exceptions
 are described in [`outbox.errors`](#outboxerrors); the concepts behind the
 calls in [concepts.md](concepts.md), receiving in [receiving.md](receiving.md).
 """
@@ -127,7 +127,9 @@ def render() -> str:
         for name in names:
             if name.startswith("__"):
                 continue
-            if module_name == "outbox" and name in _ERRORS:
+            value = getattr(module, name)
+            if (module_name != "outbox.errors" and inspect.isclass(value)
+                    and issubclass(value, Exception) and value.__module__ == "outbox.errors"):
                 continue  # described under outbox.errors, where they live
             lines += _entry(module, name)
     return "\n".join(lines).rstrip() + "\n"

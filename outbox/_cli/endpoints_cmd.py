@@ -227,7 +227,7 @@ def _update(args: argparse.Namespace) -> int:
     try:
         options = _given_options(args)
         with common.connect(args) as conn:
-            changed = store.update_endpoint(conn, args.name, options, unset=unset)
+            changed = store.update(conn, args.name, **{**dict.fromkeys(unset), **options})
             if _TLS_OPTIONS & set(options):
                 _warn_about_files(store.spec_of(conn, args.name), cli=True)
     except InvalidEndpoint as exc:
@@ -266,7 +266,7 @@ def _disable(args: argparse.Namespace) -> int:
 
 def _remove(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
-        dead = store.remove_endpoint(conn, args.name, force=args.force)
+        dead = store.remove(conn, args.name, force=args.force)
     suffix = f"; {dead} undelivered deliveries became dead letters" if dead else ""
     print(f"removed endpoint {args.name}{suffix}")
     return common.EXIT_OK
@@ -286,7 +286,7 @@ def _rotate(args: argparse.Namespace) -> int:
     except InvalidEndpoint as exc:
         raise _usage(exc) from None
     with common.connect(args) as conn:
-        rotation = store.rotate_secret(conn, args.name, secret, overlap)
+        rotation = store.rotate_endpoint_secret(conn, args.name, secret, overlap)
     note = f"rotated the secret of endpoint {args.name}"
     retired, older = rotation.retired_until, rotation.signs_until
     if retired is not None:

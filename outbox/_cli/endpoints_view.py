@@ -27,7 +27,7 @@ def show(args: argparse.Namespace) -> int:
         # dispatchers report (a secret or TLS files they cannot use), a pause, a circuit.
         problem = next((e.problem for e in status(conn).endpoints if e.name == args.name),
                        None)
-    doc = {**as_json(found[0]), "problem": problem}
+    doc = {**store.as_json(found[0]), "problem": problem}
     if args.json:
         common.print_json(doc)
         return common.EXIT_OK
@@ -63,7 +63,7 @@ def list_endpoints(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
         endpoints = store.list_endpoints(conn, tenant=tenant)
     if args.json:
-        common.print_json([as_json(e) for e in endpoints])
+        common.print_json([store.as_json(e) for e in endpoints])
         return common.EXIT_OK
     rows = []
     for e in endpoints:
@@ -78,32 +78,6 @@ def list_endpoints(args: argparse.Namespace) -> int:
                         "rate", "batch", "max pending", "per tenant", "attempts", "tenant"),
                        rows)
     return common.EXIT_OK
-
-
-def as_json(e: store.StoredEndpoint) -> dict[str, Any]:
-    """Every option of an endpoint; the secret reduced to its kind, header values hidden."""
-    c = e.columns
-    rotation_ends = max((str(p.get("expires_at")) for p in e.previous_secrets), default=None)
-    return {
-        # Query values may be tokens (?token=...): masked, as header values are.
-        "name": c["name"], "url": shown_url(c["url"]), "events": c["events"],
-        "tenant": c["tenant"],
-        "signing": signing_label(c["secret"]), "signing_previous_until": rotation_ends,
-        "max_attempts": c["max_attempts"], "timeout": c["timeout_seconds"],
-        "min_backoff": c["min_backoff_seconds"], "max_backoff": c["max_backoff_seconds"],
-        "max_in_flight": c["max_in_flight"], "rate_limit": c["rate_limit"],
-        "max_batch": c["max_batch"], "format": c["format"],
-        "breaker_failures": c["breaker_failures"],
-        "breaker_cooldown": c["breaker_cooldown_seconds"],
-        "max_pending": c["max_pending"], "max_pending_per_tenant": c["max_pending_per_tenant"],
-        "send_tracestate": c["send_tracestate"],
-        # Paths on the dispatcher's filesystem; the files themselves are never read here.
-        "ca_file": c["ca_file"], "client_cert": c["client_cert"], "client_key": c["client_key"],
-        # Header values are often credentials (Authorization): names only.
-        "headers": dict.fromkeys(c["headers"], "(hidden)"),
-        "enabled": e.enabled, "disabled_reason": e.disabled_reason,
-        "created_at": e.created_at.isoformat(), "updated_at": e.updated_at.isoformat(),
-    }
 
 
 def print_plan(report: store.SyncReport, *, force: bool) -> int:

@@ -1,19 +1,23 @@
 """Endpoint changes in the database: add, list, enable, disable, remove, rotate, sync.
 
-Every function runs in the caller's transaction and never commits: the
-``outbox endpoints`` command commits once at the end, so a command that
-fails part-way (a name already taken, a removal refused) writes nothing.
-Writers first take one advisory lock (``endpoints_admin_lock``) so that two
-administrators cannot interleave; publish and the dispatcher only read
-endpoints and never wait on it.
+Every change is a plan: a generator that yields the statements to run and
+receives their rows, and never touches a connection, so that the blocking
+shell (:func:`run`, what the command and ``outbox.endpoints.add`` use) and
+the async one (:func:`arun`, ``aadd`` ...) cannot drift apart, as publish's
+shells do not. Every plan runs in the caller's transaction and never commits:
+the ``outbox endpoints`` command commits once at the end, so a command that
+fails part-way (a name already taken, a removal refused) writes nothing; a
+refusal is always decided before the first write. Writers first take one
+advisory lock (``endpoints_admin_lock``) so that two administrators cannot
+interleave; publish and the dispatcher only read endpoints and never wait on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -25,6 +29,11 @@ from outbox.errors import EndpointBusy, EndpointExists, EndpointNotFound
 from outbox.sql import queries
 
 Conn = psycopg.Connection[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
+Row = dict[str, Any]
+Step = tuple[str, dict[str, Any]]
+T = TypeVar("T")
+Plan = Generator[Step, list[Row], T]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +72,34 @@ _OPTION_COLUMNS = ("name", "url", "events", "events_like", "secret", "max_attemp
                    "client_key", "tenant")
 
 
-def _lock(conn: Conn) -> None:
-    conn.execute(queries["endpoints_admin_lock"])
+def run(conn: Conn, plan: Plan[T]) -> T:
+    """Carry out a plan on a psycopg connection, in its current transaction."""
+    try:
+        step = next(plan)
+        while True:
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(step[0], step[1])
+                rows = cur.fetchall() if cur.description is not None else []
+            step = plan.send(rows)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def arun(conn: AsyncConn, plan: Plan[T]) -> T:
+    """Carry out a plan on a psycopg AsyncConnection, in its current transaction."""
+    try:
+        step = next(plan)
+        while True:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(step[0], step[1])
+                rows = await cur.fetchall() if cur.description is not None else []
+            step = plan.send(rows)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _lock() -> Plan[None]:
+    yield queries["endpoints_admin_lock"], {}
 
 
 def _params(spec: EndpointSpec) -> dict[str, Any]:
@@ -73,41 +108,70 @@ def _params(spec: EndpointSpec) -> dict[str, Any]:
     return params
 
 
+def _stored(row: Row) -> StoredEndpoint:
+    columns = {key: row[key] for key in _OPTION_COLUMNS if key in row}
+    columns["events"] = list(row["events"])
+    columns["events_like"] = list(row["events_like"])
+    return StoredEndpoint(
+        id=row["id"], enabled=row["enabled"], disabled_reason=row["disabled_reason"],
+        created_at=row["created_at"], updated_at=row["updated_at"], columns=columns,
+        previous_secrets=list(row["previous_secrets"] or []))
+
+
+def listing(tenant: str | None = None) -> Plan[list[StoredEndpoint]]:
+    """Every live (not removed) endpoint, by name; with ``tenant``, that tenant's only."""
+    rows = yield queries["endpoints_live"], {"tenant": tenant}
+    return [_stored(row) for row in rows]
+
+
 def list_endpoints(conn: Conn, *, tenant: str | None = None) -> list[StoredEndpoint]:
     """Every live (not removed) endpoint, by name; with ``tenant``, that tenant's only."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(queries["endpoints_live"], {"tenant": tenant}).fetchall()
-    found = []
-    for row in rows:
-        columns = {key: row[key] for key in _OPTION_COLUMNS if key in row}
-        columns["events"] = list(row["events"])
-        columns["events_like"] = list(row["events_like"])
-        found.append(StoredEndpoint(
-            id=row["id"], enabled=row["enabled"], disabled_reason=row["disabled_reason"],
-            created_at=row["created_at"], updated_at=row["updated_at"], columns=columns,
-            previous_secrets=list(row["previous_secrets"] or [])))
-    return found
+    return run(conn, listing(tenant))
+
+
+def adding(spec: EndpointSpec) -> Plan[int]:
+    """Insert a new endpoint; EndpointExists when a live one has the name."""
+    yield from _lock()
+    if (yield queries["endpoint_id_by_name"], {"name": spec.name}):
+        raise EndpointExists(spec.name)
+    rows = yield queries["endpoint_insert"], _params(spec)
+    return int(rows[0]["id"])
 
 
 def add_endpoint(conn: Conn, spec: EndpointSpec) -> int:
     """Insert a new endpoint; EndpointExists when a live one has the name."""
-    _lock(conn)
-    if conn.execute(queries["endpoint_id_by_name"], {"name": spec.name}).fetchone():
-        raise EndpointExists(spec.name)
     try:
-        row = conn.execute(queries["endpoint_insert"], _params(spec)).fetchone()
+        return run(conn, adding(spec))
     except psycopg.errors.UniqueViolation as exc:  # added outside the lock, by hand
         raise EndpointExists(spec.name) from exc
-    assert row is not None
-    return int(row[0])
+
+
+def enabling(name: str, *, enabled: bool, reason: str | None = None) -> Plan[None]:
+    """Enable (clearing the disabled reason) or disable an endpoint by name."""
+    yield from _lock()
+    params = {"name": name, "enabled": enabled, "reason": None if enabled else reason}
+    if not (yield queries["endpoint_set_enabled"], params):
+        raise EndpointNotFound(name)
 
 
 def set_enabled(conn: Conn, name: str, *, enabled: bool, reason: str | None = None) -> None:
     """Enable (clearing the disabled reason) or disable an endpoint by name."""
-    _lock(conn)
-    params = {"name": name, "enabled": enabled, "reason": None if enabled else reason}
-    if not conn.execute(queries["endpoint_set_enabled"], params).fetchone():
+    run(conn, enabling(name, enabled=enabled, reason=reason))
+
+
+def removing(name: str, *, force: bool,
+             reason: str = "the endpoint was removed (outbox endpoints remove)") -> Plan[int]:
+    """Soft-delete an endpoint; returns how many deliveries became dead letters.
+
+    Refused with EndpointBusy while it has pending or in-flight deliveries,
+    unless ``force``.
+    """
+    yield from _lock()
+    rows = yield queries["endpoint_id_by_name"], {"name": name}
+    if not rows:
         raise EndpointNotFound(name)
+    removed = yield from _remove({name: int(rows[0]["id"])}, force=force, reason=reason)
+    return removed[name]
 
 
 def remove_endpoint(conn: Conn, name: str, *, force: bool) -> int:
@@ -116,29 +180,28 @@ def remove_endpoint(conn: Conn, name: str, *, force: bool) -> int:
     Refused with EndpointBusy while it has pending or in-flight deliveries,
     unless ``force``.
     """
-    _lock(conn)
-    row = conn.execute(queries["endpoint_id_by_name"], {"name": name}).fetchone()
-    if row is None:
-        raise EndpointNotFound(name)
-    return _remove(conn, {name: int(row[0])}, force=force,
-                   reason="the endpoint was removed (outbox endpoints remove)")[name]
+    return run(conn, removing(name, force=force))
 
 
-def _remove(conn: Conn, ids: dict[str, int], *, force: bool, reason: str) -> dict[str, int]:
+def _undelivered(ids: Iterable[int]) -> Plan[dict[int, int]]:
+    rows = yield queries["endpoint_undelivered"], {"ids": list(ids)}
+    return {int(row["endpoint_id"]): int(row["count"]) for row in rows}
+
+
+def _remove(ids: dict[str, int], *, force: bool, reason: str) -> Plan[dict[str, int]]:
     """Remove endpoints by name -> id, all or none: the refusal is checked for all first."""
     if not ids:
         return {}
-    rows = conn.execute(queries["endpoint_undelivered"], {"ids": list(ids.values())})
-    by_id = {int(endpoint_id): int(count) for endpoint_id, count in rows.fetchall()}
+    by_id = yield from _undelivered(ids.values())
     undelivered = {name: by_id.get(endpoint_id, 0) for name, endpoint_id in ids.items()}
     busy = {name: count for name, count in undelivered.items() if count}
     if busy and not force:
         raise EndpointBusy(busy)
     for name, endpoint_id in ids.items():
         if undelivered[name]:
-            conn.execute(queries["endpoint_dead_letter_all"],
-                         {"id": endpoint_id, "reason": f"endpoint {name}: {reason}"})
-        conn.execute(queries["endpoint_mark_removed"], {"id": endpoint_id})
+            yield (queries["endpoint_dead_letter_all"],
+                   {"id": endpoint_id, "reason": f"endpoint {name}: {reason}"})
+        yield queries["endpoint_mark_removed"], {"id": endpoint_id}
     return undelivered
 
 
@@ -151,18 +214,24 @@ class Rotation(NamedTuple):
     """Until when any older secret still signs, earlier rotations' included (None: none)."""
 
 
-def rotate_secret(conn: Conn, name: str, secret: str, overlap: timedelta) -> Rotation:
+def rotating(name: str, secret: str, overlap: timedelta) -> Plan[Rotation]:
     """Install ``secret``; says until when the retired and any older secrets still sign.
 
     ``secret`` must already be checked (``whsec_...`` or ``env:NAME``).
     Entries of earlier rotations whose overlap has ended are pruned.
     """
-    _lock(conn)
+    yield from _lock()
     params = {"name": name, "secret": secret, "overlap": overlap.total_seconds()}
-    row = conn.execute(queries["endpoint_rotate_secret"], params).fetchone()
-    if row is None:
+    rows = yield queries["endpoint_rotate_secret"], params
+    if not rows:
         raise EndpointNotFound(name)
-    return Rotation(retired_until=row[2], signs_until=row[1])
+    return Rotation(retired_until=rows[0]["retired_until"],
+                    signs_until=rows[0]["old_signs_until"])
+
+
+def rotate_endpoint_secret(conn: Conn, name: str, secret: str, overlap: timedelta) -> Rotation:
+    """Install ``secret``; says until when the retired and any older secrets still sign."""
+    return run(conn, rotating(name, secret, overlap))
 
 
 def sync_endpoints(conn: Conn, specs: Sequence[EndpointSpec], *, force: bool) -> SyncReport:
@@ -172,16 +241,20 @@ def sync_endpoints(conn: Conn, specs: Sequence[EndpointSpec], *, force: bool) ->
     :func:`remove_endpoint`; one busy endpoint without ``force`` refuses the
     whole sync before anything is written.
     """
-    _lock(conn)
-    stored = list_endpoints(conn)
+    return run(conn, _syncing(specs, force=force))
+
+
+def _syncing(specs: Sequence[EndpointSpec], *, force: bool) -> Plan[SyncReport]:
+    yield from _lock()
+    stored = yield from listing()
     plan: SyncPlan = plan_sync(stored, specs)
     ids = {s.name: s.id for s in stored}
-    removed = _remove(conn, {name: ids[name] for name in plan.remove}, force=force,
-                      reason="the endpoint was removed (missing from the sync file)")
+    removed = yield from _remove({name: ids[name] for name in plan.remove}, force=force,
+                                 reason="the endpoint was removed (missing from the sync file)")
     for spec in plan.add:
-        conn.execute(queries["endpoint_insert"], _params(spec))
+        yield queries["endpoint_insert"], _params(spec)
     for spec in _specs_named(specs, plan.change):
-        conn.execute(queries["endpoint_replace"], {**_params(spec), "id": ids[spec.name]})
+        yield queries["endpoint_replace"], {**_params(spec), "id": ids[spec.name]}
     return SyncReport(added=[s.name for s in plan.add], changed=dict(plan.change),
                       removed=removed, unchanged=list(plan.unchanged))
 
@@ -197,13 +270,14 @@ def plan_endpoints_sync(conn: Conn, specs: Sequence[EndpointSpec]) -> SyncReport
     ``removed`` gives, per endpoint to remove, its undelivered deliveries:
     what a removal refuses without ``force`` and dead-letters with it.
     """
-    stored = list_endpoints(conn)
+    return run(conn, _planning(specs))
+
+
+def _planning(specs: Sequence[EndpointSpec]) -> Plan[SyncReport]:
+    stored = yield from listing()
     plan: SyncPlan = plan_sync(stored, specs)
     ids = {s.name: s.id for s in stored if s.name in set(plan.remove)}
-    undelivered: dict[int, int] = {}
-    if ids:
-        rows = conn.execute(queries["endpoint_undelivered"], {"ids": list(ids.values())})
-        undelivered = {int(endpoint_id): int(n) for endpoint_id, n in rows.fetchall()}
+    undelivered = (yield from _undelivered(ids.values())) if ids else {}
     return SyncReport(added=[s.name for s in plan.add], changed=dict(plan.change),
                       removed={name: undelivered.get(ids[name], 0) for name in plan.remove},
                       unchanged=list(plan.unchanged))
@@ -223,8 +297,8 @@ _FIELD_OF_COLUMN = {"url": "url", "events": "events", "secret": "secret",
                     "tenant": "tenant"}
 
 
-def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],
-                    *, unset: Iterable[str] = ()) -> list[str]:
+def updating(name: str, options: Mapping[str, object],
+             *, unset: Iterable[str] = ()) -> Plan[list[str]]:
     """Change some options of a live endpoint in place; the others stay as they are.
 
     ``options`` are keyed like :meth:`EndpointSpec.from_options`; ``unset``
@@ -232,8 +306,8 @@ def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],
     checked first. Returns the options that changed (none: nothing written).
     A new secret replaces the old one at once (``rotate-secret`` keeps both).
     """
-    _lock(conn)
-    current = _live(conn, name)
+    yield from _lock()
+    current = yield from _live(name)
     merged = _options_of(current)
     for option in unset:
         merged.pop(option, None)
@@ -241,17 +315,29 @@ def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],
     spec = EndpointSpec.from_options(name, merged)
     changed = changed_options(current.columns, spec.columns())
     if changed:
-        conn.execute(queries["endpoint_replace"], {**_params(spec), "id": current.id})
+        yield queries["endpoint_replace"], {**_params(spec), "id": current.id}
     return changed
+
+
+def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],
+                    *, unset: Iterable[str] = ()) -> list[str]:
+    """Change some options of a live endpoint in place (see :func:`updating`)."""
+    return run(conn, updating(name, options, unset=unset))
 
 
 def spec_of(conn: Conn, name: str) -> EndpointSpec:
     """The live endpoint's definition as it is stored (in the caller's transaction)."""
-    return EndpointSpec.from_options(name, _options_of(_live(conn, name)))
+    return EndpointSpec.from_options(name, _options_of(run(conn, _live(name))))
 
 
-def _live(conn: Conn, name: str) -> StoredEndpoint:
-    current = next((s for s in list_endpoints(conn) if s.name == name), None)
+def one(name: str) -> Plan[StoredEndpoint]:
+    """The live endpoint of that name; EndpointNotFound for none."""
+    return (yield from _live(name))
+
+
+def _live(name: str) -> Plan[StoredEndpoint]:
+    stored = yield from listing()
+    current = next((s for s in stored if s.name == name), None)
     if current is None:
         raise EndpointNotFound(name)
     return current

@@ -127,7 +127,7 @@ def test_unknown_name(conn: Conn, operation: str) -> None:
         "enable": lambda: store.set_enabled(conn, "gone", enabled=True),
         "disable": lambda: store.set_enabled(conn, "gone", enabled=False),
         "remove": lambda: store.remove_endpoint(conn, "gone", force=False),
-        "rotate": lambda: store.rotate_secret(conn, "gone", SECRET, timedelta(hours=1)),
+        "rotate": lambda: store.rotate_endpoint_secret(conn, "gone", SECRET, timedelta(hours=1)),
     }
     with pytest.raises(EndpointNotFound, match="no endpoint named gone"):
         calls[operation]()
@@ -168,7 +168,7 @@ def test_remove_refused_then_forced(conn: Conn) -> None:
 def test_rotate_keeps_old_secrets_newest_first_and_prunes(conn: Conn) -> None:
     """Rotation keeps the retired secret for the overlap, newest first, dropping expired ones."""
     add(conn, "hooks", secret=SECRET)
-    store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_2", timedelta(hours=2))
+    store.rotate_endpoint_secret(conn, "hooks", "env:OUTBOX_SECRET_2", timedelta(hours=2))
     conn.commit()
     r = row(conn, "hooks")
     assert r["secret"] == "env:OUTBOX_SECRET_2"
@@ -177,7 +177,7 @@ def test_rotate_keeps_old_secrets_newest_first_and_prunes(conn: Conn) -> None:
                         "> interval '119 minutes'", (psycopg.types.json.Jsonb(
                             r["previous_secrets"]),)).fetchone()
     assert ends == (True,)
-    until = store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_3", timedelta(hours=1))
+    until = store.rotate_endpoint_secret(conn, "hooks", "env:OUTBOX_SECRET_3", timedelta(hours=1))
     conn.commit()
     # The secret just retired signs for the hour; the one before it for longer (2 h).
     assert until.retired_until is not None
@@ -187,7 +187,7 @@ def test_rotate_keeps_old_secrets_newest_first_and_prunes(conn: Conn) -> None:
         ["env:OUTBOX_SECRET_2", SECRET]
     conn.execute("UPDATE outbox.endpoints SET previous_secrets = jsonb_set(previous_secrets, "
                  "'{1,expires_at}', to_jsonb(now() - interval '1 second'))")
-    store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_4", timedelta(hours=1))
+    store.rotate_endpoint_secret(conn, "hooks", "env:OUTBOX_SECRET_4", timedelta(hours=1))
     conn.commit()
     assert [p["secret"] for p in row(conn, "hooks")["previous_secrets"]] == \
         ["env:OUTBOX_SECRET_3", "env:OUTBOX_SECRET_2"]
@@ -196,8 +196,9 @@ def test_rotate_keeps_old_secrets_newest_first_and_prunes(conn: Conn) -> None:
 def test_rotate_from_unsigned_or_with_zero_overlap_keeps_nothing(conn: Conn) -> None:
     """An endpoint without a secret, or a zero overlap, leaves no previous secret."""
     add(conn, "hooks")
-    assert store.rotate_secret(conn, "hooks", SECRET, timedelta(hours=1)) == (None, None)
-    assert store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_N", timedelta(0)) == (None, None)
+    assert store.rotate_endpoint_secret(conn, "hooks", SECRET, timedelta(hours=1)) == (None, None)
+    assert store.rotate_endpoint_secret(conn, "hooks", "env:OUTBOX_SECRET_N",
+                                        timedelta(0)) == (None, None)
     conn.commit()
     assert row(conn, "hooks")["previous_secrets"] == []
 
@@ -230,7 +231,7 @@ def test_sync_adds_changes_removes(conn: Conn) -> None:
 def test_sync_secret_change_is_a_replacement(conn: Conn) -> None:
     """A secret changed by sync replaces the old one with no overlap; an equal one keeps it."""
     add(conn, "hooks", secret=SECRET)
-    store.rotate_secret(conn, "hooks", "env:OUTBOX_SECRET_N", timedelta(hours=1))
+    store.rotate_endpoint_secret(conn, "hooks", "env:OUTBOX_SECRET_N", timedelta(hours=1))
     conn.commit()
     store.sync_endpoints(conn, [EndpointSpec(name="hooks", url=URL, secret="env:OUTBOX_SECRET_N")],
                          force=False)

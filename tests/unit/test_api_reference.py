@@ -8,6 +8,7 @@ from types import ModuleType
 import pytest
 
 import outbox
+import outbox.endpoints
 from outbox import _reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +32,10 @@ def test_every_public_name_and_exception_has_an_entry() -> None:
         assert f"### `outbox.errors.{name}`" in text, name
     assert "### `outbox.receive.first_time`" in text
     assert "### `outbox.testing.Receiver`" in text
+    for name in outbox.endpoints.__all__:
+        if not name[0].isupper():  # the errors are under outbox.errors
+            assert f"### `outbox.endpoints.{name}`" in text, name
+    assert "### `outbox.endpoints.EndpointSpec`" not in text
 
 
 def test_a_public_name_without_a_docstring_stops_the_generator() -> None:

@@ -40,6 +40,27 @@ def _isort_key(name: str) -> tuple[int, str]:
     return 2, name
 
 
+ENDPOINTS = {"EndpointBusy", "EndpointExists", "EndpointNotFound", "InvalidEndpoint",
+             "add", "update", "remove", "enable", "disable", "rotate_secret", "get", "list"}
+ENDPOINTS |= {"a" + name for name in ENDPOINTS if name.islower()}
+
+
+def test_endpoints_all_is_the_operations_their_async_twins_and_errors() -> None:
+    """outbox.endpoints.__all__ is the operations, each with its async twin (a coroutine
+    function), and the errors they raise, sorted; InvalidEndpoint is a ValueError."""
+    assert set(outbox.endpoints.__all__) == ENDPOINTS
+    assert outbox.endpoints.__all__ == sorted(outbox.endpoints.__all__, key=_isort_key)
+    for name in ENDPOINTS:
+        if name.islower() and not name.startswith("a"):
+            assert inspect.iscoroutinefunction(getattr(outbox.endpoints, "a" + name)), name
+            assert not inspect.iscoroutinefunction(getattr(outbox.endpoints, name)), name
+    assert issubclass(outbox.endpoints.InvalidEndpoint, ValueError)
+    assert all(issubclass(getattr(outbox.endpoints, n), outbox.OutboxError)
+               for n in ENDPOINTS if n[0].isupper())
+    assert list(inspect.signature(outbox.endpoints.add).parameters) == [
+        "conn", "name", "url", "events", "secret", "tenant", "options"]
+
+
 def test_all_is_the_intended_set_and_sorted() -> None:
     """outbox.__all__ is exactly the intended names, without duplicates, in sorted order."""
     assert set(outbox.__all__) == INTENDED
