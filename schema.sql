@@ -123,9 +123,10 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
 CREATE UNIQUE INDEX IF NOT EXISTS endpoints_name_live
     ON outbox.endpoints (name) WHERE removed_at IS NULL;
 
--- One tenant's endpoints (`endpoints list --tenant`; version 17).
+-- publish's routing: the live endpoints without a tenant, and those of the
+-- tenants of a batch; `endpoints list --tenant` (version 17).
 CREATE INDEX IF NOT EXISTS endpoints_tenant
-    ON outbox.endpoints (tenant) WHERE removed_at IS NULL AND tenant IS NOT NULL;
+    ON outbox.endpoints (tenant) WHERE removed_at IS NULL;
 
 -- One row per endpoint: what every dispatcher must agree on while it runs.
 -- Claims lock a row (FOR NO KEY UPDATE SKIP LOCKED) only for a rate-limited

@@ -18,9 +18,11 @@
 ALTER TABLE outbox.endpoints ADD COLUMN IF NOT EXISTS tenant text
     CONSTRAINT endpoints_tenant_printable CHECK (tenant ~ '^[ -~]{1,200}$');
 
--- An endpoint list of one tenant (`endpoints list --tenant`, the API's list).
+-- publish's routing: the live endpoints without a tenant, and those of the
+-- tenants of a batch (`endpoints list --tenant` too). CREATE INDEX on the
+-- endpoints (a few rows; publishers only read them) waits for no publisher.
 CREATE INDEX IF NOT EXISTS endpoints_tenant
-    ON outbox.endpoints (tenant) WHERE removed_at IS NULL AND tenant IS NOT NULL;
+    ON outbox.endpoints (tenant) WHERE removed_at IS NULL;
 
 DO $grants$
 DECLARE

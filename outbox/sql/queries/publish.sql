@@ -51,9 +51,11 @@
 -- to the endpoints whose patterns match its type and that belong to no
 -- tenant or to the event's (written out in each place that routes).
 -- targets keeps only those that may take one of this batch's events: the
--- endpoints of other tenants are dropped by one hashed look-up each, before
--- any pattern is matched, so a thousand customers' endpoints cost publish()
--- no more than the few that can match.
+-- endpoints without a tenant, and those of the batch's tenants, each arm read
+-- from the index endpoints_tenant, so that ten thousand customers' endpoints
+-- cost publish() no more than the few that can match. (One arm with an OR
+-- would scan them all, and its estimate of thousands of rows per CTE would
+-- make the planner compile the statement with JIT: 60 ms a publish.)
 WITH input AS (
     SELECT *
     FROM ROWS FROM (
@@ -73,8 +75,13 @@ WITH input AS (
 targets AS (
     SELECT id, name, events_like, max_pending, max_pending_per_tenant, tenant
     FROM outbox.endpoints
+    WHERE removed_at IS NULL AND tenant IS NULL
+    UNION ALL
+    SELECT id, name, events_like, max_pending, max_pending_per_tenant, tenant
+    FROM outbox.endpoints
     WHERE removed_at IS NULL
-      AND (tenant IS NULL OR tenant OPERATOR(pg_catalog.=) ANY (SELECT i.tenant FROM input i))
+      AND tenant OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT DISTINCT i.tenant FROM input i
+                                                  WHERE i.tenant IS NOT NULL))
 ),
 over AS MATERIALIZED (
     SELECT t.name, t.max_pending, h.held
