@@ -86,6 +86,7 @@ class Deliverer:
 
     async def __call__(self, endpoint: Endpoint, deliveries: list[Delivery]) -> bool:
         """One request; True unless the endpoint failed retryably (the breaker's word)."""
+        started = time.monotonic()
         try:
             result = await attempt(self._sender, endpoint, deliveries, self._tracing)
         except Exception:
@@ -96,8 +97,12 @@ class Deliverer:
         if result.error_kind == "internal" and result is not INTERNAL_ERROR:
             _OUT_OF_FILES_LOG.warning(log, "%s (endpoint %s)", result.error, endpoint.name)
         verdict = circuit.verdict(result)  # None for our own trouble: the endpoint is not blamed
-        if verdict is not None:
-            self._completer.judge(endpoint.id, verdict)
+        lost = self._metrics.loop_lag.lost_since(started) if verdict == "failed" else 0.0
+        if verdict is not None and circuit.starved(result, endpoint, lost):
+            log.info("a timeout of %s is not counted by its circuit breaker: the event loop "
+                     "lost %.2f s of its %g s", endpoint.name, lost, endpoint.timeout)
+        elif verdict is not None:
+            self._completer.judge(endpoint.id, verdict, endpoint.breaker_window)
         done = datetime.now(UTC)
         disable = False
         for delivery in deliveries:
