@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 12.
+-- outbox-dispatcher schema: the current shape, version 13.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -49,7 +49,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 12 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 13 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -491,11 +491,14 @@ $$;
 -- state row. Only those are locked and written: a healthy endpoint's results
 -- never touch it (while the window holds no failure, the dispatchers keep
 -- their answers to themselves and bring them with their next failure).
+-- window_failures as stored: a failure older than the window makes one more
+-- write, which shifts it out.
 CREATE OR REPLACE FUNCTION outbox.circuit_touched_v2(
-    circuit text, breaker_failures integer, window_failures integer, reported integer)
+    circuit text, breaker_failures integer, window_failures integer[], reported integer)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT circuit <> 'closed' OR (breaker_failures > 0 AND (reported > 0 OR window_failures > 0))
+    SELECT circuit <> 'closed'
+        OR (breaker_failures > 0 AND (reported > 0 OR 0 < ANY (window_failures)))
 $$;
 
 -- The circuit breaker: the state after a batch, given the window's attempts
@@ -512,8 +515,9 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                WHEN breaker_failures = 0 THEN 'closed'
                WHEN circuit = 'half-open' AND reported > 0 THEN 'open'
                WHEN circuit = 'half-open' AND answered > 0 THEN 'closed'
-               WHEN circuit = 'closed' AND failures >= breaker_failures
-                    AND failures * 100.0 >= breaker_rate * attempts THEN 'open'
+               WHEN circuit = 'closed'
+                    AND failures >= greatest(breaker_failures, breaker_rate * attempts / 100.0)
+                    THEN 'open'
                ELSE circuit
            END
 $$;
@@ -586,7 +590,7 @@ GRANT EXECUTE ON FUNCTION
     outbox.circuit_window_v2(integer[], timestamptz, double precision),
     outbox.circuit_window_at_v2(double precision),
     outbox.circuit_sum_v2(integer[]),
-    outbox.circuit_touched_v2(text, integer, integer, integer),
+    outbox.circuit_touched_v2(text, integer, integer[], integer),
     outbox.circuit_after_v2(text, integer, double precision, integer, integer, integer, integer),
     outbox.rate_turns_v1(timestamptz, double precision, double precision, integer),
     outbox.rate_turn_near_v1(timestamptz, double precision),

@@ -64,11 +64,14 @@ $$;
 -- state row. Only those are locked and written: a healthy endpoint's results
 -- never touch it (while the window holds no failure, the dispatchers keep
 -- their answers to themselves and bring them with their next failure).
+-- window_failures as stored: a failure older than the window makes one more
+-- write, which shifts it out.
 CREATE OR REPLACE FUNCTION outbox.circuit_touched_v2(
-    circuit text, breaker_failures integer, window_failures integer, reported integer)
+    circuit text, breaker_failures integer, window_failures integer[], reported integer)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT circuit <> 'closed' OR (breaker_failures > 0 AND (reported > 0 OR window_failures > 0))
+    SELECT circuit <> 'closed'
+        OR (breaker_failures > 0 AND (reported > 0 OR 0 < ANY (window_failures)))
 $$;
 
 -- The circuit breaker: the state after a batch, given the window's attempts
@@ -85,8 +88,9 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                WHEN breaker_failures = 0 THEN 'closed'
                WHEN circuit = 'half-open' AND reported > 0 THEN 'open'
                WHEN circuit = 'half-open' AND answered > 0 THEN 'closed'
-               WHEN circuit = 'closed' AND failures >= breaker_failures
-                    AND failures * 100.0 >= breaker_rate * attempts THEN 'open'
+               WHEN circuit = 'closed'
+                    AND failures >= greatest(breaker_failures, breaker_rate * attempts / 100.0)
+                    THEN 'open'
                ELSE circuit
            END
 $$;
@@ -95,6 +99,6 @@ GRANT EXECUTE ON FUNCTION
     outbox.circuit_window_v2(integer[], timestamptz, double precision),
     outbox.circuit_window_at_v2(double precision),
     outbox.circuit_sum_v2(integer[]),
-    outbox.circuit_touched_v2(text, integer, integer, integer),
+    outbox.circuit_touched_v2(text, integer, integer[], integer),
     outbox.circuit_after_v2(text, integer, double precision, integer, integer, integer, integer)
     TO PUBLIC;

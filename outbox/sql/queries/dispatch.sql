@@ -650,7 +650,8 @@ reported AS (
 ),
 changing AS MATERIALIZED (
     -- Locked, a row is its latest version: the new values are computed from
-    -- it, never from this statement's older snapshot.
+    -- it, never from this statement's older snapshot. The window's counts as
+    -- they stand now (shifted by the buckets begun since it was written).
     SELECT s.endpoint_id, s.circuit,
            outbox.circuit_window_v2(s.window_attempts, s.window_at,
                                     e.breaker_window_seconds) AS attempts,
@@ -659,31 +660,27 @@ changing AS MATERIALIZED (
     FROM outbox.endpoint_state s
     JOIN reported r ON r.endpoint_id = s.endpoint_id
     JOIN outbox.endpoints e ON e.id = s.endpoint_id
-    WHERE outbox.circuit_touched_v2(
-              s.circuit, e.breaker_failures,
-              outbox.circuit_sum_v2(outbox.circuit_window_v2(s.window_failures, s.window_at,
-                                                             e.breaker_window_seconds)),
-              r.failures)
+    WHERE outbox.circuit_touched_v2(s.circuit, e.breaker_failures, s.window_failures,
+                                    r.failures)
     ORDER BY s.endpoint_id
     FOR NO KEY UPDATE OF s
 ),
+-- The batch goes into the newest bucket: its answers, the answers this
+-- dispatcher kept to itself while the window held no failure, its failures.
 judged AS (
-    SELECT c.endpoint_id, c.circuit AS was, n.attempts, n.failures,
+    SELECT c.endpoint_id, c.circuit AS was,
+           ARRAY[coalesce(c.attempts[1], 0) + r.answered + r.earlier + r.failures]
+               || c.attempts[2:6] AS attempts,
+           ARRAY[coalesce(c.failures[1], 0) + r.failures] || c.failures[2:6] AS failures,
            outbox.circuit_window_at_v2(e.breaker_window_seconds) AS window_at,
-           outbox.circuit_after_v2(c.circuit, e.breaker_failures, e.breaker_rate,
-                                   outbox.circuit_sum_v2(n.attempts),
-                                   outbox.circuit_sum_v2(n.failures),
-                                   r.answered, r.failures) AS circuit
+           outbox.circuit_after_v2(
+               c.circuit, e.breaker_failures, e.breaker_rate,
+               outbox.circuit_sum_v2(c.attempts) + r.answered + r.earlier + r.failures,
+               outbox.circuit_sum_v2(c.failures) + r.failures,
+               r.answered, r.failures) AS circuit
     FROM changing c
     JOIN reported r ON r.endpoint_id = c.endpoint_id
     JOIN outbox.endpoints e ON e.id = c.endpoint_id
-    -- The batch goes into the newest bucket: its answers, the answers this
-    -- dispatcher kept to itself while the window held no failure, its failures.
-    CROSS JOIN LATERAL (
-        SELECT ARRAY[coalesce(c.attempts[1], 0) + r.answered + r.earlier + r.failures]
-                   || c.attempts[2:6] AS attempts,
-               ARRAY[coalesce(c.failures[1], 0) + r.failures] || c.failures[2:6] AS failures
-    ) n
 ),
 circuits AS (
     -- A circuit that closes starts its count afresh (and the previous

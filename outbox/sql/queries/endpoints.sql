@@ -38,8 +38,8 @@ VALUES
      %(max_attempts)s, %(timeout_seconds)s, %(min_backoff_seconds)s,
      %(max_backoff_seconds)s, %(max_in_flight)s, %(rate_limit)s::float8, %(max_batch)s,
      %(format)s, %(headers)s::jsonb, %(breaker_failures)s, %(breaker_cooldown_seconds)s,
-     %(breaker_window_seconds)s, %(breaker_rate)s,
-     %(max_pending)s::bigint, %(max_pending_per_tenant)s::bigint,
+     %(max_pending)s::bigint, %(breaker_window_seconds)s, %(breaker_rate)s,
+     %(max_pending_per_tenant)s::bigint,
      %(send_tracestate)s::boolean, %(ca_file)s::text, %(client_cert)s::text,
      %(client_key)s::text)
 RETURNING id;
