@@ -68,7 +68,7 @@ class Completer:
         self._ready = asyncio.Event()
         self._closing = False
         self._writing = 0
-        self._tally = circuit.Tally(time.monotonic)
+        self._tally = circuit.Tally(time.time)
         self.written = 0
 
     def add(self, record: Record) -> None:

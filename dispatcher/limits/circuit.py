@@ -24,6 +24,7 @@ A probe that fails retryably is not charged to its delivery: that is
 from __future__ import annotations
 
 import json
+import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Literal
@@ -52,41 +53,47 @@ def verdict(result: AttemptResult) -> CircuitVerdict | None:
     return None
 
 
+BUCKETS = 6
+"""The breaker's window is counted in six buckets of a fifth of the window each, on the
+epoch (the database's ``circuit_window_v2``)."""
+
+
 class Tally:
     """The answers this dispatcher kept to itself, per endpoint, for the breaker's window.
 
     While an endpoint's window holds no failure, the complete statement does
     not touch its state row, so that a healthy endpoint's results cost no
     write of the row the whole fleet shares. Its answers still count: they
-    wait here, in buckets of a fifth of the window on this process's clock,
-    and go with the next batch that reports a failure (the share is then
-    taken of every attempt of the window, not of the failures alone). Those
-    older than the window are dropped.
+    wait here, in the window's buckets (a fifth of the window each, on the
+    epoch, as the database counts them), and go with the next batch that
+    reports a failure, each into its own bucket (the share is then taken of
+    every attempt of the window, not of the failures alone). Those older than
+    the window are dropped.
     """
 
     def __init__(self, clock: Callable[[], float]) -> None:
-        """``clock``: monotonic seconds (this module keeps no clock of its own)."""
+        """``clock``: seconds since the epoch (this module keeps no clock of its own)."""
         self._clock = clock
-        self._kept: dict[int, deque[list[float]]] = {}  # endpoint -> [[bucket start, answers]]
+        self._kept: dict[int, dict[int, int]] = {}  # endpoint -> {bucket: answers}
 
-    def earlier(self, endpoint_id: int, window: float) -> int:
-        """Answers kept for the endpoint that ended within the last window (and a fifth)."""
-        buckets = self._kept.get(endpoint_id)
-        if not buckets:
-            return 0
-        start = self._clock() - window - window / 5
-        while buckets and buckets[0][0] < start:
-            buckets.popleft()
-        return int(sum(count for _, count in buckets))
+    def _bucket(self, window: float) -> int:
+        return math.floor(self._clock() / (window / (BUCKETS - 1)))
+
+    def earlier(self, endpoint_id: int, window: float) -> list[int]:
+        """The answers kept for the endpoint per bucket of the window, newest first."""
+        kept = self._kept.get(endpoint_id)
+        if not kept:
+            return []
+        now = self._bucket(window)
+        for bucket in [b for b in kept if b <= now - BUCKETS]:
+            del kept[bucket]
+        return [kept.get(now - age, 0) for age in range(BUCKETS)]
 
     def keep(self, endpoint_id: int, window: float, answers: int) -> None:
         """Keep answers that the window did not count."""
-        now = self._clock()
-        buckets = self._kept.setdefault(endpoint_id, deque())
-        if buckets and now - buckets[-1][0] < window / 5:
-            buckets[-1][1] += answers
-        else:
-            buckets.append([now, answers])
+        kept = self._kept.setdefault(endpoint_id, {})
+        bucket = self._bucket(window)
+        kept[bucket] = kept.get(bucket, 0) + answers
 
     def forget(self, endpoint_id: int) -> None:
         """The window counted them."""

@@ -479,6 +479,19 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
          + coalesce(counts[4], 0) + coalesce(counts[5], 0) + coalesce(counts[6], 0)
 $$;
 
+-- The circuit breaker's window: counts with others added, bucket by bucket
+-- (others newest first too), and added into the newest bucket.
+CREATE OR REPLACE FUNCTION outbox.circuit_add_v2(
+    counts integer[], others integer[], added integer) RETURNS integer[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ARRAY[coalesce(counts[1], 0) + coalesce(others[1], 0) + added,
+                 coalesce(counts[2], 0) + coalesce(others[2], 0),
+                 coalesce(counts[3], 0) + coalesce(others[3], 0),
+                 coalesce(counts[4], 0) + coalesce(others[4], 0),
+                 coalesce(counts[5], 0) + coalesce(others[5], 0),
+                 coalesce(counts[6], 0) + coalesce(others[6], 0)]
+$$;
+
 -- The circuit breaker's window: the start of the bucket now falls in.
 CREATE OR REPLACE FUNCTION outbox.circuit_window_at_v2(window_seconds double precision)
 RETURNS timestamptz
@@ -590,6 +603,7 @@ GRANT EXECUTE ON FUNCTION
     outbox.circuit_window_v2(integer[], timestamptz, double precision),
     outbox.circuit_window_at_v2(double precision),
     outbox.circuit_sum_v2(integer[]),
+    outbox.circuit_add_v2(integer[], integer[], integer),
     outbox.circuit_touched_v2(text, integer, integer[], integer),
     outbox.circuit_after_v2(text, integer, double precision, integer, integer, integer, integer),
     outbox.rate_turns_v1(timestamptz, double precision, double precision, integer),

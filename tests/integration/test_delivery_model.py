@@ -219,7 +219,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         slots = ([] if claim.slot is None
                  else [[self.endpoint_id, claim.slot, str(claim.slot_token)]])
         circuits = ([[self.endpoint_id, int(answer != "retryable"), int(answer == "retryable"),
-                      0]]
+                      []]]
                     if verdict else [])
         completed = complete(self.conn, [record], slots, circuits)
         return set(completed.written), [tuple(change) for change in completed.changed]

@@ -240,7 +240,7 @@ def test_answers_wait_with_the_dispatcher_until_a_failure_brings_them(conn: Conn
     assert _state(conn, endpoint_id) == ("closed", 0, 0)
     claimed = ClaimRow._make(rows[1])
     complete(conn, [Record(claimed.id, claimed.lease_token, "pending")], [],
-             [[endpoint_id, 0, 1, 5]])
+             [[endpoint_id, 0, 1, [3, 0, 2]]])
     assert _state(conn, endpoint_id) == ("closed", 6, 1)
     finish(conn, rows[2], "pending", verdict=False)
     assert _state(conn, endpoint_id) == ("closed", 7, 2)  # 2 of 7

@@ -25,7 +25,7 @@ _STATEMENTS: dict[QueryName, dict[str, Any]] = {
               "horizon": RATE_HORIZON, "pace": PACE, "budget": HELD_BYTES},
     "due_endpoints": {"after": 0, "want": 8, "budget": 16, "horizon": RATE_HORIZON,
                       "floor_ids": [], "floors": []},
-    "complete": {"results": "[]", "slots": "[]", "circuits": json.dumps([[1, 1, 0, 0]])},
+    "complete": {"results": "[]", "slots": "[]", "circuits": json.dumps([[1, 1, 0, [2, 0, 1]]])},
     "park_blocked": {"endpoint_ids": [1], "budget": 10},
     "admin_dead_list": {"endpoint": None, "types": ["order.%"], "since": None, "until": None,
                         "failed_since": None, "limit": 10, "tenant": None, "before_at": None,

@@ -52,7 +52,7 @@ def finish(conn: Conn, row: tuple[Any, ...],
     slots = ([[claimed.endpoint_id, claimed.slot, str(claimed.slot_token)]]
              if claimed.slot is not None else [])
     circuits = ([] if verdict is None
-                else [[claimed.endpoint_id, int(verdict), int(not verdict), 0]])
+                else [[claimed.endpoint_id, int(verdict), int(not verdict), []]])
     return complete(conn, [record], slots, circuits)
 
 

@@ -48,8 +48,8 @@ def test_a_batch_counts_answers_and_failures_per_endpoint() -> None:
     verdicts: list[tuple[int, circuit.CircuitVerdict, float]] = [
         (1, "failed", 30.0), (1, "failed", 30.0), (2, "answered", 30.0),
         (1, "answered", 30.0), (3, "failed", 30.0)]
-    assert json.loads(circuit.fold(verdicts, tally)) == [[1, 1, 2, 4], [2, 1, 0, 0],
-                                                         [3, 0, 1, 0]]
+    assert json.loads(circuit.fold(verdicts, tally)) == [
+        [1, 1, 2, [4, 0, 0, 0, 0, 0]], [2, 1, 0, []], [3, 0, 1, []]]
 
 
 def test_no_verdicts_no_circuits() -> None:
@@ -57,22 +57,22 @@ def test_no_verdicts_no_circuits() -> None:
     assert circuit.fold([], circuit.Tally(_Clock())) == "[]"
 
 
-def test_the_tally_keeps_what_the_window_did_not_count_and_forgets_the_rest() -> None:
-    """Answers not counted are kept; counted ones forgotten; those older than the window
-    (and a fifth) dropped."""
-    clock = _Clock()
+def test_the_tally_keeps_answers_in_the_windows_buckets_and_forgets_the_rest() -> None:
+    """Answers not counted are kept in the bucket (a fifth of the window, on the epoch) they
+    ended in; counted ones forgotten; those out of the window's six buckets dropped."""
+    clock = _Clock()  # 1000 s: bucket 500 of a 10 s window
     tally = circuit.Tally(clock)
     verdicts: list[tuple[int, circuit.CircuitVerdict, float]] = [
         (1, "answered", 10.0), (1, "answered", 10.0), (2, "answered", 10.0)]
     circuit.settle(verdicts, tally, frozenset({2}))
-    assert (tally.earlier(1, 10.0), tally.earlier(2, 10.0)) == (2, 0)
+    assert (tally.earlier(1, 10.0), tally.earlier(2, 10.0)) == ([2, 0, 0, 0, 0, 0], [])
     clock.now += 5.0
     tally.keep(1, 10.0, 3)
-    assert tally.earlier(1, 10.0) == 5
-    clock.now += 8.0  # the first answers are 13 s old: past 10 s and a fifth
-    assert tally.earlier(1, 10.0) == 3
+    assert tally.earlier(1, 10.0) == [3, 0, 2, 0, 0, 0]
+    clock.now += 8.0  # bucket 506: the first answers' bucket, 500, is out of the six
+    assert tally.earlier(1, 10.0) == [0, 0, 0, 0, 3, 0]
     tally.forget(1)
-    assert tally.earlier(1, 10.0) == 0
+    assert tally.earlier(1, 10.0) == []
 
 
 @pytest.mark.parametrize(("kind", "lost", "starved"), [

@@ -559,7 +559,7 @@ ORDER BY visited;
 -- circuits: [endpoint_id, answered, failures, earlier] per endpoint of the
 -- batch: its attempts answered (anything but a retryable failure), those that
 -- failed retryably, and the answers this dispatcher kept to itself since the
--- window last counted them (limits.circuit.Tally). The state rows are locked
+-- window last counted them, per bucket, newest first (limits.circuit.Tally). The state rows are locked
 -- in endpoint order (two dispatchers' results cannot deadlock on them) and
 -- written only while failures count (the batch's, or the window's), so a
 -- healthy endpoint's results never touch its row. A closed circuit opens when
@@ -645,7 +645,9 @@ freed AS (
 ),
 reported AS (
     SELECT (c->>0)::bigint AS endpoint_id, (c->>1)::int AS answered,
-           (c->>2)::int AS failures, (c->>3)::int AS earlier
+           (c->>2)::int AS failures,
+           ARRAY(SELECT n::int FROM json_array_elements_text(c->3) WITH ORDINALITY AS k(n, i)
+                 ORDER BY k.i) AS earlier
     FROM json_array_elements(%(circuits)s::json) AS c
 ),
 changing AS MATERIALIZED (
@@ -665,17 +667,18 @@ changing AS MATERIALIZED (
     ORDER BY s.endpoint_id
     FOR NO KEY UPDATE OF s
 ),
--- The batch goes into the newest bucket: its answers, the answers this
--- dispatcher kept to itself while the window held no failure, its failures.
+-- The batch goes into the newest bucket (its answers and failures), and the
+-- answers this dispatcher kept to itself while the window held no failure
+-- into theirs.
 judged AS (
     SELECT c.endpoint_id, c.circuit AS was,
-           ARRAY[coalesce(c.attempts[1], 0) + r.answered + r.earlier + r.failures]
-               || c.attempts[2:6] AS attempts,
-           ARRAY[coalesce(c.failures[1], 0) + r.failures] || c.failures[2:6] AS failures,
+           outbox.circuit_add_v2(c.attempts, r.earlier, r.answered + r.failures) AS attempts,
+           outbox.circuit_add_v2(c.failures, '{}', r.failures) AS failures,
            outbox.circuit_window_at_v2(e.breaker_window_seconds) AS window_at,
            outbox.circuit_after_v2(
                c.circuit, e.breaker_failures, e.breaker_rate,
-               outbox.circuit_sum_v2(c.attempts) + r.answered + r.earlier + r.failures,
+               outbox.circuit_sum_v2(c.attempts) + outbox.circuit_sum_v2(r.earlier)
+                   + r.answered + r.failures,
                outbox.circuit_sum_v2(c.failures) + r.failures,
                r.answered, r.failures) AS circuit
     FROM changing c
