@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Literal
 
