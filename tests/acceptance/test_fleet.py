@@ -176,7 +176,7 @@ def test_breaker_counts_a_share_of_the_fleets_attempts(dsn: str, receiver: Recei
     rows = _breaker_rows(dsn)
     assert rows["bursty"][:2] == ("closed", None), f"bursty opened: {rows}"
     assert sent["bursty"] >= 440  # its bursts failed: 5 in every 40, all retried
-    circuit, opened_at, failed_before = rows["down"]
+    _, opened_at, failed_before = rows["down"]
     assert opened_at is not None
     assert 5 <= failed_before <= 5 * 3, rows
 
