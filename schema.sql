@@ -85,8 +85,9 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     format               text NOT NULL DEFAULT 'standard-webhooks'
                          CHECK (format IN ('standard-webhooks', 'cloudevents')),
     headers              jsonb NOT NULL DEFAULT '{}',
-    -- Consecutive retryable failures that open the circuit (0: no breaker),
-    -- and how long it stays open before one probe request (version 2).
+    -- Retryable failures that open the circuit (0: no breaker; consecutive
+    -- until version 13, within breaker_window_seconds since), and how long
+    -- it stays open before one probe request (version 2).
     breaker_failures     integer NOT NULL DEFAULT 10 CHECK (breaker_failures >= 0),
     breaker_cooldown_seconds double precision NOT NULL DEFAULT 30
                          CHECK (breaker_cooldown_seconds > 0),

@@ -108,8 +108,8 @@ def _option_arguments(parser: argparse.ArgumentParser, *, url_required: bool) ->
     parser.add_argument("--header", action="append", metavar="NAME:VALUE",
                         help="extra request header (repeatable)")
     parser.add_argument("--breaker-failures", metavar="N",
-                        help="consecutive retryable failures that open the circuit; 0: no "
-                        "breaker; default 10")
+                        help="retryable failures within --breaker-window that open the "
+                        "circuit (if --breaker-rate of its attempts); 0: no breaker; default 10")
     parser.add_argument("--breaker-cooldown", metavar="SECONDS",
                         help="how long the circuit stays open before one probe; default 30")
     parser.add_argument("--breaker-window", metavar="SECONDS",

@@ -101,7 +101,8 @@ class EndpointSpec:
     headers: Mapping[str, str] = field(default_factory=dict)
     """Extra request headers, names lower-cased; values printable ASCII."""
     breaker_failures: int = DEFAULT_BREAKER_FAILURES
-    """Consecutive retryable failures that open the circuit; 0 turns the breaker off."""
+    """Retryable failures within the breaker's window that open the circuit, when they are
+    also ``breaker_rate`` percent of its attempts; 0 turns the breaker off."""
     breaker_cooldown: float = DEFAULT_BREAKER_COOLDOWN
     """Seconds an open circuit waits before its one probe request."""
     breaker_window: float = DEFAULT_BREAKER_WINDOW
