@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import psycopg
@@ -20,8 +21,8 @@ from tests.support.claiming import claim
 from tests.support.dispatcher import add_endpoint
 
 
-def run(dsn: str, conn: psycopg.Connection[Any], url: str, **endpoint: Any,
-        ) -> tuple[Deliverer, bool, int]:
+def run(dsn: str, conn: psycopg.Connection[Any], url: str, *, metrics: Metrics | None = None,
+        timeout: float = 10.0, **endpoint: Any) -> tuple[Deliverer, bool, int]:
     """One event claimed by hand and sent by a Deliverer; it, its verdict and the wakes."""
     endpoint_id = add_endpoint(conn, "e", url, **endpoint)
     outbox.publish(conn, "t", {"n": 1})
@@ -35,9 +36,11 @@ def run(dsn: str, conn: psycopg.Connection[Any], url: str, **endpoint: Any,
                               lambda: None, asyncio.Event())
         writing = asyncio.create_task(completer.run())
         sender = HttpSender(4, False, (), "outbox-test/1")
-        deliverer = Deliverer(sender, completer, Metrics(), lambda: wakes.append(1))
+        deliverer = Deliverer(sender, completer, metrics or Metrics(),
+                              lambda: wakes.append(1))
         target = Endpoint(id=endpoint_id, name="e", url=url, min_backoff=0.05,
-                          max_backoff=0.1, max_attempts=5)
+                          max_backoff=0.1, max_attempts=5, timeout=timeout,
+                          breaker_failures=endpoint.get("breaker_failures", 10))
         try:
             answered = await deliverer(target, [row.delivery(0.0)])
             await asyncio.sleep(0.3)  # the retry's wake, and the writer's batch
@@ -80,3 +83,37 @@ def test_a_410_dead_letters_and_pauses_the_endpoint_through_the_writer(
         "SELECT enabled, disabled_reason FROM outbox.endpoints").fetchone() or (None, None)
     assert enabled is False
     assert reason.startswith("410 Gone at ")
+
+
+def _window(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
+    row = conn.execute("SELECT circuit, outbox.circuit_sum_v2(window_failures) "
+                       "FROM outbox.endpoint_state").fetchone()
+    conn.commit()
+    assert row is not None
+    return tuple(row)
+
+
+def test_a_timeout_counts_for_the_breaker_unless_the_loop_was_starved(
+        dsn: str, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """A timeout opens a one-failure breaker; the same timeout while the event loop lost
+    more than a quarter of the timeout is retried as any failure but the breaker is not told."""
+    async def slow(_: Any) -> Response:
+        await asyncio.sleep(2.0)
+        return Response(200)
+
+    receiver.responder = slow
+    starved = Metrics()
+    # The loop's timer is not running here: one sample after the request started, as the
+    # timer would take it after the loop stood still for 10 s.
+    starved.loop_lag.record(10.0, at=time.monotonic() + 3600)
+    deliverer, answered, _ = run(dsn, conn, receiver.url, metrics=starved, timeout=0.3,
+                                 breaker_failures=1)
+    assert (deliverer.retried, answered) == (1, False)
+    assert conn.execute("SELECT state, last_error LIKE '%%timeout%%' FROM outbox.deliveries"
+                        ).fetchone() == ("pending", True)
+    assert _window(conn) == ("closed", 0)
+    conn.execute("TRUNCATE outbox.endpoints, outbox.endpoint_state, outbox.events, "
+                 "outbox.deliveries CASCADE")
+    conn.commit()
+    run(dsn, conn, receiver.url, timeout=0.3, breaker_failures=1)
+    assert _window(conn) == ("open", 1)
