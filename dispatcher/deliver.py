@@ -31,6 +31,8 @@ from dispatcher.policy.outcome import decide
 log = logging.getLogger("dispatcher")
 # Out of descriptors, every delivery fails alike: said once a minute, with the count.
 _OUT_OF_FILES_LOG = Throttled(60.0)
+# A starved loop's timeouts come many at once: said once a minute, with the count.
+_STARVED_LOG = Throttled(60.0)
 
 INTERNAL_ERROR = AttemptResult(error_kind="internal",
                                error="internal error in the dispatcher (see its log)")
@@ -99,8 +101,10 @@ class Deliverer:
         verdict = circuit.verdict(result)  # None for our own trouble: the endpoint is not blamed
         lost = self._metrics.loop_lag.lost_since(started) if verdict == "failed" else 0.0
         if verdict is not None and circuit.starved(result, endpoint, lost):
-            log.info("a timeout of %s is not counted by its circuit breaker: the event loop "
-                     "lost %.2f s of its %g s", endpoint.name, lost, endpoint.timeout)
+            _STARVED_LOG.warning(log, "a timeout of %s was not counted by its circuit breaker: "
+                                 "this dispatcher's event loop lost %.2f s of the %g s timeout "
+                                 "(is the machine's CPU taken?)", endpoint.name, lost,
+                                 endpoint.timeout)
         elif verdict is not None:
             self._completer.judge(endpoint.id, verdict, endpoint.breaker_window)
         done = datetime.now(UTC)
