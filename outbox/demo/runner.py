@@ -38,7 +38,7 @@ from outbox._postgres import TemporaryPostgres
 from outbox.demo.process import DispatcherProcess
 from outbox.demo.publisher import Publisher
 from outbox.demo.receiver import ENDPOINT_TIMEOUT, FlakyEndpoint
-from outbox.demo.watch import QUIET_SECONDS, Watch
+from outbox.demo.watch import MAX_STREAK, QUIET_SECONDS, Watch
 from outbox.endpoints import EndpointSpec, add_endpoint, generate_secret
 from outbox.migrate import migrate
 from outbox.sql import QueryName, queries
@@ -211,7 +211,9 @@ def _wait(total: int, *, publisher: Publisher, endpoint: FlakyEndpoint,
     """Show progress until every committed event arrived and the dispatcher knows it.
 
     (Or was dead-lettered, or nothing moved for longer than the circuit's
-    cool-down and the retry awaited, :meth:`Watch.patience`.) An event shipped
+    cool-down and the retry awaited, :meth:`Watch.patience`: a circuit that
+    opens again after a failed probe is the breaker at work, and its next
+    probe is awaited, up to :data:`MAX_STREAK` openings without an arrival.) An event shipped
     whose answer came too late arrived, but its delivery waits for the retry
     that comes back as a duplicate: the demo waits for that one too. When the
     circuit opens the progress says so; when it stands still for more than
@@ -220,6 +222,7 @@ def _wait(total: int, *, publisher: Publisher, endpoint: FlakyEndpoint,
     dead, recorded, next_count = 0, 0, 0.0
     seen, last_change = -1, time.monotonic()
     news, news_until = "", 0.0
+    moved, moved_at = -1, time.monotonic()  # arrivals, publishing or not
     while True:
         now = time.monotonic()
         if publisher.error:
@@ -234,8 +237,12 @@ def _wait(total: int, *, publisher: Publisher, endpoint: FlakyEndpoint,
             watch.poll(conn)
         if watch.news is not None:  # shown for a few seconds, a line a second or not
             news, news_until, watch.news = watch.news, now + _NEWS_SECONDS, None
+            if watch.streak <= MAX_STREAK:  # the breaker at work: its next probe is awaited
+                last_change = now
+        if endpoint.accepted + recorded != moved:
+            moved, moved_at, watch.streak = endpoint.accepted + recorded, now, 0
         note = news if now < news_until else None
-        if note is None and now - last_change > QUIET_SECONDS:
+        if note is None and now - moved_at > QUIET_SECONDS:
             note = watch.waiting_for()
         reporter.progress(Progress(
             published=publisher.committed, total=total, delivered=endpoint.accepted,

@@ -24,6 +24,9 @@ QUIET_SECONDS = 10.0
 """Progress that stood still this long says what it waits for."""
 MARGIN_SECONDS = 30.0
 """Nothing moved for the cool-down, the retry awaited, and this long: the demo gives up."""
+MAX_STREAK = 5
+"""Openings of the circuit without an arrival between them that the demo waits out (each a
+failed probe, then another cool-down)."""
 
 
 @dataclass(slots=True)
@@ -33,6 +36,7 @@ class Watch:
     circuit: str = "closed"
     opened_at: datetime | None = None
     openings: int = 0
+    streak: int = 0  # openings since the last arrival (the demo's loop resets it)
     window_failures: int = 0
     probe_in: float | None = None  # seconds until the probe may go (open)
     cooldown: float = 30.0
@@ -46,6 +50,7 @@ class Watch:
         circuit, opened_at, failures, probe_in, cooldown, retry_in = row
         if circuit != "closed" and opened_at is not None and opened_at != self.opened_at:
             self.openings += 1
+            self.streak += 1
             self.opened_at = opened_at
             self.news = (f"circuit open after {failures} failures; probing in "
                          f"{max(0.0, float(probe_in or 0.0)):.0f} s")
