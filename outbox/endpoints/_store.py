@@ -58,7 +58,8 @@ class SyncReport:
 _OPTION_COLUMNS = ("name", "url", "events", "events_like", "secret", "max_attempts",
                    "timeout_seconds", "min_backoff_seconds", "max_backoff_seconds",
                    "max_in_flight", "rate_limit", "max_batch", "format", "headers",
-                   "breaker_failures", "breaker_cooldown_seconds", "max_pending",
+                   "breaker_failures", "breaker_cooldown_seconds", "breaker_window_seconds",
+                   "breaker_rate", "max_pending",
                    "max_pending_per_tenant", "send_tracestate", "ca_file", "client_cert",
                    "client_key")
 
@@ -216,7 +217,9 @@ _FIELD_OF_COLUMN = {"url": "url", "events": "events", "secret": "secret",
                     "max_in_flight": "max_in_flight", "rate_limit": "rate_limit",
                     "max_batch": "max_batch", "format": "format", "headers": "headers",
                     "breaker_failures": "breaker_failures",
-                    "breaker_cooldown_seconds": "breaker_cooldown", "max_pending": "max_pending",
+                    "breaker_cooldown_seconds": "breaker_cooldown",
+                    "breaker_window_seconds": "breaker_window", "breaker_rate": "breaker_rate",
+                    "max_pending": "max_pending",
                     "max_pending_per_tenant": "max_pending_per_tenant",
                     "send_tracestate": "send_tracestate", "ca_file": "ca_file",
                     "client_cert": "client_cert", "client_key": "client_key"}
