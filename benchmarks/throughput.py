@@ -3,6 +3,7 @@
     python benchmarks/throughput.py [--events 20000] [--baseline-events 1000] [--rounds 3]
                                     [--max-batch N] [--max-in-flight N] [--dispatchers N]
                                     [--event-loop asyncio|uvloop] [--fail-first] [--baseline DIR]
+                                    [--fail-share SHARE]
 
 One throwaway PostgreSQL (fsync on), one lean local receiver, one endpoint.
 Each round measures, in turn:
@@ -57,6 +58,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -119,6 +121,7 @@ class Arrivals:
         self.track_ids = False
         self.on_first: Callable[[], None] = lambda: None
         self.fail_first = False
+        self.fail_share = 0.0
         self.failed: set[str] = set()
         self.ids: set[str] = set()
 
@@ -127,10 +130,12 @@ class Arrivals:
         if request.method == "GET":
             return self.answer(request.path)
         events = request.body.count(b'"type":') if request.body.startswith(b"[") else 1
-        if self.fail_first:  # every event's first attempt fails, its retry succeeds
+        if self.fail_first or self.fail_share:  # first attempts fail, their retries succeed
             event_id = request.headers.get("webhook-id", "")
+            chosen = self.fail_first or zlib.crc32(event_id.encode()) % 1000 < (
+                self.fail_share * 1000)
             with self.lock:
-                if event_id not in self.failed:
+                if chosen and event_id not in self.failed:
                     self.failed.add(event_id)
                     return Response(503)
         with self.lock:
@@ -386,6 +391,10 @@ def main() -> None:
                         help="the receiver answers 503 to every event's first attempt and "
                         "204 to its retry (no backoff, no circuit breaker): the cost of "
                         "recording a failed attempt; events/s counts delivered events")
+    parser.add_argument("--fail-share", type=float, default=0.0, metavar="SHARE",
+                        help="the first attempts of this share of the events (0-1) fail "
+                        "(503), their retries succeed, the circuit breaker on as by default: "
+                        "the breaker's window then always holds failures")
     parser.add_argument("--tmpfs", action="store_true",
                         help="data directory on tmpfs (commits cost nothing) instead of disk")
     parser.add_argument("--compare", choices=("tracing", "pooler", "egress"),
@@ -419,6 +428,11 @@ def main() -> None:
                              "max_backoff_seconds = 0.001, breaker_failures = 0")
             conn.commit()
         arrivals.fail_first = args.fail_first
+        arrivals.fail_share = args.fail_share
+        if args.fail_share:
+            with psycopg.connect(pg.dsn) as conn:
+                conn.execute("UPDATE outbox.endpoints SET min_backoff_seconds = 0, "
+                             "max_backoff_seconds = 0.001")
         for round_no in range(1, args.rounds + 1):
             base_rates.append(baseline(pg.dsn, rx.url, args.baseline_events))
             rate, cpu = dispatcher_rate(pg.dsn, arrivals, args.events, extra, args.dispatchers)

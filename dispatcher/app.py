@@ -168,7 +168,8 @@ async def _dispatch(parts: Parts) -> bool:
 
     await retry_until(load_endpoints, control.stopping, max_wait=10.0)
     completer = asyncio.create_task(parts.completer.run(), name="completer")
-    helpers = [asyncio.create_task(parts.maintenance.run(), name="maintenance")]
+    helpers = [asyncio.create_task(parts.maintenance.run(), name="maintenance"),
+               asyncio.create_task(parts.metrics.loop_lag.run(), name="loop lag")]
     if parts.once is not None:
         await parts.once.before()
     else:

@@ -17,6 +17,7 @@ import asyncio
 import functools
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ from dispatcher.limits import circuit
 from dispatcher.limits.circuit import CircuitVerdict
 from dispatcher.limits.slots import SlotBook, slots_json
 from dispatcher.policy.model import Completed, Delivery, Record, Slot
+from outbox._shared.endpoint_defaults import DEFAULT_BREAKER_WINDOW
 from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher.completer")
@@ -40,7 +42,7 @@ after a quiet spell the first result is written at once."""
 class _Batch:
     records: list[Record] = field(default_factory=list)
     slots: list[Slot] = field(default_factory=list)
-    verdicts: list[tuple[int, CircuitVerdict]] = field(default_factory=list)
+    verdicts: list[tuple[int, CircuitVerdict, float]] = field(default_factory=list)
     disables: dict[int, str] = field(default_factory=dict)  # endpoint id -> reason (a 410)
 
     def __len__(self) -> int:
@@ -69,6 +71,7 @@ class Completer:
         self._ready = asyncio.Event()
         self._closing = False
         self._writing = 0
+        self._tally = circuit.Tally(time.time)
         self.written = 0
 
     def add(self, record: Record) -> None:
@@ -85,9 +88,11 @@ class Completer:
         self._queue.slots.append(slot)
         self._ready.set()
 
-    def judge(self, endpoint_id: int, verdict: CircuitVerdict) -> None:
-        """One attempt's word on its endpoint, for the circuit breaker."""
-        self._queue.verdicts.append((endpoint_id, verdict))
+    def judge(self, endpoint_id: int, verdict: CircuitVerdict,
+              window: float = DEFAULT_BREAKER_WINDOW) -> None:
+        """One attempt's word on its endpoint, for the circuit breaker (``window``: the
+        endpoint's ``--breaker-window``)."""
+        self._queue.verdicts.append((endpoint_id, verdict, window))
         self._ready.set()
 
     def disable(self, endpoint_id: int, reason: str) -> None:
@@ -154,8 +159,10 @@ class Completer:
             await self._db.fetch("disable_endpoint", {"id": endpoint_id, "reason": reason})
         [row] = await self._db.fetch("complete", {
             "results": json.dumps([record.as_row() for record in batch.records]),
-            "slots": slots_json(batch.slots), "circuits": circuit.fold(batch.verdicts)})
+            "slots": slots_json(batch.slots),
+            "circuits": circuit.fold(batch.verdicts, self._tally)})
         completed = Completed.from_row(row)
+        circuit.settle(batch.verdicts, self._tally, completed.counted)
         for change in completed.changed:
             level = logging.WARNING if change.now == "open" else logging.INFO
             log.log(level, "circuit of endpoint %s: %s -> %s",

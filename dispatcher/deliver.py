@@ -35,6 +35,8 @@ log = logging.getLogger("dispatcher")
 _OUT_OF_FILES_LOG = Throttled(60.0)
 # A batch refused with 413 is split (``_split``); said once a minute.
 _SPLIT_LOG = Throttled(60.0)
+# A starved loop's timeouts come many at once: said once a minute, with the count.
+_STARVED_LOG = Throttled(60.0)
 
 INTERNAL_ERROR = AttemptResult(error_kind="internal",
                                error="internal error in the dispatcher (see its log)")
@@ -99,6 +101,7 @@ class Deliverer:
         pieces = [deliveries]  # a stack: the next piece to send last
         while pieces:
             piece = pieces.pop()
+            started = time.monotonic()
             try:
                 result = await attempt(self._sender, endpoint, piece, self._tracing)
             except Exception:
@@ -111,7 +114,7 @@ class Deliverer:
                 if endpoint.rate_limit:  # the extra requests keep the endpoint's pace
                     await asyncio.sleep(rate.PACE / endpoint.rate_limit)
                 continue
-            answered = self._settle(endpoint, piece, result) and answered
+            answered = self._settle(endpoint, piece, result, started) and answered
         return answered
 
     def _refuse_foreign(self, endpoint: Endpoint, deliveries: list[Delivery]) -> list[Delivery]:
@@ -152,12 +155,18 @@ class Deliverer:
             _OUT_OF_FILES_LOG.warning(log, "%s (endpoint %s)", result.error, endpoint.name)
 
     def _settle(self, endpoint: Endpoint, deliveries: list[Delivery],
-                result: AttemptResult) -> bool:
+                result: AttemptResult, started: float) -> bool:
         """Record, count and log what one request's result means for its deliveries; False
         when the endpoint failed retryably."""
         verdict = circuit.verdict(result)  # None for our own trouble: the endpoint is not blamed
-        if verdict is not None:
-            self._completer.judge(endpoint.id, verdict)
+        lost = self._metrics.loop_lag.lost_since(started) if verdict == "failed" else 0.0
+        if verdict is not None and circuit.starved(result, endpoint, lost):
+            _STARVED_LOG.warning(log, "a timeout of %s was not counted by its circuit breaker: "
+                                 "this dispatcher's event loop lost %.2f s of the %g s timeout "
+                                 "(is the machine's CPU taken?)", endpoint.name, lost,
+                                 endpoint.timeout)
+        elif verdict is not None:
+            self._completer.judge(endpoint.id, verdict, endpoint.breaker_window)
         done = datetime.now(UTC)
         disable = False
         for delivery in deliveries:

@@ -86,6 +86,7 @@ class EndpointRow(NamedTuple):
     headers: str
     enabled: bool
     breaker_failures: int
+    breaker_window_seconds: float
     send_tracestate: bool
     ca_file: str | None
     client_cert: str | None
@@ -177,6 +178,7 @@ class EndpointView:
             rate_limit=float(row.rate_limit) if row.rate_limit is not None else None,
             max_batch=row.max_batch, format=cast(Format, row.format),
             headers=json.loads(row.headers or "{}"), breaker_failures=row.breaker_failures,
+            breaker_window=float(row.breaker_window_seconds),
             send_tracestate=bool(row.send_tracestate), tls=_tls_files(row), tenant=row.tenant)
         self._enabled[row.id] = bool(row.enabled)
         self._versions[row.id] = row.version

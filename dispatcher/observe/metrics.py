@@ -18,6 +18,9 @@ out once here and nowhere else. Two kinds of numbers:
   measured in the same transaction as the backlog, beyond the documented
   names, as ``outbox_max_pending``, ``outbox_requests_resent_total`` and
   ``outbox_build_info`` are.
+- The event loop's lag (``outbox_event_loop_lag_seconds``,
+  :mod:`dispatcher.observe.loop_lag`), sampled by a timer of the dispatcher's
+  own, also beyond the documented names.
 
 Each :class:`Metrics` owns its :class:`~prometheus_client.CollectorRegistry`
 (never the process-global one), so tests and embedders can make many. Beside
@@ -54,6 +57,7 @@ from prometheus_client.metrics_core import Metric
 from psycopg.rows import tuple_row
 
 from dispatcher.observe.horizon import HorizonCollector, HorizonWatch
+from dispatcher.observe.loop_lag import LoopLag, LoopLagCollector
 from outbox._shared.search_path import SET_LOCAL
 from outbox._shared.version import current as version
 from outbox.sql import SCHEMA_VERSION, queries
@@ -210,6 +214,8 @@ class Metrics:
         self.registry.register(_Backlog(self))
         self.horizon = HorizonWatch(clock, stale_after)
         self.registry.register(HorizonCollector(self.horizon))
+        self.loop_lag = LoopLag()
+        self.registry.register(LoopLagCollector(self.loop_lag))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)

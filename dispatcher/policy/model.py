@@ -16,6 +16,7 @@ from typing import Any, Literal, NamedTuple
 
 from outbox._shared.endpoint_defaults import (
     DEFAULT_BREAKER_FAILURES,
+    DEFAULT_BREAKER_WINDOW,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_BACKOFF,
     DEFAULT_MAX_BATCH,
@@ -65,6 +66,7 @@ class Endpoint:
     format: Format = "standard-webhooks"
     headers: Mapping[str, str] = field(default_factory=dict)
     breaker_failures: int = DEFAULT_BREAKER_FAILURES  # 0: no circuit breaker
+    breaker_window: float = DEFAULT_BREAKER_WINDOW  # seconds of attempts the breaker counts
     send_tracestate: bool = True  # False: traceparent alone goes out
     tls: TlsFiles | None = None  # its CA bundle and client certificate; None: the defaults
     # The tenant it belongs to: it is sent no other tenant's event (deliver.foreign);
@@ -206,13 +208,17 @@ class CircuitChange(NamedTuple):
 
 
 class Completed(NamedTuple):
-    """The complete statement's one row: what it wrote, and the circuits it moved."""
+    """The complete statement's one row: what it wrote, the circuits it moved, and the
+    endpoints whose breaker window counted the batch."""
 
     written: frozenset[int]  # deliveries whose result was written (their lease still held)
     changed: tuple[CircuitChange, ...]
+    counted: frozenset[int] = frozenset()  # endpoints whose state row took the batch
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Completed:
-        """Read the row: ``written`` (bigint[]) and ``changed`` (json, parsed by psycopg)."""
-        written, changed = row
-        return cls(frozenset(written), tuple(CircuitChange(*change) for change in changed))
+        """Read the row: ``written`` (bigint[]), ``changed`` (json, parsed by psycopg) and
+        ``counted`` (bigint[])."""
+        written, changed, counted = row
+        return cls(frozenset(written), tuple(CircuitChange(*change) for change in changed),
+                   frozenset(counted))

@@ -111,11 +111,12 @@ class _Reporter:
         filled = _BAR * p.delivered // p.total
         return (f"[{'#' * filled}{'-' * (_BAR - filled)}] {p.delivered}/{p.total} delivered "
                 f"{self._rate(p):6.0f} events/s  published {p.published}  "
-                f"retries {p.retries}  dead {p.dead}")
+                f"retries {p.retries}  dead {p.dead}" + (f"  ({p.note})" if p.note else ""))
 
     def _line(self, p: Progress) -> str:
         return (f"{p.delivered}/{p.total} delivered, {self._rate(p):.0f} events/s, "
-                f"{p.published} published, {p.retries} retries, {p.dead} dead")
+                f"{p.published} published, {p.retries} retries, {p.dead} dead"
+                + (f"; {p.note}" if p.note else ""))
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -152,6 +153,7 @@ def _print_summary(s: Summary) -> None:
          f"at their first attempt: p50 {_percentile(ep.first_try_latencies, 0.5) * 1000:.0f} "
          f"ms, p99 {_percentile(ep.first_try_latencies, 0.99) * 1000:.0f} ms; with the "
          f"retried ones, p99 {_percentile(ep.latencies, 0.99) * 1000:.0f} ms"),
+        ("circuit", _circuit_text(s.circuit_openings)),
         ("signatures", f"{ep.verified} of {ep.requests} requests verified ({ep.verifier})"),
         ("cleanup", f"dispatcher stopped (exit {s.dispatcher_exit}), "
          + ("the cluster kept until Ctrl-C" if s.kept else
@@ -164,6 +166,14 @@ def _print_summary(s: Summary) -> None:
     print("next steps")
     for text in NEXT_STEPS:
         print(f"  {text}")
+
+
+def _circuit_text(openings: int) -> str:
+    if not openings:
+        return ("never opened: the receiver's failures stayed under the breaker's share "
+                "(--breaker-rate) of its window's attempts")
+    return (f"opened {openings} {'time' if openings == 1 else 'times'}: the fleet sent "
+            "nothing during each cool-down, then one probe (docs/concepts.md)")
 
 
 NEXT_STEPS = (

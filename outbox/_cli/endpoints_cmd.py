@@ -36,8 +36,9 @@ _MAX_OVERLAP = timedelta(days=365)
 # Options of `add` that map one to one onto EndpointSpec fields.
 _SCALAR_OPTIONS = ("url", "secret", "max_attempts", "timeout", "min_backoff", "max_backoff",
                    "max_in_flight", "rate_limit", "max_batch", "format", "breaker_failures",
-                   "breaker_cooldown", "max_pending", "max_pending_per_tenant",
-                   "send_tracestate", "ca_file", "client_cert", "client_key", "tenant")
+                   "breaker_cooldown", "breaker_window", "breaker_rate", "max_pending",
+                   "max_pending_per_tenant", "send_tracestate", "ca_file", "client_cert",
+                   "client_key", "tenant")
 _TLS_OPTIONS = frozenset({"ca_file", "client_cert", "client_key"})
 
 
@@ -112,10 +113,16 @@ def _option_arguments(parser: argparse.ArgumentParser, *, url_required: bool) ->
     parser.add_argument("--header", action="append", metavar="NAME:VALUE",
                         help="extra request header (repeatable)")
     parser.add_argument("--breaker-failures", metavar="N",
-                        help="consecutive retryable failures that open the circuit; 0: no "
-                        "breaker; default 10")
+                        help="retryable failures within --breaker-window that open the "
+                        "circuit (if --breaker-rate of its attempts); 0: no breaker; default 10")
     parser.add_argument("--breaker-cooldown", metavar="SECONDS",
                         help="how long the circuit stays open before one probe; default 30")
+    parser.add_argument("--breaker-window", metavar="SECONDS",
+                        help="the breaker counts the attempts that ended this recently; "
+                        "default 30")
+    parser.add_argument("--breaker-rate", metavar="PERCENT",
+                        help="the share of those attempts (1-100) that must have failed, "
+                        "besides --breaker-failures of them, to open the circuit; default 50")
     parser.add_argument("--max-pending", metavar="N",
                         help="publish() refuses events for this endpoint while it holds N "
                         "undelivered deliveries; default: no bound")
@@ -156,7 +163,7 @@ def _command(commands: Any, name: str, func: Any, text: str) -> argparse.Argumen
 _OPTION_WORD = re.compile(r"\b(?:min_backoff|max_backoff|max_attempts|max_in_flight|"
                           r"max_batch|max_pending_per_tenant|max_pending|rate_limit|"
                           r"breaker_failures|client_cert|client_key|ca_file|"
-                          r"breaker_cooldown)\b")
+                          r"breaker_cooldown|breaker_window|breaker_rate)\b")
 
 
 def _usage(exc: InvalidEndpoint) -> common.UsageError:

@@ -37,7 +37,7 @@ def show(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-_SECONDS = {"timeout", "min_backoff", "max_backoff", "breaker_cooldown"}
+_SECONDS = {"timeout", "min_backoff", "max_backoff", "breaker_cooldown", "breaker_window"}
 """Options ``show`` prints with their unit (the JSON gives them as numbers of seconds)."""
 
 

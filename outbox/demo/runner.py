@@ -39,15 +39,15 @@ from outbox._shared.dsn import server_options
 from outbox.demo.process import DispatcherProcess
 from outbox.demo.publisher import Publisher
 from outbox.demo.receiver import ENDPOINT_TIMEOUT, FlakyEndpoint
+from outbox.demo.watch import MAX_STREAK, QUIET_SECONDS, Watch
 from outbox.endpoints import EndpointSpec, add_endpoint, generate_secret
 from outbox.migrate import migrate
 from outbox.sql import QueryName, queries
 from outbox.testing import Receiver
 
 MIN_BACKOFF, MAX_BACKOFF = 0.2, 2.0
-STALL_SECONDS = 30.0
-"""Give up when nothing arrived for this long after publishing ended."""
 _TICK = 0.1
+_NEWS_SECONDS = 5.0
 
 
 class DemoFailed(Exception):
@@ -70,6 +70,8 @@ class Progress:
     retries: int
     dead: int
     elapsed: float
+    note: str | None = None
+    """What the demo waits for, when progress stood still (or the circuit just opened)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,8 @@ class Summary:
     """The dispatcher's exit code after SIGTERM (0: a graceful stop)."""
     kept: bool = False
     """The cluster stays until SIGINT or SIGTERM (``--keep``)."""
+    circuit_openings: int = 0
+    """How often the endpoint's circuit opened."""
 
     @property
     def ok(self) -> bool:
@@ -178,8 +182,9 @@ def _run(total: int, reporter: Reporter, stack: ExitStack, *, keep: bool) -> Sum
                   f"({publisher.keyed} keyed over {publisher.keys} customers; "
                   f"{publisher.rollbacks} more transactions rolled back on purpose)")
     publisher.start()
+    watch = Watch()
     _wait(total, publisher=publisher, endpoint=endpoint, dispatcher=dispatcher, conn=conn,
-          reporter=reporter)
+          reporter=reporter, watch=watch)
 
     elapsed = max(endpoint.last_arrival - publisher.started_at, 1e-6)
     exit_code = dispatcher.stop()
@@ -194,7 +199,7 @@ def _run(total: int, reporter: Reporter, stack: ExitStack, *, keep: bool) -> Sum
     summary = Summary(total=total, publisher=publisher, endpoint=endpoint,
                       recorded_delivered=recorded, dead=dead, orders=orders,
                       shipments=shipments, elapsed=elapsed, dispatcher_exit=exit_code,
-                      kept=keep)
+                      kept=keep, circuit_openings=watch.openings)
     if keep:
         reporter.kept(summary, server.dsn)
         while True:  # until SIGINT or SIGTERM raises Interrupted; then all is removed
@@ -204,15 +209,22 @@ def _run(total: int, reporter: Reporter, stack: ExitStack, *, keep: bool) -> Sum
 
 def _wait(total: int, *, publisher: Publisher, endpoint: FlakyEndpoint,
           dispatcher: DispatcherProcess, conn: psycopg.Connection[Any],
-          reporter: Reporter) -> None:
+          reporter: Reporter, watch: Watch) -> None:
     """Show progress until every committed event arrived and the dispatcher knows it.
 
-    (Or was dead-lettered, or nothing moved for too long.) An event shipped
+    (Or was dead-lettered, or nothing moved for longer than the circuit's
+    cool-down and the retry awaited, :meth:`Watch.patience`: a circuit that
+    opens again after a failed probe is the breaker at work, and its next
+    probe is awaited, up to :data:`MAX_STREAK` openings without an arrival.) An event shipped
     whose answer came too late arrived, but its delivery waits for the retry
-    that comes back as a duplicate: the demo waits for that one too.
+    that comes back as a duplicate: the demo waits for that one too. When the
+    circuit opens the progress says so; when it stands still for more than
+    :data:`QUIET_SECONDS`, it says what it waits for.
     """
     dead, recorded, next_count = 0, 0, 0.0
     seen, last_change = -1, time.monotonic()
+    news, news_until = "", 0.0
+    moved, moved_at = -1, time.monotonic()  # arrivals, publishing or not
     while True:
         now = time.monotonic()
         if publisher.error:
@@ -224,17 +236,28 @@ def _wait(total: int, *, publisher: Publisher, endpoint: FlakyEndpoint,
         if now >= next_count:
             dead, next_count = _count(conn, "demo_dead_count"), now + 0.5
             recorded = sum(e.delivered for e in admin.status(conn).endpoints)
+            watch.poll(conn)
+        if watch.news is not None:  # shown for a few seconds, a line a second or not
+            news, news_until, watch.news = watch.news, now + _NEWS_SECONDS, None
+            if watch.streak <= MAX_STREAK:  # the breaker at work: its next probe is awaited
+                last_change = now
+        if endpoint.accepted + recorded != moved:
+            moved, moved_at, watch.streak = endpoint.accepted + recorded, now, 0
+        note = news if now < news_until else None
+        if note is None and now - moved_at > QUIET_SECONDS:
+            note = watch.waiting_for()
         reporter.progress(Progress(
             published=publisher.committed, total=total, delivered=endpoint.accepted,
             retries=endpoint.retries, dead=dead,
-            elapsed=time.time() - publisher.started_at if publisher.started_at else 0.0))
+            elapsed=time.time() - publisher.started_at if publisher.started_at else 0.0,
+            note=note))
         expected = publisher.committed + (publisher.refused_id is not None)
         if (publisher.done and endpoint.accepted + dead >= expected
                 and recorded + dead >= expected):
             return
         if endpoint.accepted + recorded != seen or not publisher.done:
             seen, last_change = endpoint.accepted + recorded, now
-        elif now - last_change > STALL_SECONDS:
+        elif now - last_change > watch.patience():
             return
         time.sleep(_TICK)
 

@@ -29,6 +29,7 @@ def as_json(e: StoredEndpoint) -> dict[str, Any]:
         "max_batch": c["max_batch"], "format": c["format"],
         "breaker_failures": c["breaker_failures"],
         "breaker_cooldown": c["breaker_cooldown_seconds"],
+        "breaker_window": c["breaker_window_seconds"], "breaker_rate": c["breaker_rate"],
         "max_pending": c["max_pending"], "max_pending_per_tenant": c["max_pending_per_tenant"],
         "send_tracestate": c["send_tracestate"],
         # Paths on the dispatcher's filesystem; the files themselves are never read here.

@@ -31,6 +31,8 @@ from typing import Any
 from outbox._shared.endpoint_defaults import (
     DEFAULT_BREAKER_COOLDOWN,
     DEFAULT_BREAKER_FAILURES,
+    DEFAULT_BREAKER_RATE,
+    DEFAULT_BREAKER_WINDOW,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_BACKOFF,
     DEFAULT_MAX_BATCH,
@@ -56,8 +58,10 @@ MAX_BATCH = 1000
 MAX_BREAKER_FAILURES = 1000
 MAX_PENDING = 1_000_000_000
 MAX_BREAKER_COOLDOWN = 86400.0
+MAX_BREAKER_WINDOW = 86400.0
 
-_SECONDS_OPTIONS = ("timeout", "min_backoff", "max_backoff", "breaker_cooldown")
+_SECONDS_OPTIONS = ("timeout", "min_backoff", "max_backoff", "breaker_cooldown",
+                    "breaker_window")
 _INT_OPTIONS = ("max_attempts", "max_in_flight", "max_batch", "breaker_failures",
                 "max_pending", "max_pending_per_tenant")
 
@@ -98,9 +102,15 @@ class EndpointSpec:
     headers: Mapping[str, str] = field(default_factory=dict)
     """Extra request headers, names lower-cased; values printable ASCII."""
     breaker_failures: int = DEFAULT_BREAKER_FAILURES
-    """Consecutive retryable failures that open the circuit; 0 turns the breaker off."""
+    """Retryable failures within the breaker's window that open the circuit, when they are
+    also ``breaker_rate`` percent of its attempts; 0 turns the breaker off."""
     breaker_cooldown: float = DEFAULT_BREAKER_COOLDOWN
     """Seconds an open circuit waits before its one probe request."""
+    breaker_window: float = DEFAULT_BREAKER_WINDOW
+    """Seconds of attempts the breaker counts: those that ended this recently."""
+    breaker_rate: float = DEFAULT_BREAKER_RATE
+    """The share of the window's attempts, in percent (1 to 100), that must have failed
+    retryably, besides ``breaker_failures`` of them, for the circuit to open."""
     max_pending: int | None = None
     """publish() refuses events for the endpoint while it holds this many undelivered
     deliveries; None for no bound."""
@@ -164,6 +174,10 @@ class EndpointSpec:
         put("breaker_cooldown", checks.check_number(self.breaker_cooldown, "breaker_cooldown",
                                                     0, MAX_BREAKER_COOLDOWN,
                                                     low_inclusive=False))
+        put("breaker_window", checks.check_number(self.breaker_window, "breaker_window",
+                                                  0, MAX_BREAKER_WINDOW, low_inclusive=False))
+        put("breaker_rate", checks.check_number(self.breaker_rate, "breaker_rate", 1, 100,
+                                                low_inclusive=True, unit="percent"))
         if self.max_pending is not None:
             put("max_pending", checks.check_int(self.max_pending, "max_pending", 1,
                                                 MAX_PENDING))
@@ -200,6 +214,8 @@ class EndpointSpec:
             "max_batch": self.max_batch, "format": self.format, "headers": dict(self.headers),
             "breaker_failures": self.breaker_failures,
             "breaker_cooldown_seconds": self.breaker_cooldown,
+            "breaker_window_seconds": self.breaker_window,
+            "breaker_rate": self.breaker_rate,
             "max_pending": self.max_pending,
             "max_pending_per_tenant": self.max_pending_per_tenant,
             "send_tracestate": self.send_tracestate,
@@ -235,7 +251,7 @@ def _coerce(key: str, value: object) -> object:
             return parse_duration(text).total_seconds()
         if key in _INT_OPTIONS:
             return int(text)
-        if key == "rate_limit":
+        if key in ("rate_limit", "breaker_rate"):
             return float(text)
     except ValueError:
         what = ("a duration such as 30, 30s or 2m" if key in _SECONDS_OPTIONS

@@ -49,6 +49,7 @@ QueryName = Literal[
     "demo_shipment_count",
     "demo_shipment_insert",
     "demo_shipments_table",
+    "demo_watch",
     "disable_endpoint",
     "dispatcher_privileges",
     "due_endpoints",

@@ -87,8 +87,9 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     format               text NOT NULL DEFAULT 'standard-webhooks'
                          CHECK (format IN ('standard-webhooks', 'cloudevents')),
     headers              jsonb NOT NULL DEFAULT '{}',
-    -- Consecutive retryable failures that open the circuit (0: no breaker),
-    -- and how long it stays open before one probe request (version 2).
+    -- Retryable failures that open the circuit (0: no breaker; consecutive
+    -- until version 13, within breaker_window_seconds since), and how long
+    -- it stays open before one probe request (version 2).
     breaker_failures     integer NOT NULL DEFAULT 10 CHECK (breaker_failures >= 0),
     breaker_cooldown_seconds double precision NOT NULL DEFAULT 30
                          CHECK (breaker_cooldown_seconds > 0),
@@ -112,6 +113,13 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     ca_file              text,
     client_cert          text,
     client_key           text,
+    -- The circuit breaker's window: of the attempts that ended this many
+    -- seconds back, breaker_failures must have failed retryably and be at
+    -- least breaker_rate percent of them for the circuit to open (version 13).
+    breaker_window_seconds double precision NOT NULL DEFAULT 30
+                         CHECK (breaker_window_seconds > 0),
+    breaker_rate         double precision NOT NULL DEFAULT 50
+                         CHECK (breaker_rate >= 1 AND breaker_rate <= 100),
     CONSTRAINT endpoints_client_identity CHECK ((client_cert IS NULL) = (client_key IS NULL)),
     -- The tenant the endpoint belongs to (NULL: none, it receives every
     -- tenant's events): publish routes it only its tenant's events, and the
@@ -139,9 +147,15 @@ CREATE TABLE IF NOT EXISTS outbox.endpoint_state (
     next_turn    timestamptz NOT NULL DEFAULT '-infinity',
     circuit      text NOT NULL DEFAULT 'closed'
                  CHECK (circuit IN ('closed', 'open', 'half-open')),
-    failures     integer NOT NULL DEFAULT 0,  -- consecutive retryable failures
+    failures     integer NOT NULL DEFAULT 0,  -- consecutive: the previous release's count
     opened_at    timestamptz,                 -- when the circuit last opened
-    probe_until  timestamptz                  -- half-open: the probe's lease
+    probe_until  timestamptz,                 -- half-open: the probe's lease
+    -- The breaker's window (version 13): attempts and retryable failures in
+    -- six buckets of a fifth of --breaker-window, newest first, the newest
+    -- starting at window_at (circuit_window_v2).
+    window_at    timestamptz,
+    window_attempts integer[] NOT NULL DEFAULT '{}',
+    window_failures integer[] NOT NULL DEFAULT '{}'
 ) WITH (fillfactor = 50);
 
 -- --max-in-flight as rows: one per slot. A request holds a slot from its
@@ -475,6 +489,104 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
            END
 $$;
 
+-- The circuit breaker's window: six buckets of a fifth of the window each,
+-- newest first; the newest starts at window_at. Counts (attempts or failures)
+-- as they stand now: shifted by the buckets begun since window_at, the
+-- oldest dropped. So the count covers the attempts that ended within the
+-- last window, and at most a fifth of a window more.
+CREATE OR REPLACE FUNCTION outbox.circuit_window_v2(
+    counts integer[], window_at timestamptz, window_seconds double precision)
+RETURNS integer[]
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN window_at IS NULL THEN '{}'::integer[]
+                ELSE (pg_catalog.array_fill(0, ARRAY[least(6, greatest(0,
+                          (pg_catalog.floor(extract(epoch FROM pg_catalog.now())::double precision
+                                            OPERATOR(pg_catalog./)
+                                            (window_seconds OPERATOR(pg_catalog./) 5::double precision))
+                           OPERATOR(pg_catalog.-)
+                           pg_catalog.floor(extract(epoch FROM window_at)::double precision
+                                            OPERATOR(pg_catalog./)
+                                            (window_seconds OPERATOR(pg_catalog./) 5::double precision))
+                          )::integer))])
+                      OPERATOR(pg_catalog.||) counts)[1:6]
+           END
+$$;
+
+-- The circuit breaker's window: a count of its buckets, all six together.
+CREATE OR REPLACE FUNCTION outbox.circuit_sum_v2(counts integer[]) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(counts[1], 0) OPERATOR(pg_catalog.+) coalesce(counts[2], 0)
+           OPERATOR(pg_catalog.+) coalesce(counts[3], 0) OPERATOR(pg_catalog.+) coalesce(counts[4], 0)
+           OPERATOR(pg_catalog.+) coalesce(counts[5], 0) OPERATOR(pg_catalog.+) coalesce(counts[6], 0)
+$$;
+
+-- The circuit breaker's window: counts with others added, bucket by bucket
+-- (others newest first too), and added into the newest bucket.
+CREATE OR REPLACE FUNCTION outbox.circuit_add_v2(
+    counts integer[], others integer[], added integer) RETURNS integer[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ARRAY[coalesce(counts[1], 0) OPERATOR(pg_catalog.+) coalesce(others[1], 0)
+                     OPERATOR(pg_catalog.+) added,
+                 coalesce(counts[2], 0) OPERATOR(pg_catalog.+) coalesce(others[2], 0),
+                 coalesce(counts[3], 0) OPERATOR(pg_catalog.+) coalesce(others[3], 0),
+                 coalesce(counts[4], 0) OPERATOR(pg_catalog.+) coalesce(others[4], 0),
+                 coalesce(counts[5], 0) OPERATOR(pg_catalog.+) coalesce(others[5], 0),
+                 coalesce(counts[6], 0) OPERATOR(pg_catalog.+) coalesce(others[6], 0)]
+$$;
+
+-- The circuit breaker's window: the start of the bucket now falls in.
+CREATE OR REPLACE FUNCTION outbox.circuit_window_at_v2(window_seconds double precision)
+RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT pg_catalog.to_timestamp(
+               pg_catalog.floor(extract(epoch FROM pg_catalog.now())::double precision
+                                OPERATOR(pg_catalog./)
+                                (window_seconds OPERATOR(pg_catalog./) 5::double precision))
+               OPERATOR(pg_catalog.*) (window_seconds OPERATOR(pg_catalog./) 5::double precision))
+$$;
+
+-- The circuit breaker: whether a batch's results may change an endpoint's
+-- state row. Only those are locked and written: a healthy endpoint's results
+-- never touch it (while the window holds no failure, the dispatchers keep
+-- their answers to themselves and bring them with their next failure).
+-- window_failures as stored: a failure older than the window makes one more
+-- write, which shifts it out.
+CREATE OR REPLACE FUNCTION outbox.circuit_touched_v2(
+    circuit text, breaker_failures integer, window_failures integer[], reported integer)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT circuit OPERATOR(pg_catalog.<>) 'closed'
+        OR (breaker_failures OPERATOR(pg_catalog.>) 0
+            AND (reported OPERATOR(pg_catalog.>) 0
+                 OR 0 OPERATOR(pg_catalog.<) ANY (window_failures)))
+$$;
+
+-- The circuit breaker: the state after a batch, given the window's attempts
+-- and retryable failures with the batch's counted in, and the batch's own
+-- answers and failures. A closed circuit opens when the window holds at least
+-- breaker_failures failures and they are at least breaker_rate percent of
+-- its attempts; a half-open one opens again on the probe's failure and closes
+-- on its answer; an open one waits for its probe.
+CREATE OR REPLACE FUNCTION outbox.circuit_after_v2(
+    circuit text, breaker_failures integer, breaker_rate double precision,
+    attempts integer, failures integer, answered integer, reported integer) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+               WHEN breaker_failures OPERATOR(pg_catalog.=) 0 THEN 'closed'
+               WHEN circuit OPERATOR(pg_catalog.=) 'half-open'
+                    AND reported OPERATOR(pg_catalog.>) 0 THEN 'open'
+               WHEN circuit OPERATOR(pg_catalog.=) 'half-open'
+                    AND answered OPERATOR(pg_catalog.>) 0 THEN 'closed'
+               WHEN circuit OPERATOR(pg_catalog.=) 'closed'
+                    AND failures::double precision OPERATOR(pg_catalog.>=) greatest(
+                        breaker_failures::double precision,
+                        breaker_rate OPERATOR(pg_catalog.*) attempts::double precision
+                            OPERATOR(pg_catalog./) 100::double precision)
+                    THEN 'open'
+               ELSE circuit
+           END
+$$;
+
 -- The rate limit: how many turns (requests, at most wanted) may be taken now,
 -- from the shared clock next_turn, turns pace/rate apart (rate_per_second is
 -- the limit over the pace), looking horizon_seconds ahead. (The seconds
@@ -753,6 +865,12 @@ GRANT EXECUTE ON FUNCTION
     outbox.circuit_failures_v1(integer, integer, boolean),
     outbox.circuit_touched_v1(text, integer, integer, integer),
     outbox.circuit_after_v1(text, integer, integer, integer, boolean),
+    outbox.circuit_window_v2(integer[], timestamptz, double precision),
+    outbox.circuit_window_at_v2(double precision),
+    outbox.circuit_sum_v2(integer[]),
+    outbox.circuit_add_v2(integer[], integer[], integer),
+    outbox.circuit_touched_v2(text, integer, integer[], integer),
+    outbox.circuit_after_v2(text, integer, double precision, integer, integer, integer, integer),
     outbox.rate_turns_v1(timestamptz, double precision, double precision, integer),
     outbox.rate_turn_near_v1(timestamptz, double precision),
     outbox.rate_next_turn_v1(timestamptz, integer, double precision),

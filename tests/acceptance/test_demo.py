@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.busy import busy_loops, cores
+
 _SCRIPT = Path(sys.executable).with_name("outbox")
 
 
@@ -194,3 +196,20 @@ def test_demo_interrupted_exits_nonzero_and_cleans_up(
     assert "interrupted" in stderr
     assert "Traceback" not in stderr
     _assert_nothing_left(stdout, tmp)
+
+
+def test_demo_finishes_on_a_machine_whose_cores_are_all_busy(
+        demo_env: tuple[dict[str, str], Path]) -> None:
+    """With twice as many busy loops as cores beside it, `outbox demo --events 200` still
+    delivers everything and exits 0."""
+    env, tmp = demo_env
+    with busy_loops(2 * cores()):
+        # A liveness deadline far beyond the run's worst (the give-up after a stall is
+        # the cool-down and the retry awaited, and a margin: about a minute).
+        result = subprocess.run(_command("demo", "--events", "200"), capture_output=True,
+                                text=True, timeout=600, check=False, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "200 of 200 events arrived" in result.stdout
+    assert re.search(r"circuit\s+(never opened|opened \d+ times?)", result.stdout)
+    assert "result: OK" in result.stdout
+    _assert_nothing_left(result.stdout, tmp)

@@ -62,7 +62,8 @@ def test_add_and_list(dsn: str) -> None:
                   "--events", "order.created", "--secret", "env:OUTBOX_SECRET_WF",
                   "--max-attempts", "12", "--timeout", "30s", "--rate-limit", "5",
                   "--format", "cloudevents", "--header", "X-Tenant: acme",
-                  "--breaker-failures", "5", "--breaker-cooldown", "1m", "--max-pending", "500"))
+                  "--breaker-failures", "5", "--breaker-cooldown", "1m", "--max-pending", "500",
+                  "--breaker-window", "2m", "--breaker-rate", "25"))
     table = ok(outbox_cmd(dsn, "list"))
     assert "workflow" in table
     assert "mail.*,order.created" in table
@@ -74,6 +75,7 @@ def test_add_and_list(dsn: str) -> None:
     assert (listed["enabled"], listed["disabled_reason"]) == (True, None)
     assert (listed["max_batch"], listed["max_in_flight"]) == (1, 16)
     assert (listed["breaker_failures"], listed["breaker_cooldown"]) == (5, 60.0)
+    assert (listed["breaker_window"], listed["breaker_rate"]) == (120.0, 25.0)
     assert listed["max_pending"] == 500
     assert list(listed["headers"]) == ["x-tenant"]
 
@@ -98,6 +100,12 @@ def test_add_and_list(dsn: str) -> None:
     ["--url", URL, "--breaker-failures", "-1"],
     ["--url", URL, "--breaker-failures", "many"],
     ["--url", URL, "--breaker-cooldown", "0"],
+    ["--url", URL, "--breaker-window", "0"],
+    ["--url", URL, "--breaker-window", "-5s"],
+    ["--url", URL, "--breaker-window", "soon"],
+    ["--url", URL, "--breaker-rate", "0"],
+    ["--url", URL, "--breaker-rate", "101"],
+    ["--url", URL, "--breaker-rate", "half"],
     ["--url", URL, "--max-pending", "0"],
     ["--url", URL, "--max-pending", "lots"],
     ["--url", URL, "--max-pending-per-tenant", "0"],
@@ -427,3 +435,35 @@ def test_max_pending_per_tenant_is_managed_like_max_pending(dsn: str, tmp_path: 
                     f'[endpoints.plain]\nurl = "{URL}"\n')
     assert "changed hooks: max_pending_per_tenant" in ok(outbox_cmd(dsn, "sync", str(path)))
     assert endpoint(dsn, "hooks")["max_pending_per_tenant"] is None
+
+
+def test_the_breaker_window_and_rate_by_update_and_sync(dsn: str, tmp_path: Path) -> None:
+    """--breaker-window and --breaker-rate, TOML breaker_window and breaker_rate: stored and
+    listed; a bad one refuses the update (exit 2, one line) or the whole file, nothing
+    changed."""
+    add(dsn, "hooks")
+    [listed] = json.loads(ok(outbox_cmd(dsn, "list", "--json")))
+    assert (listed["breaker_window"], listed["breaker_rate"]) == (30.0, 50.0)
+    ok(outbox_cmd(dsn, "update", "hooks", "--breaker-window", "45s", "--breaker-rate", "80"))
+    [listed] = json.loads(ok(outbox_cmd(dsn, "list", "--json")))
+    assert (listed["breaker_window"], listed["breaker_rate"]) == (45.0, 80.0)
+    before = snapshot(dsn)
+    for args in (["--breaker-window", "0"], ["--breaker-rate", "0"], ["--breaker-rate", "150"]):
+        result = outbox_cmd(dsn, "update", "hooks", *args)
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert args[0] in line
+        assert snapshot(dsn) == before
+    good = '[endpoints.hooks]\nurl = "http://127.0.0.1:9/"\nbreaker_window = 20\n'
+    for bad in ("breaker_rate = 0", "breaker_rate = 101", 'breaker_window = "0s"',
+                "breaker_window = -3"):
+        path = tmp_path / "bad.toml"
+        path.write_text(good + '[endpoints.other]\nurl = "http://127.0.0.1:9/"\n' + bad + "\n")
+        result = outbox_cmd(dsn, "sync", str(path))
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert snapshot(dsn) == before
+    (tmp_path / "good.toml").write_text(good + "breaker_rate = 10\n")
+    ok(outbox_cmd(dsn, "sync", str(tmp_path / "good.toml")))
+    [listed] = json.loads(ok(outbox_cmd(dsn, "list", "--json")))
+    assert (listed["breaker_window"], listed["breaker_rate"]) == (20.0, 10.0)

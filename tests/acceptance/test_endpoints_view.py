@@ -67,8 +67,8 @@ def test_show_gives_every_option_and_only_the_secret_kind(dsn: str) -> None:
     assert doc["signing"] == "whsec"
     assert (doc["rate_limit"], doc["headers"]) == (5.0, {"authorization": "(hidden)"})
     assert {"max_attempts", "timeout", "min_backoff", "max_backoff", "max_in_flight",
-            "max_batch", "format", "breaker_failures", "breaker_cooldown",
-            "max_pending", "events", "url", "enabled"} <= set(doc)
+            "max_batch", "format", "breaker_failures", "breaker_cooldown", "breaker_window",
+            "breaker_rate", "max_pending", "events", "url", "enabled"} <= set(doc)
     text = cmd(dsn, "show", "hooks")
     assert SECRET not in text.stdout + shown.stdout
     assert "Bearer" not in text.stdout + shown.stdout

@@ -16,6 +16,7 @@ import json
 import signal
 import threading
 import time
+from typing import Any
 
 import psycopg
 
@@ -153,6 +154,53 @@ def test_breaker_holds_the_fleet_through_an_outage(dsn: str, receiver: Receiver,
     assert _circuit(dsn) == "closed"
     wait_until(lambda: all(d.metric("outbox_circuit_open") == 0 for d in dispatchers), 10,
                "the gauge to show the circuit closed")
+
+
+def _breaker_rows(dsn: str) -> dict[str, tuple[Any, ...]]:
+    """Per endpoint: its circuit, when it last opened, and the failed attempts recorded up to
+    that moment (the attempt history, on the database clock)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT e.name, s.circuit, s.opened_at,"
+            " (SELECT count(*) FROM outbox.attempts a JOIN outbox.deliveries d"
+            "  ON d.id = a.delivery_id WHERE d.endpoint_id = e.id AND a.at <= s.opened_at)"
+            " FROM outbox.endpoints e JOIN outbox.endpoint_state s ON s.endpoint_id = e.id")
+        return {str(name): tuple(rest) for name, *rest in rows}
+
+
+def test_breaker_counts_a_share_of_the_fleets_attempts(dsn: str, receiver: Receiver,
+                                                       fleet: Fleet) -> None:
+    """Three dispatchers, --breaker-failures 5: an endpoint failing bursts of five requests in
+    every forty keeps its circuit closed and gets every event; one failing everything opens
+    within five failures per dispatcher."""
+    sent = {"bursty": 0, "down": 0}
+    lock = threading.Lock()
+
+    def respond(request: Request) -> Response:
+        name = request.path.strip("/")
+        with lock:
+            n = sent[name]
+            sent[name] = n + 1
+        return Response(503 if name == "down" or n % 40 >= 35 else 200)
+
+    receiver.responder = respond
+    for name in ("bursty", "down"):
+        add_endpoint(dsn, receiver.url + name, name=name, breaker_failures=5,
+                     breaker_cooldown_seconds=60.0, max_in_flight=8, max_attempts=40,
+                     events=[f"{name}.*"], events_like=[f"{name}.%"])
+    dispatchers = [fleet.start() for _ in range(3)]
+    for dispatcher in dispatchers:
+        dispatcher.wait_status("/readyz", 200)
+    publish(dsn, 400, type_="bursty.thing")
+    publish(dsn, 40, type_="down.thing")
+    wait_until(lambda: states(dsn)["delivered"] == 400, 120, "every bursty event")
+    wait_until(lambda: _breaker_rows(dsn)["down"][0] == "open", 30, "the down circuit to open")
+    rows = _breaker_rows(dsn)
+    assert rows["bursty"][:2] == ("closed", None), f"bursty opened: {rows}"
+    assert sent["bursty"] >= 440  # its bursts failed: 5 in every 40, all retried
+    _, opened_at, failed_before = rows["down"]
+    assert opened_at is not None
+    assert 5 <= failed_before <= 5 * 3, rows
 
 
 def test_overlapping_transactions_on_one_key_deliver_in_publish_order(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import psycopg
@@ -21,7 +22,8 @@ from tests.support.claiming import claim
 from tests.support.dispatcher import add_endpoint
 
 
-def run(dsn: str, conn: psycopg.Connection[Any], url: str, events: int = 1, **endpoint: Any,
+def run(dsn: str, conn: psycopg.Connection[Any], url: str, events: int = 1, *,
+        metrics: Metrics | None = None, timeout: float = 10.0, **endpoint: Any,
         ) -> tuple[Deliverer, bool, int]:
     """``events`` claimed by hand and sent by a Deliverer in one request (a batch if the
     endpoint's ``max_batch`` says so); it, its verdict and the wakes."""
@@ -39,10 +41,12 @@ def run(dsn: str, conn: psycopg.Connection[Any], url: str, events: int = 1, **en
                               lambda: None, asyncio.Event())
         writing = asyncio.create_task(completer.run())
         sender = HttpSender(4, False, (), "outbox-test/1")
-        deliverer = Deliverer(sender, completer, Metrics(), lambda: wakes.append(1))
+        deliverer = Deliverer(sender, completer, metrics or Metrics(),
+                              lambda: wakes.append(1))
         target = Endpoint(id=endpoint_id, name="e", url=url, min_backoff=0.05,
-                          max_backoff=0.1, max_attempts=5,
-                          max_batch=endpoint.get("max_batch", 1))
+                          max_backoff=0.1, max_attempts=5, timeout=timeout,
+                          max_batch=endpoint.get("max_batch", 1),
+                          breaker_failures=endpoint.get("breaker_failures", 10))
         try:
             answered = await deliverer(target, [row.delivery(0.0) for row in rows])
             await asyncio.sleep(0.3)  # the retry's wake, and the writer's batch
@@ -110,3 +114,37 @@ def test_a_single_event_refused_with_413_is_dead(
     assert (deliverer.dead_lettered, answered, receiver.count) == (1, True, 1)
     assert conn.execute("SELECT state, last_status, last_error FROM outbox.deliveries"
                         ).fetchone() == ("dead", 413, "HTTP 413 Content Too Large: too large")
+
+
+def _window(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
+    row = conn.execute("SELECT circuit, outbox.circuit_sum_v2(window_failures) "
+                       "FROM outbox.endpoint_state").fetchone()
+    conn.commit()
+    assert row is not None
+    return tuple(row)
+
+
+def test_a_timeout_counts_for_the_breaker_unless_the_loop_was_starved(
+        dsn: str, conn: psycopg.Connection[Any], receiver: Receiver) -> None:
+    """A timeout opens a one-failure breaker; the same timeout while the event loop lost
+    more than a quarter of the timeout is retried as any failure but the breaker is not told."""
+    async def slow(_: Any) -> Response:
+        await asyncio.sleep(2.0)
+        return Response(200)
+
+    receiver.responder = slow
+    starved = Metrics()
+    # The loop's timer is not running here: one sample after the request started, as the
+    # timer would take it after the loop stood still for 10 s.
+    starved.loop_lag.record(10.0, at=time.monotonic() + 3600)
+    deliverer, answered, _ = run(dsn, conn, receiver.url, metrics=starved, timeout=0.3,
+                                 breaker_failures=1)
+    assert (deliverer.retried, answered) == (1, False)
+    assert conn.execute("SELECT state, last_error LIKE '%%timeout%%' FROM outbox.deliveries"
+                        ).fetchone() == ("pending", True)
+    assert _window(conn) == ("closed", 0)
+    conn.execute("TRUNCATE outbox.endpoints, outbox.endpoint_state, outbox.events, "
+                 "outbox.deliveries CASCADE")
+    conn.commit()
+    run(dsn, conn, receiver.url, timeout=0.3, breaker_failures=1)
+    assert _window(conn) == ("open", 1)

@@ -23,7 +23,7 @@ must agree with it, and these hold:
 - the --max-pending counters add up to the undelivered deliveries.
 
 Two events, one endpoint with small limits (3 attempts, one slot, a breaker
-opening after 2 failures). Backoff, cool-down and lease are an hour each,
+opening after 2 failures). Backoff, cool-down, breaker window and lease are an hour each,
 so that no real time passing on a loaded machine can make a step come due.
 """
 
@@ -126,6 +126,7 @@ class Circuit:
     """The endpoint's circuit breaker, shared by the fleet."""
 
     state: str = "closed"
+    attempts: int = 0  # the window's (an hour: nothing leaves it during a test)
     failures: int = 0
     cooldown_over: bool = False  # open: its cool-down has run out
     probe_lease_over: bool = False  # half-open: its probe's lease has run out
@@ -133,19 +134,26 @@ class Circuit:
     def judge(self, answered: bool) -> None:
         """One attempt's word (docs/concepts.md, "Retries, dead letters and limits").
 
-        Any answer but a retryable failure resets the count and closes a half-open
-        circuit; a retryable failure counts, opens a closed circuit at
-        --breaker-failures and a half-open one at once. An open circuit stays open
-        (only its probe, after the cool-down, may close it).
+        Every attempt counts in the window, but an answer to a closed circuit whose
+        window holds no failure stays with its dispatcher (which brings it with its
+        next failure: none here, each result is its own batch). An answer closes a
+        half-open circuit and starts the count afresh; a retryable failure opens a
+        closed circuit once the window holds --breaker-failures failures and they
+        are half its attempts or more (--breaker-rate 50), and a half-open one at
+        once. An open circuit stays open (only its probe, after the cool-down, may
+        close it).
         """
         if answered:
-            self.failures = 0
             if self.state == "half-open":
-                self.state = "closed"
+                self.state, self.attempts, self.failures = "closed", 0, 0
+            elif self.state != "closed" or self.failures:
+                self.attempts += 1
             return
+        self.attempts += 1
         self.failures += 1
         if self.state == "half-open" or (self.state == "closed"
-                                         and self.failures >= BREAKER_FAILURES):
+                                         and self.failures >= BREAKER_FAILURES
+                                         and self.failures * 2 >= self.attempts):
             self.state, self.cooldown_over = "open", False
 
 
@@ -182,7 +190,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         spec = EndpointSpec(name=NAME, url="http://127.0.0.1:9/", max_attempts=MAX_ATTEMPTS,
                             min_backoff=HOUR, max_backoff=HOUR, max_in_flight=SLOTS,
                             breaker_failures=BREAKER_FAILURES, breaker_cooldown=HOUR,
-                            max_pending=1000)
+                            breaker_window=HOUR, max_pending=1000)
         self.endpoint_id = add_endpoint(conn, spec)
         self.policy = Endpoint(id=self.endpoint_id, name=NAME, url=spec.url,
                                max_attempts=MAX_ATTEMPTS, min_backoff=HOUR, max_backoff=HOUR,
@@ -210,7 +218,8 @@ class DeliveryMachine(RuleBasedStateMachine):
         record = decide(claim.delivery, self.policy, ANSWERS[answer], now, lambda: 0.5).record
         slots = ([] if claim.slot is None
                  else [[self.endpoint_id, claim.slot, str(claim.slot_token)]])
-        circuits = ([[self.endpoint_id, answer != "retryable", int(answer == "retryable")]]
+        circuits = ([[self.endpoint_id, int(answer != "retryable"), int(answer == "retryable"),
+                      []]]
                     if verdict else [])
         completed = complete(self.conn, [record], slots, circuits)
         return set(completed.written), [tuple(change) for change in completed.changed]
@@ -453,9 +462,11 @@ class DeliveryMachine(RuleBasedStateMachine):
     @invariant()
     def circuit_agrees(self) -> None:
         """The fleet's circuit for the endpoint is the model's, with its failure count."""
-        found = self._query("SELECT circuit, failures FROM outbox.endpoint_state "
+        found = self._query("SELECT circuit, outbox.circuit_sum_v2(window_attempts), "
+                            "outbox.circuit_sum_v2(window_failures) FROM outbox.endpoint_state "
                             "WHERE endpoint_id = %s", (self.endpoint_id,))
-        assert found == [(self.model.circuit.state, self.model.circuit.failures)]
+        circuit = self.model.circuit
+        assert found == [(circuit.state, circuit.attempts, circuit.failures)]
 
     @invariant()
     def slots_within_max_in_flight(self) -> None:

@@ -47,7 +47,9 @@ def _publish(conn: Conn, count: int, **options: Any) -> None:
 
 
 def _state(conn: Conn, endpoint_id: int) -> tuple[Any, ...]:
-    row = conn.execute("SELECT circuit, failures FROM outbox.endpoint_state "
+    """The circuit, and the attempts and failures its window holds."""
+    row = conn.execute("SELECT circuit, outbox.circuit_sum_v2(window_attempts), "
+                       "outbox.circuit_sum_v2(window_failures) FROM outbox.endpoint_state "
                        "WHERE endpoint_id = %s", (endpoint_id,)).fetchone()
     conn.commit()
     assert row is not None
@@ -206,24 +208,62 @@ def test_unused_turns_and_slots_are_not_taken(conn: Conn) -> None:
     assert leased == (1,)
 
 
-def test_breaker_opens_after_consecutive_failures_and_an_answer_resets_them(conn: Conn) -> None:
-    """Retryable failures count up across results; an answer resets; N in a row open it."""
+def test_breaker_opens_at_n_failures_that_are_the_share_of_the_window(conn: Conn) -> None:
+    """Failures and answers add up in the window; it opens at N failures that are at least
+    --breaker-rate percent of its attempts, not before."""
     endpoint_id = _endpoint(conn, breaker_failures=3, max_in_flight=10)
     _publish(conn, 10)
     rows = claim(conn, [endpoint_id], rows=10)
     finish(conn, rows[0], "pending", verdict=False)
     finish(conn, rows[1], "pending", verdict=False)
-    assert _state(conn, endpoint_id) == ("closed", 2)
-    finish(conn, rows[2], verdict=True)
-    assert _state(conn, endpoint_id) == ("closed", 0)
-    for row in rows[3:5]:
-        finish(conn, row, "pending", verdict=False)
-    changes = finish(conn, rows[5], "pending", verdict=False)
-    assert _state(conn, endpoint_id) == ("open", 3)
+    assert _state(conn, endpoint_id) == ("closed", 2, 2)
+    for row in rows[2:6]:
+        finish(conn, row, verdict=True)
+    assert _state(conn, endpoint_id) == ("closed", 6, 2)
+    finish(conn, rows[6], "pending", verdict=False)
+    assert _state(conn, endpoint_id) == ("closed", 7, 3)  # 3 of 7: under half
+    changes = finish(conn, rows[7], "pending", verdict=False)
+    assert _state(conn, endpoint_id) == ("open", 8, 4)
     assert (endpoint_id, "closed", "open") in changes.changed
     conn.execute("UPDATE outbox.deliveries SET next_attempt_at = now() WHERE state = 'pending'")
     conn.commit()
     assert claim(conn, [endpoint_id], rows=10) == []  # open: nothing is claimed
+
+
+def test_answers_wait_with_the_dispatcher_until_a_failure_brings_them(conn: Conn) -> None:
+    """A healthy window is not written: the answers the dispatcher kept come with its next
+    failure, and count in the share."""
+    endpoint_id = _endpoint(conn, breaker_failures=2, max_in_flight=10)
+    _publish(conn, 3)
+    rows = claim(conn, [endpoint_id], rows=3)
+    finish(conn, rows[0], verdict=True)
+    assert _state(conn, endpoint_id) == ("closed", 0, 0)
+    claimed = ClaimRow._make(rows[1])
+    complete(conn, [Record(claimed.id, claimed.lease_token, "pending")], [],
+             [[endpoint_id, 0, 1, [3, 0, 2]]])
+    assert _state(conn, endpoint_id) == ("closed", 6, 1)
+    finish(conn, rows[2], "pending", verdict=False)
+    assert _state(conn, endpoint_id) == ("closed", 7, 2)  # 2 of 7
+
+
+def test_failures_older_than_the_window_leave_it(conn: Conn) -> None:
+    """Buckets a fifth of the window wide: a failure within the window still counts, one
+    older than the window no longer does."""
+    endpoint_id = _endpoint(conn, breaker_failures=3, max_in_flight=10,
+                            breaker_window_seconds=30)
+    _publish(conn, 6)
+    rows = claim(conn, [endpoint_id], rows=6)
+    finish(conn, rows[0], "pending", verdict=False)
+    finish(conn, rows[1], "pending", verdict=False)
+    conn.execute("UPDATE outbox.endpoint_state SET window_at = window_at - interval '12 s'")
+    conn.commit()
+    finish(conn, rows[2], "pending", verdict=False)
+    assert _state(conn, endpoint_id) == ("open", 3, 3)
+    conn.execute("UPDATE outbox.endpoint_state SET circuit = 'closed', "
+                 "window_at = window_at - interval '37 s'")
+    conn.commit()
+    finish(conn, rows[3], "pending", verdict=False)
+    assert _state(conn, endpoint_id) == ("closed", 1, 1)
 
 
 def test_one_probe_after_the_cooldown_even_with_two_claimers(conn: Conn, dsn: str) -> None:
@@ -243,7 +283,7 @@ def test_one_probe_after_the_cooldown_even_with_two_claimers(conn: Conn, dsn: st
     assert second == []
     assert _state(conn, endpoint_id)[0] == "half-open"
     finish(conn, first[0], verdict=True)
-    assert _state(conn, endpoint_id) == ("closed", 0)
+    assert _state(conn, endpoint_id) == ("closed", 0, 0)  # the count starts afresh
     assert len(claim(conn, [endpoint_id], rows=5)) == 4
 
 

@@ -25,7 +25,7 @@ _STATEMENTS: dict[QueryName, dict[str, Any]] = {
               "horizon": RATE_HORIZON, "pace": PACE, "budget": HELD_BYTES},
     "due_endpoints": {"after": 0, "want": 8, "budget": 16, "horizon": RATE_HORIZON,
                       "floor_ids": [], "floors": []},
-    "complete": {"results": "[]", "slots": "[]", "circuits": json.dumps([[1, True, 0]])},
+    "complete": {"results": "[]", "slots": "[]", "circuits": json.dumps([[1, 1, 0, [2, 0, 1]]])},
     "park_blocked": {"endpoint_ids": [1], "budget": 10},
     "unpark_orphans": {},
     "publish": {"ids": "[]", "types": "[]", "keys": "[]", "payloads": "[]", "headers": "[]",
@@ -46,11 +46,18 @@ def _rules(conn: Conn) -> set[str]:
     return {row[0] for row in rows}
 
 
+# Kept for the previous release's statements during a rolling deploy (version 13 made
+# the breaker's _v2), dropped in a later step.
+_PREVIOUS_RELEASE = {"circuit_failures_v1", "circuit_touched_v1", "circuit_after_v1"}
+
+
 def test_the_statements_call_only_rule_functions_the_schema_has(conn: Conn) -> None:
-    """Every NAME_vN a statement names exists in the schema, and each exists for a statement."""
+    """Every NAME_vN a statement names exists in the schema, and each exists for a statement
+    of this release or of the previous one."""
     named = {name for text in queries.values() for name in _RULE.findall(text)}
     assert named <= _rules(conn)
-    assert named == _rules(conn), "a rule function no statement calls"
+    assert named | _PREVIOUS_RELEASE == _rules(conn), "a rule function no statement calls"
+    assert not named & _PREVIOUS_RELEASE
 
 
 @pytest.mark.parametrize("name", sorted(_STATEMENTS))

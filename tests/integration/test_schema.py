@@ -108,10 +108,11 @@ def test_migrate_upgrades_a_version_1_database(empty_dsn: str) -> None:
         slots = conn.execute("SELECT count(*) FROM outbox.endpoint_slots").fetchone()
         state = conn.execute("SELECT circuit, failures FROM outbox.endpoint_state").fetchall()
         breaker = conn.execute(
-            "SELECT breaker_failures, breaker_cooldown_seconds FROM outbox.endpoints").fetchone()
+            "SELECT breaker_failures, breaker_cooldown_seconds, breaker_window_seconds, "
+            "breaker_rate FROM outbox.endpoints").fetchone()
     assert slots == (3,)
     assert state == [("closed", 0)]
-    assert breaker == (10, 30.0)
+    assert breaker == (10, 30.0, 30.0, 50.0)  # the defaults, for endpoints made before
     assert _tables(empty_dsn) == TABLES
 
 

@@ -51,7 +51,8 @@ def finish(conn: Conn, row: tuple[Any, ...],
     record = Record(claimed.id, claimed.lease_token, state, status=200)
     slots = ([[claimed.endpoint_id, claimed.slot, str(claimed.slot_token)]]
              if claimed.slot is not None else [])
-    circuits = [] if verdict is None else [[claimed.endpoint_id, verdict, 0 if verdict else 1]]
+    circuits = ([] if verdict is None
+                else [[claimed.endpoint_id, int(verdict), int(not verdict), []]])
     return complete(conn, [record], slots, circuits)
 
 

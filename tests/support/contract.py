@@ -22,6 +22,7 @@ PROJECT_METRICS = {
     "outbox_build_info": ("gauge", {"version", "schema_version"}),
     "outbox_db_horizon_age_xids": ("gauge", set()),
     "outbox_db_horizon_held_seconds": ("gauge", set()),
+    "outbox_event_loop_lag_seconds": ("gauge", set()),
 }
 # The standard collectors' series every Python exporter has (names' prefixes).
 STANDARD_PREFIXES = ("process_", "python_")

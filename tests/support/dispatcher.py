@@ -50,7 +50,8 @@ _LIMITED = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOF
 _JSON_COLUMNS = {"headers", "previous_secrets"}
 _COLUMNS = {"secret", "max_attempts", "timeout_seconds", "min_backoff_seconds",
             "max_backoff_seconds", "max_in_flight", "rate_limit", "max_batch", "format",
-            "breaker_failures", "breaker_cooldown_seconds", "max_pending",
+            "breaker_failures", "breaker_cooldown_seconds", "breaker_window_seconds",
+            "breaker_rate", "max_pending",
             "send_tracestate", "headers", "enabled", "previous_secrets", "disabled_reason",
             "ca_file", "client_cert", "client_key"}
 

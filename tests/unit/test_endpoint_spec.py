@@ -55,6 +55,8 @@ def test_defaults_match_the_schema_column_defaults() -> None:
     assert s.max_batch == default("max_batch")
     assert s.breaker_failures == default("breaker_failures")
     assert s.breaker_cooldown == default("breaker_cooldown_seconds")
+    assert s.breaker_window == default("breaker_window_seconds")
+    assert s.breaker_rate == default("breaker_rate")
     assert s.rate_limit is None
     assert s.format == "standard-webhooks"
     assert "DEFAULT 'standard-webhooks'" in text
@@ -420,6 +422,9 @@ def test_non_ascii_header_value_is_not_echoed() -> None:
     ("max_batch", 0), ("max_batch", 1001),
     ("breaker_failures", -1), ("breaker_failures", 1001), ("breaker_failures", 2.5),
     ("breaker_cooldown", 0), ("breaker_cooldown", 86401), ("breaker_cooldown", math.nan),
+    ("breaker_window", 0), ("breaker_window", -1), ("breaker_window", math.inf),
+    ("breaker_rate", 0), ("breaker_rate", 0.5), ("breaker_rate", 101), ("breaker_rate", True),
+    ("breaker_rate", math.nan),
     ("max_pending", 0), ("max_pending", -5), ("max_pending", 1.5), ("max_pending", True),
     ("max_pending_per_tenant", 0), ("max_pending_per_tenant", -1),
     ("max_pending_per_tenant", 1.5), ("max_pending_per_tenant", True),

@@ -45,6 +45,8 @@ format = "cloudevents"
 headers = {{ Authorization = "Bearer t", x-tenant = "acme" }}
 breaker_failures = 0
 breaker_cooldown = "2m"
+breaker_window = "1m"
+breaker_rate = 20
 max_pending = 10000
 max_pending_per_tenant = 500
 
@@ -57,7 +59,8 @@ url = "http://audit.internal/"
         secret="env:OUTBOX_SECRET_WORKFLOW", max_attempts=12, timeout=5.0, min_backoff=0.5,
         max_backoff=600.0, max_in_flight=4, rate_limit=20.0, max_batch=50,
         format="cloudevents", headers={"authorization": "Bearer t", "x-tenant": "acme"},
-        breaker_failures=0, breaker_cooldown=120.0, max_pending=10000,
+        breaker_failures=0, breaker_cooldown=120.0, breaker_window=60.0, breaker_rate=20.0,
+        max_pending=10000,
         max_pending_per_tenant=500)
     assert audit == EndpointSpec(name="audit", url="http://audit.internal/")
 

@@ -37,3 +37,20 @@ INSERT INTO public.demo_shipments (order_id, event_id) VALUES (%(order_id)s, %(e
 
 -- name: demo_shipment_count
 SELECT count(*) FROM public.demo_shipments;
+
+-- name: demo_watch
+-- Polled while the demo runs, twice a second: the demo endpoint's circuit, when
+-- it last opened, the failures its breaker window holds, the seconds until its
+-- probe may go, and the seconds until the next retry is due (NULL: none
+-- waits). The retry reads the pending-deliveries index by due time.
+SELECT s.circuit, s.opened_at,
+       outbox.circuit_sum_v2(s.window_failures),
+       extract(epoch FROM s.opened_at + make_interval(secs => e.breaker_cooldown_seconds)
+                         - now())::float8,
+       e.breaker_cooldown_seconds,
+       (SELECT extract(epoch FROM min(d.next_attempt_at) - now())::float8
+        FROM outbox.deliveries d
+        WHERE d.state = 'pending' AND d.next_attempt_at <> 'infinity')
+FROM outbox.endpoint_state s
+JOIN outbox.endpoints e ON e.id = s.endpoint_id
+WHERE e.name = 'demo-receiver' AND e.removed_at IS NULL;

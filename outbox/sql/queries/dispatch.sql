@@ -416,14 +416,17 @@ ORDER BY visited;
 -- renewal of one dispatcher touch the same rows). A parked successor is
 -- skipped when another statement holds it (unpark_orphans catches it).
 -- Deliveries delivered or dead leave their endpoint's --max-pending count.
--- circuits: [endpoint_id, reset, failures] per endpoint of the batch: reset
--- when an answer other than a retryable failure came, then the retryable
--- failures after the last such answer. The state rows are locked in
--- endpoint order (two dispatchers' results cannot deadlock on them) and
--- written only when something changes, so a healthy endpoint's results never
--- touch its row. A closed circuit opens when its consecutive failures reach
--- --breaker-failures; a half-open one closes on the probe's answer and opens
--- again on its failure; an open one waits for its probe.
+-- circuits: [endpoint_id, answered, failures, earlier] per endpoint of the
+-- batch: its attempts answered (anything but a retryable failure), those that
+-- failed retryably, and the answers this dispatcher kept to itself since the
+-- window last counted them, per bucket, newest first (limits.circuit.Tally). The state rows are locked
+-- in endpoint order (two dispatchers' results cannot deadlock on them) and
+-- written only while failures count (the batch's, or the window's), so a
+-- healthy endpoint's results never touch its row. A closed circuit opens when
+-- the window (--breaker-window) holds --breaker-failures failures and they
+-- are --breaker-rate percent of its attempts; a half-open one closes on the
+-- probe's answer and opens again on its failure; an open one waits for its
+-- probe.
 WITH r AS (
     SELECT (e->>0)::bigint AS id, (e->>1)::uuid AS token, e->>2 AS state,
            (e->>3)::float8 AS delay, e->>4 AS error, (e->>5)::int AS status,
@@ -518,47 +521,74 @@ freed AS (
     WHERE sl.endpoint_id = e.endpoint_id AND sl.slot = e.slot
 ),
 reported AS (
-    SELECT (c->>0)::bigint AS endpoint_id, (c->>1)::boolean AS reset,
-           (c->>2)::int AS failures
+    SELECT (c->>0)::bigint AS endpoint_id, (c->>1)::int AS answered,
+           (c->>2)::int AS failures,
+           ARRAY(SELECT n::int FROM json_array_elements_text(c->3) WITH ORDINALITY AS k(n, i)
+                 ORDER BY k.i) AS earlier
     FROM json_array_elements(%(circuits)s::json) AS c
 ),
 changing AS MATERIALIZED (
     -- Locked, a row is its latest version: the new values are computed from
-    -- it, never from this statement's older snapshot.
-    SELECT s.endpoint_id, s.circuit, s.failures
+    -- it, never from this statement's older snapshot. The window's counts as
+    -- they stand now (shifted by the buckets begun since it was written).
+    SELECT s.endpoint_id, s.circuit,
+           outbox.circuit_window_v2(s.window_attempts, s.window_at,
+                                    e.breaker_window_seconds) AS attempts,
+           outbox.circuit_window_v2(s.window_failures, s.window_at,
+                                    e.breaker_window_seconds) AS failures
     FROM outbox.endpoint_state s
     JOIN reported r ON r.endpoint_id = s.endpoint_id
     JOIN outbox.endpoints e ON e.id = s.endpoint_id
-    WHERE outbox.circuit_touched_v1(s.circuit, s.failures, e.breaker_failures, r.failures)
+    WHERE outbox.circuit_touched_v2(s.circuit, e.breaker_failures, s.window_failures,
+                                    r.failures)
     ORDER BY s.endpoint_id
     FOR NO KEY UPDATE OF s
 ),
+-- The batch goes into the newest bucket (its answers and failures), and the
+-- answers this dispatcher kept to itself while the window held no failure
+-- into theirs.
 judged AS (
-    SELECT c.endpoint_id, c.circuit AS was, n.failures,
-           outbox.circuit_after_v1(c.circuit, n.failures, e.breaker_failures, r.failures,
-                                   r.reset) AS circuit
+    SELECT c.endpoint_id, c.circuit AS was,
+           outbox.circuit_add_v2(c.attempts, r.earlier, r.answered + r.failures) AS attempts,
+           outbox.circuit_add_v2(c.failures, '{}', r.failures) AS failures,
+           outbox.circuit_window_at_v2(e.breaker_window_seconds) AS window_at,
+           outbox.circuit_after_v2(
+               c.circuit, e.breaker_failures, e.breaker_rate,
+               outbox.circuit_sum_v2(c.attempts) + outbox.circuit_sum_v2(r.earlier)
+                   + r.answered + r.failures,
+               outbox.circuit_sum_v2(c.failures) + r.failures,
+               r.answered, r.failures) AS circuit
     FROM changing c
     JOIN reported r ON r.endpoint_id = c.endpoint_id
     JOIN outbox.endpoints e ON e.id = c.endpoint_id
-    CROSS JOIN LATERAL (SELECT outbox.circuit_failures_v1(c.failures, r.failures, r.reset)
-                               AS failures) n
 ),
 circuits AS (
+    -- A circuit that closes starts its count afresh (and the previous
+    -- release's consecutive count with it).
     UPDATE outbox.endpoint_state s
-    SET failures = j.failures,
-        circuit = j.circuit,
+    SET circuit = j.circuit,
+        failures = CASE WHEN j.circuit = 'closed' AND j.was <> 'closed' THEN 0
+                        ELSE s.failures END,
         opened_at = CASE WHEN j.circuit = 'open' AND j.was <> 'open' THEN now()
                          ELSE s.opened_at END,
-        probe_until = CASE WHEN j.circuit = 'half-open' THEN s.probe_until END
+        probe_until = CASE WHEN j.circuit = 'half-open' THEN s.probe_until END,
+        window_at = CASE WHEN j.circuit = 'closed' AND j.was <> 'closed' THEN NULL
+                         ELSE j.window_at END,
+        window_attempts = CASE WHEN j.circuit = 'closed' AND j.was <> 'closed' THEN '{}'
+                               ELSE j.attempts END,
+        window_failures = CASE WHEN j.circuit = 'closed' AND j.was <> 'closed' THEN '{}'
+                               ELSE j.failures END
     FROM judged j
     WHERE s.endpoint_id = j.endpoint_id
     RETURNING s.endpoint_id, j.was, s.circuit
 )
--- One row: the ids of the deliveries written, and the circuits that changed as
--- [endpoint_id, before, after] (policy.model.Completed reads it).
+-- One row: the ids of the deliveries written, the circuits that changed as
+-- [endpoint_id, before, after], and the endpoints whose window counted this
+-- batch (policy.model.Completed reads it).
 SELECT ARRAY(SELECT id FROM finished) AS written,
        (SELECT coalesce(json_agg(json_build_array(endpoint_id, was, circuit)), '[]')
-        FROM circuits WHERE was <> circuit) AS changed;
+        FROM circuits WHERE was <> circuit) AS changed,
+       ARRAY(SELECT endpoint_id FROM circuits) AS counted;
 
 -- name: park_blocked
 -- Keyed deliveries waiting behind an earlier event of their key cost every
@@ -754,8 +784,8 @@ WHERE removed_at IS NULL;
 -- (previous_secrets' expires_at) on the database clock, never its own.
 SELECT id, name, url, secret, previous_secrets::text, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
-       format, headers::text, enabled, breaker_failures, send_tracestate,
-       ca_file, client_cert, client_key, tenant, now(), xmin::text
+       format, headers::text, enabled, breaker_failures, breaker_window_seconds,
+       send_tracestate, ca_file, client_cert, client_key, tenant, now(), xmin::text
 FROM outbox.endpoints
 WHERE removed_at IS NULL AND id = ANY (%(ids)s::bigint[])
 ORDER BY id;

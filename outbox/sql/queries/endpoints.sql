@@ -12,7 +12,8 @@ SELECT pg_advisory_xact_lock(7469813520412), pg_notify('outbox_endpoints', '');
 SELECT id, name, url, events, events_like, secret, previous_secrets, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
        format, headers, breaker_failures, breaker_cooldown_seconds, max_pending,
-       max_pending_per_tenant, send_tracestate, ca_file, client_cert, client_key, tenant,
+       breaker_window_seconds, breaker_rate, max_pending_per_tenant, send_tracestate, ca_file,
+       client_cert, client_key, tenant,
        enabled, disabled_reason, created_at, updated_at
 FROM outbox.endpoints
 WHERE removed_at IS NULL
@@ -31,13 +32,15 @@ INSERT INTO outbox.endpoints
     (name, url, events, events_like, secret, max_attempts, timeout_seconds,
      min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
      format, headers, breaker_failures, breaker_cooldown_seconds, max_pending,
-     max_pending_per_tenant, send_tracestate, ca_file, client_cert, client_key, tenant)
+     breaker_window_seconds, breaker_rate, max_pending_per_tenant, send_tracestate, ca_file,
+     client_cert, client_key, tenant)
 VALUES
     (%(name)s, %(url)s, %(events)s::text[], %(events_like)s::text[], %(secret)s::text,
      %(max_attempts)s, %(timeout_seconds)s, %(min_backoff_seconds)s,
      %(max_backoff_seconds)s, %(max_in_flight)s, %(rate_limit)s::float8, %(max_batch)s,
      %(format)s, %(headers)s::jsonb, %(breaker_failures)s, %(breaker_cooldown_seconds)s,
-     %(max_pending)s::bigint, %(max_pending_per_tenant)s::bigint,
+     %(max_pending)s::bigint, %(breaker_window_seconds)s, %(breaker_rate)s,
+     %(max_pending_per_tenant)s::bigint,
      %(send_tracestate)s::boolean, %(ca_file)s::text, %(client_cert)s::text,
      %(client_key)s::text, %(tenant)s::text)
 RETURNING id;
@@ -67,6 +70,8 @@ UPDATE outbox.endpoints SET
     headers = %(headers)s::jsonb,
     breaker_failures = %(breaker_failures)s,
     breaker_cooldown_seconds = %(breaker_cooldown_seconds)s,
+    breaker_window_seconds = %(breaker_window_seconds)s,
+    breaker_rate = %(breaker_rate)s,
     max_pending = %(max_pending)s::bigint,
     max_pending_per_tenant = %(max_pending_per_tenant)s::bigint,
     send_tracestate = %(send_tracestate)s::boolean,
