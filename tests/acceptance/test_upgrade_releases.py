@@ -159,3 +159,29 @@ def test_rolling_deploy_beside_the_previous_release(empty_dsn: str, dsn: str,
     assert _states(target) == {("ok", "delivered"): total}
     assert differences(catalogue(target), catalogue(dsn)) == []
     assert "up to date" in _new(target, "migrate", "--check")
+
+
+def test_an_earlier_publishers_delivery_to_a_tenants_endpoint_is_a_dead_letter(
+        empty_dsn: str, receiver: Receiver) -> None:
+    """The previous release's publish() routes by type alone, so during a rolling deploy it
+    makes a delivery to a tenant's endpoint of an event that is not that tenant's: this
+    dispatcher never sends it, and it becomes a dead letter that says why; the endpoint
+    without a tenant gets the event as before."""
+    old = previous()
+    _old(old, empty_dsn, "migrate")
+    _new(empty_dsn, "migrate")
+    _new(empty_dsn, "endpoints", "add", "acme", "--url", receiver.url + "acme",
+         "--events", "order.*", "--tenant", "acme")
+    _new(empty_dsn, "endpoints", "add", "audit", "--url", receiver.url + "audit",
+         "--events", "order.*")
+    old.publish(empty_dsn, [("order.created", None, 1)])
+    code, log = run_once(empty_dsn)
+    assert code == 1, log
+    assert [r.path for r in receiver.snapshot()] == ["/audit"]
+    with psycopg.connect(empty_dsn) as conn:
+        rows = dict(conn.execute(
+            "SELECT p.name, (d.state, d.last_error) FROM outbox.deliveries d "
+            "JOIN outbox.endpoints p ON p.id = d.endpoint_id").fetchall())
+    assert rows["audit"][0] == "delivered"
+    assert rows["acme"] == ("dead", "not sent: endpoint acme belongs to tenant 'acme', "
+                                    "and this is an event without a tenant")
