@@ -24,6 +24,7 @@ from outbox.endpoints import (
     DEFAULT_MAX_BACKOFF,
     EndpointSpec,
     check_secret,
+    check_tenant,
     file_warning,
     generate_secret,
     load_sync_file,
@@ -233,6 +234,7 @@ def _update(args: argparse.Namespace) -> int:
         unset.append("tenant")
     try:
         options = _given_options(args)
+        check_tenant(options.get("tenant"))  # before the database, as add checks it
         with common.connect(args) as conn:
             changed = store.update(conn, args.name, **{**dict.fromkeys(unset), **options})
             if _TLS_OPTIONS & set(options):

@@ -56,7 +56,8 @@ def _changes(options: dict[str, Any]) -> tuple[dict[str, Any], builtins.list[str
                 f"is not a known option; the options are {', '.join(sorted(_OPTIONS))}",
                 option)
     # The values are checked with the stored ones (min_backoff against max_backoff, a
-    # client_cert beside its key), before anything is written.
+    # client_cert beside its key), before anything is written; a tenant before any SQL.
+    check_tenant(options.get("tenant"))
     return ({k: v for k, v in options.items() if v is not None},
             [k for k, v in options.items() if v is None])
 

@@ -530,3 +530,22 @@ def test_tls_files_are_for_https_urls() -> None:
     """An http:// endpoint has no TLS to use them in."""
     with pytest.raises(InvalidEndpoint, match="are for https:// URLs"):
         EndpointSpec("a", "http://h.test/", ca_file="/etc/tls/ca.pem")
+
+
+@pytest.mark.parametrize("tenant", ["acme", "a b~", "~" * 200, None])
+def test_a_tenant_publish_accepts_is_the_endpoints_tenant(tenant: str | None) -> None:
+    """An endpoint's tenant is any tenant publish() takes (None: none), kept as given."""
+    assert spec(tenant=tenant).tenant == tenant
+    assert spec(tenant=tenant).columns()["tenant"] == tenant
+    build_batch([Event("t", {}, tenant=tenant)])
+
+
+@pytest.mark.parametrize("tenant", ["", "x" * 201, "a\tb", "a\nb", "caf\u00e9", "\x7f", 7])
+def test_a_tenant_publish_refuses_is_refused_by_name(tenant: Any) -> None:
+    """Empty, too long, not printable ASCII, not text: InvalidEndpoint naming tenant, as
+    publish() raises InvalidEvent for it."""
+    with pytest.raises(InvalidEndpoint) as raised:
+        spec(tenant=tenant)
+    assert raised.value.field == "tenant"
+    with pytest.raises(InvalidEvent):
+        build_batch([Event("t", {}, tenant=tenant)])
