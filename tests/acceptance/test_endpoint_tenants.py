@@ -251,3 +251,18 @@ def test_assert_published_takes_and_returns_the_tenant(conn: Conn, three: str) -
         assert_published(conn, "order.placed", tenant="globex")
     assert_published(conn, "order.placed", tenant="globex", count=0)
     conn.rollback()
+
+
+def test_bounds_count_only_what_the_endpoint_takes(conn: Conn, dsn: str) -> None:
+    """--max-pending and --max-pending-per-tenant at a tenant's endpoint count only the
+    events routed to it: other tenants' events publish freely, its own stop at the bound."""
+    _ok(dsn, "endpoints", "add", "acme-hook", "--url", "http://127.0.0.1:9/a",
+        "--tenant", "acme", "--max-pending", "2", "--max-pending-per-tenant", "1")
+    for _ in range(3):
+        _publish(conn, "order.placed", "globex")
+        _publish(conn, "order.placed", None)
+    _publish(conn, "order.placed", "acme")
+    with pytest.raises(outbox.BacklogFull, match="acme-hook"):
+        outbox.publish(conn, "order.placed", {}, tenant="acme")
+    conn.rollback()
+    assert _routes(conn, _publish(conn, "order.placed", "globex")) == []
