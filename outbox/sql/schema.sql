@@ -51,7 +51,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 17 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 16 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -123,7 +123,7 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     CONSTRAINT endpoints_client_identity CHECK ((client_cert IS NULL) = (client_key IS NULL)),
     -- The tenant the endpoint belongs to (NULL: none, it receives every
     -- tenant's events): publish routes it only its tenant's events, and the
-    -- dispatcher sends it no other (version 17).
+    -- dispatcher sends it no other (version 16).
     tenant               text,
     CONSTRAINT endpoints_tenant_printable CHECK (tenant ~ '^[ -~]{1,200}$')
 );
@@ -132,7 +132,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS endpoints_name_live
     ON outbox.endpoints (name) WHERE removed_at IS NULL;
 
 -- publish's routing: the live endpoints without a tenant, and those of the
--- tenants of a batch; `endpoints list --tenant` (version 17).
+-- tenants of a batch; `endpoints list --tenant` (version 16).
 CREATE INDEX IF NOT EXISTS endpoints_tenant
     ON outbox.endpoints (tenant) WHERE removed_at IS NULL;
 
@@ -883,4 +883,4 @@ GRANT EXECUTE ON FUNCTION
     outbox.event_matches_v1(text, timestamptz, text, text[], timestamptz, timestamptz, text)
     TO PUBLIC;
 
-INSERT INTO outbox.schema_version (version) VALUES (17) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (16) ON CONFLICT DO NOTHING;

@@ -1,4 +1,4 @@
--- Version 17: an endpoint that belongs to a tenant (--tenant, TOML tenant).
+-- Version 16: an endpoint that belongs to a tenant (--tenant, TOML tenant).
 -- publish() routes an event to the endpoints whose patterns match its type
 -- and that have no tenant or the event's; the dispatcher dead-letters a
 -- delivery of another tenant's event to a tenant's endpoint, whoever made it.
