@@ -56,7 +56,7 @@ def scene(conn: Conn) -> dict[str, uuid.UUID]:
 
 
 def test_status_table_and_json(dsn: str, scene: dict[str, uuid.UUID]) -> None:
-    """status prints a table, and --json the contract's shape with the right counts."""
+    """status prints a table, and --json the documented shape with the right counts."""
     table = outbox(dsn, "status")
     assert table.returncode == 0, table.stderr
     assert table.stdout.splitlines()[0].split()[:4] == ["ENDPOINT", "STATE", "CIRCUIT", "PENDING"]
@@ -81,7 +81,7 @@ def test_status_table_and_json(dsn: str, scene: dict[str, uuid.UUID]) -> None:
 
 
 def test_dead_list_json_and_table(dsn: str, scene: dict[str, uuid.UUID]) -> None:
-    """dead list --json gives the contract's objects newest first; the table shows the same."""
+    """dead list --json gives the documented objects newest first; the table shows the same."""
     result = outbox(dsn, "dead", "list", "--json")
     assert result.returncode == 0, result.stderr
     letters = json.loads(result.stdout)

@@ -1,4 +1,4 @@
-"""A dispatcher waits for its schema (contract v3); --once gives up on what waiting cannot fix."""
+"""A dispatcher waits for its schema; --once gives up on what waiting cannot fix."""
 
 from __future__ import annotations
 

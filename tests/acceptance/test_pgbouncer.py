@@ -1,4 +1,4 @@
-"""Behind PgBouncer in transaction mode (contract v3): publish() and the dispatcher as they are.
+"""Behind PgBouncer in transaction mode: publish() and the dispatcher as they are.
 
 Debian's pgbouncer (1.18: no prepared statements across transactions), with
 its default ``ignore_startup_parameters`` (none), started on 127.0.0.1 in

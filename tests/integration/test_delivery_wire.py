@@ -3,7 +3,7 @@
 A Standard Webhooks receiver verifies with the ``standardwebhooks`` library,
 a CloudEvents receiver parses with the ``cloudevents`` SDK: the requests the
 real dispatcher sends must satisfy both, and carry the published payload,
-custom headers and batches as the contract says.
+custom headers and batches as documented.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_env_secret_naming_the_configuration_is_never_used(
 
 def test_env_secret_of_the_contracts_example_signs(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
-    """env:WORKFLOW_WEBHOOK_SECRET, holding whsec_..., signs as the contract shows it."""
+    """env:WORKFLOW_WEBHOOK_SECRET, holding whsec_..., signs as the docs show it."""
     secret = new_secret()
     add_endpoint(conn, "workflow", receiver.url, secret="env:WORKFLOW_WEBHOOK_SECRET")
     _, request = deliver_one(conn, dsn, receiver, env={"WORKFLOW_WEBHOOK_SECRET": secret})

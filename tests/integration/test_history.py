@@ -62,7 +62,7 @@ def history_rows(conn: Conn) -> int:
 
 def test_failed_attempts_are_recorded_and_a_success_adds_no_row(
         conn: Conn, dsn: str, receiver: Receiver) -> None:
-    """503, 503, 200: two history rows; show gives all three attempts in the contract's shape."""
+    """503, 503, 200: two history rows; show gives all three attempts in the documented shape."""
     receiver.responder = scripted(503, 503, 200)
     add_endpoint(conn, "flaky", receiver.url)
     event_id = publish(conn, "order.created", {"order": 1}, key="o-1")

@@ -3,7 +3,7 @@
 Operators alert on these counters, so they are checked against an
 independent tally: the receiver's responder scripts every answer (success,
 5xx, 4xx, a hang past the timeout) and counts what it produced; the
-dispatcher's ``/metrics`` must report the same numbers under the contract's
+dispatcher's ``/metrics`` must report the same numbers under the documented
 names, types and labels.
 """
 
@@ -67,7 +67,7 @@ def value(text: str, name: str, **labels: str) -> float:
 
 def test_metrics_match_what_the_receiver_answered(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
-    """/metrics has every contract metric with its type and labels, and counts what happened."""
+    """/metrics has every documented metric with its type and labels, and counts what happened."""
     tally = Tally()
     receiver.responder = tally.respond
     add_endpoint(conn, "metered", receiver.url, timeout_seconds=0.5, max_attempts=3)

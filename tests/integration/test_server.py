@@ -113,7 +113,7 @@ def test_backlog_query_can_use_the_pending_index(conn: psycopg.Connection[Any]) 
 
 def test_scrape_shows_every_metric_and_the_live_backlog(dsn: str,
                                                         conn: psycopg.Connection[Any]) -> None:
-    """GET /metrics refreshes the backlog from the database and serves every contract metric."""
+    """GET /metrics refreshes the backlog from the database and serves every documented metric."""
     add_endpoint(conn, "workflow")
     outbox.publish(conn, "mail.received", {"n": 1})
     outbox.publish(conn, "mail.received", {"n": 2})

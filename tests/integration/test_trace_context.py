@@ -1,4 +1,4 @@
-"""publish() keeps the current span's W3C trace context with the event (contract v3)."""
+"""publish() keeps the current span's W3C trace context with the event."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@
 - ``publishing``: committed and uncommitted publishing, and what the database holds;
 - ``admin``: operator-command scenarios (dead letters, replays) built in SQL;
 - ``cli``: the ``outbox`` command as a subprocess, with a clean environment;
-- ``contract``: the contract's metric table, in one place;
+- ``contract``: the documented metric table, in one place;
 - ``claiming``: the claim and complete statements run by hand, as a dispatcher runs them;
 - ``loop_server``: a TCP server on an event loop of its own (the proxy's, the hostile's);
 - ``catalogue``: the ``outbox`` schema's whole catalogue, to compare two databases on;

@@ -1,4 +1,4 @@
-"""Names the contract fixes, as data the tests check against (docs/production.md, metrics)."""
+"""Names the documentation fixes, as data the tests check against (docs/production.md, metrics)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ METRICS = {
     "outbox_delivery_duration_seconds": ("histogram", {"endpoint"}),
     "outbox_delivery_lag_seconds": ("histogram", {"endpoint"}),
 }
-# Metrics the project adds beside the contract's (docs/production.md, "Metrics and health").
+# Metrics the project adds beside the documented ones (docs/production.md, "Metrics and health").
 PROJECT_METRICS = {
     "outbox_max_pending": ("gauge", {"endpoint"}),
     "outbox_tenants_due": ("gauge", {"endpoint"}),

@@ -1,4 +1,4 @@
-"""deploy/prometheus: alert rules valid, tested, linked to their runbook, on the contract's metrics.
+"""deploy/prometheus: alert rules valid, tested, linked to their runbook, on the documented metrics.
 
 The manifests, the image, the unit and the dashboard have their own test_deploy_* modules.
 """
@@ -32,7 +32,7 @@ def test_metric_name_extraction() -> None:
 
 
 def test_rules_read_only_contract_metrics() -> None:
-    """Every series an alert reads is a contract metric, one of ours, or a named external one."""
+    """Every series an alert reads is a documented metric, one of ours, or a named external one."""
     allowed = allowed_series()
     used: set[str] = set()
     for rule in rules():

@@ -259,7 +259,7 @@ def test_decode_secret_env(value: str) -> None:
 
 
 def test_decode_secret_env_contract_example() -> None:
-    """The contract's own example, a name outside OUTBOX_SECRET_*, works as it is."""
+    """The documented example, a name outside OUTBOX_SECRET_*, works as it is."""
     key = decode_secret("env:WORKFLOW_WEBHOOK_SECRET", {"WORKFLOW_WEBHOOK_SECRET": SECRET})
     assert key == base64.b64decode(SECRET[6:])
 

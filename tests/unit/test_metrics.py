@@ -1,4 +1,4 @@
-"""The dispatcher's metrics: the contract's names, types, labels and buckets, in memory."""
+"""The dispatcher's metrics: the documented names, types, labels and buckets, in memory."""
 
 from __future__ import annotations
 
@@ -48,14 +48,14 @@ def exercised() -> Metrics:
 
 
 def test_every_contract_metric_has_its_type_line() -> None:
-    """/metrics text carries a TYPE line with the contract's type for each contract metric."""
+    """/metrics text carries a TYPE line with the documented type for each documented metric."""
     types = type_lines(exercised().render().decode())
     for name, (kind, _) in CONTRACT.items():
         assert types.get(name) == kind, name
 
 
 def test_only_contract_names_are_exported() -> None:
-    """No other outbox_ series (such as *_created) appear beside the contract's and the
+    """No other outbox_ series (such as *_created) appear beside the documented ones and the
     project's; the rest are the standard collectors'."""
     allowed = set()
     for name, (kind, _) in (CONTRACT | PROJECT_METRICS).items():
@@ -68,7 +68,7 @@ def test_only_contract_names_are_exported() -> None:
 
 
 def test_labels_are_exactly_the_contract_labels() -> None:
-    """Each sample carries exactly the contract's labels (plus le on histogram buckets)."""
+    """Each sample carries exactly the documented labels (plus le on histogram buckets)."""
     metrics = exercised()
     seen = set()
     for sample in samples(metrics):
@@ -121,7 +121,7 @@ def test_verbs_count_what_they_say() -> None:
 
 
 def test_unknown_reason_counts_as_other() -> None:
-    """A reason outside the contract's five is counted as other, keeping labels bounded."""
+    """A reason outside the documented five is counted as other, keeping labels bounded."""
     metrics = Metrics()
     metrics.failed("a", "tls-handshake-weirdness")
     assert value(metrics, "outbox_delivery_failures_total", endpoint="a", reason="other") == 1

@@ -1,4 +1,4 @@
-"""The outcome policy: one test per rule of the contract, attempts, Retry-After, last_error.
+"""The outcome policy: one test per documented rule, attempts, Retry-After, last_error.
 
 last_error is logged and shown: every way a receiver can echo a secret into it is
 tested here, with what must stay readable.
@@ -72,7 +72,7 @@ def middle() -> float:
     ],
 )
 def test_contract_rule(result: AttemptResult, action: str, reason: str | None) -> None:
-    """Each rule of the contract's delivery list gives its action and metric reason."""
+    """Each documented rule of delivery gives its action and metric reason."""
     outcome = classify(result, 1, 10, NOW)
     assert (outcome.action, outcome.reason) == (action, reason)
     assert outcome.last_status == result.status
