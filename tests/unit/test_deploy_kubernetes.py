@@ -101,11 +101,21 @@ def test_manifests_are_valid_against_the_kubernetes_schemas() -> None:
 def test_every_pod_meets_the_restricted_profile_without_a_token() -> None:
     """Every pod spec of deploy/kubernetes passes Pod Security "restricted"; none gets a token."""
     templates = dict(pod_templates())
-    assert set(templates) == {"orders", "outbox-dispatcher", "outbox-migrate-0-1-0"}
+    assert set(templates) == {"orders", "outbox-dispatcher", "outbox-migrate-0-2-0"}
     for name, template in templates.items():
         pod = template["spec"]
         assert restricted_problems(pod) == [], name
         assert pod["automountServiceAccountToken"] is False, name
+
+
+def test_the_migration_job_is_named_for_the_release_of_its_image() -> None:
+    """The Job (renamed for every release, as a finished Job is not run again) carries the
+    version of the image it runs, and the README's wait names that Job."""
+    (job,) = of_kind("Job")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    release = container["image"].rpartition(":")[2]
+    assert job["metadata"]["name"] == "outbox-migrate-" + release.replace(".", "-")
+    assert f"job/{job['metadata']['name']}" in (DEPLOY / "README.md").read_text()
 
 
 def test_the_restricted_check_finds_what_the_profile_refuses() -> None:
