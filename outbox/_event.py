@@ -18,13 +18,13 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from datetime import time as dt_time
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any
+from typing import Any, NoReturn
 
 from outbox._shared.headers import HEADER_NAME, is_reserved, value_problem
 from outbox._shared.tracecontext import TraceContext, from_headers
@@ -67,10 +67,18 @@ _PAYLOAD_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separat
                                     default=_everyday)
 
 
-def _place(value: object, where: str = "payload", depth: int = 0) -> str | None:
+def _place(value: object, where: str = "payload", depth: int = 0,
+           walked: set[int] | None = None) -> str | None:
     """Where in ``value`` the first value JSON cannot hold is (``payload["items"][2]``);
-    walked only once encoding has failed, so the common path pays nothing."""
+    walked only once encoding has failed, so the common path pays nothing. Each
+    container is walked once (``walked``), so one shared many times, or holding
+    itself, costs its size, not a walk per path to it."""
     items: list[tuple[str, object]] = []
+    walked = set() if walked is None else walked
+    if isinstance(value, dict | list | tuple):
+        if id(value) in walked:
+            return None
+        walked.add(id(value))
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str | int | float | bool) and key is not None:
@@ -86,7 +94,7 @@ def _place(value: object, where: str = "payload", depth: int = 0) -> str | None:
         return None
     if depth < 100:
         for place, item in items:
-            found = _place(item, place, depth + 1)
+            found = _place(item, place, depth + 1, walked)
             if found:
                 return found
     return None
@@ -234,18 +242,153 @@ def check_type(event_type: object) -> str:
     return _checked_type(event_type)
 
 
+def _size_bound(payload: object, limit: int) -> int | None:
+    """An upper bound of the payload's serialised size in bytes, from one walk of its
+    containers; None when it holds a type only ``default=`` converts, or a subclass.
+    PayloadTooLarge at once when the walk alone proves the payload over the limit: a
+    string longer than the limit (each character takes at least a byte), or more
+    values than the limit has bytes (each takes at least one). So the walk costs at
+    most about the limit, however large the payload, and no encoder copies it.
+
+    Any character takes at most 6 bytes in the JSON (a control character as
+    ``\\u001f``; UTF-8 takes at most 4), an integer at most a third of its bits in
+    digits, a float 24 characters at most. A payload bounded under the limit is
+    encoded at once by the json module's C encoder, the fast path; any other is
+    encoded in parts (_pieces), and refused as soon as they pass the limit.
+    """
+    total = 0
+    seen = 0
+    stack: list[Any] = [[payload]]
+    while stack:
+        value = stack.pop()
+        if type(value) is dict:
+            for key in value:
+                total += 6 * len(key) + 4 if type(key) is str else 28  # quotes, colon, comma
+            children = value.values()
+        else:
+            children = value
+        total += 2
+        seen += len(value)
+        if seen > limit:
+            _refuse(payload, seen, limit)
+        for item in children:
+            kind = type(item)
+            if kind is str:
+                if len(item) + 2 > limit:
+                    raise PayloadTooLarge(len(item) + 2, limit)
+                total += 6 * len(item) + 3  # quotes, and a comma
+            elif kind is int:
+                total += item.bit_length() // 3 + 3
+            elif kind is float or kind is bool or item is None:
+                total += 26
+            elif kind is dict or kind is list or kind is tuple:
+                stack.append(item)
+            else:
+                return None  # a subclass, or a type default= converts: no bound without it
+    return total
+
+
+def _refuse(payload: object, values: int, limit: int) -> NoReturn:
+    """More values than the limit has bytes: a payload that holds itself (ValueError, as
+    json says it), else one over the limit (PayloadTooLarge, at least that many bytes)."""
+    if _cycle(payload, limit):
+        raise ValueError("Circular reference detected")
+    raise PayloadTooLarge(values, limit)
+
+
+def _cycle(payload: object, budget: int) -> bool:
+    """Whether a container holds itself, found by a walk down each path of at most
+    ``budget`` values (past it the payload is over the limit anyway)."""
+    path: set[int] = set()
+    frames: list[tuple[object, Iterator[object]]] = []
+
+    def enter(value: object) -> bool:
+        """Step into ``value`` if it is a container; True if it is one already on the path."""
+        if isinstance(value, dict):
+            inside: Iterator[object] = iter(value.values())
+        elif isinstance(value, list | tuple):
+            inside = iter(value)
+        else:
+            return False
+        if id(value) in path:
+            return True
+        path.add(id(value))
+        frames.append((value, inside))
+        return False
+
+    if enter(payload):
+        return True
+    while frames and budget > 0:
+        value, inside = frames[-1]
+        for item in inside:
+            budget -= 1
+            if enter(item):
+                return True
+            if frames[-1][0] is not value or budget <= 0:
+                break
+        else:
+            frames.pop()
+            path.discard(id(value))
+    return False
+
+
+def _pieces(value: object, limit: int, path: set[int]) -> Iterator[str]:
+    """``value`` as JSON text in pieces: each part _size_bound vouches for (under the
+    limit) in one call of the C encoder, the containers around them piece by piece, so
+    a payload of many values costs about what one call would, and a huge one about the
+    limit. ``path``: the containers being encoded, to refuse a cycle as json does."""
+    bound = _size_bound(value, limit)
+    if (bound is not None and bound <= limit) or not isinstance(value, dict | list | tuple):
+        yield _PAYLOAD_ENCODER.encode(value)
+        return
+    if id(value) in path:
+        raise ValueError("Circular reference detected")
+    path.add(id(value))
+    if isinstance(value, dict):
+        yield "{"
+        for n, (key, item) in enumerate(value.items()):
+            # The key as the encoder writes keys (a number or None as a string).
+            yield ("," if n else "") + _PAYLOAD_ENCODER.encode({key: 0})[1:-2]
+            yield from _pieces(item, limit, path)
+        yield "}"
+    else:
+        yield "["
+        for n, item in enumerate(value):
+            if n:
+                yield ","
+            yield from _pieces(item, limit, path)
+        yield "]"
+    path.discard(id(value))
+
+
+def _stream(payload: object, limit: int) -> tuple[str, int]:
+    """The payload encoded piece by piece, and its size; PayloadTooLarge as soon as the
+    pieces pass ``limit``, so a huge payload costs about the limit, not its size."""
+    pieces: list[str] = []
+    size = 0
+    for piece in _pieces(payload, limit, set()):
+        size += len(piece) if piece.isascii() else len(piece.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise PayloadTooLarge(size, limit)
+        pieces.append(piece)
+    return "".join(pieces), size
+
+
 def _serialize_payload(payload: object, limit: int) -> str:
     try:
-        text = _PAYLOAD_ENCODER.encode(payload)
+        bound = _size_bound(payload, limit)
+        if bound is None or bound > limit:
+            text, size = _stream(payload, limit)
+        else:
+            text = _PAYLOAD_ENCODER.encode(payload)
+            size = len(text)
     except (TypeError, ValueError) as exc:
         place = _place(payload)
         at = f" at {place}" if place and place != "payload" else ""
         raise InvalidEvent(f"payload is not JSON-serializable{at}: {exc}") from None
     except RecursionError as exc:
         raise InvalidEvent(f"payload is not JSON-serializable: {exc}") from None
-    if text.isascii():
-        size = len(text)
-    else:
+    if not text.isascii():
         try:
             size = len(text.encode("utf-8"))
         except UnicodeEncodeError:

@@ -8,14 +8,17 @@ function taking the parsed arguments and returning an exit code.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from outbox import __version__
 from outbox._cli import common
 from outbox._cli.common import EXIT_FAILURE, EXIT_USAGE, CommandFailed, UsageError
+from outbox._shared.dsn import resolve_dsn
 from outbox._shared.text import first_line, printable
 from outbox._shared.usage import OneLineParser, quiet_pipe, undecodable, usage_line
 from outbox.errors import OutboxError
@@ -64,10 +67,31 @@ def _main(argv: list[str]) -> int:
         print(printable(f"outbox: {exc}"), file=sys.stderr)
         return EXIT_FAILURE
     except psycopg.Error as exc:
-        print(printable(f"outbox: database error: {first_line(exc)}"), file=sys.stderr)
+        message = (denied(exc, getattr(args, "dsn", None))
+                   if isinstance(exc, psycopg.errors.InsufficientPrivilege)
+                   else f"database error: {first_line(exc)}")
+        print(printable(f"outbox: {message}"), file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
+
+
+def denied(exc: psycopg.errors.InsufficientPrivilege, dsn: str | None) -> str:
+    """A refused privilege as what the role lacks and where its grants come from.
+
+    A read-only role (``outbox grants --viewer``) meets this on a command that
+    writes, or reads what it may not (endpoint secrets); a role made by hand
+    meets it anywhere. The server names the object; the role is the one the
+    connection string names, else libpq's ``PGUSER``.
+    """
+    try:
+        role = conninfo_to_dict(resolve_dsn(dsn)).get("user") or os.environ.get("PGUSER")
+    except psycopg.Error:
+        role = None
+    who = f"role {role}" if role else "this role"
+    return (f"{who} lacks a privilege this command needs ({first_line(exc)}); "
+            "`outbox grants` prints the privileges of each role (`--viewer ROLE`: "
+            "reading only), to be applied by the schema's owner")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
+def _interrupted(signum: int, _frame: object) -> None:
+    """SIGTERM (a CI job cancelled, `kill`, a supervisor) ends the run as Ctrl-C does, so that
+    the fixtures' finalisers run: the throwaway cluster stops and its directory goes."""
+    signal.signal(signum, signal.SIG_DFL)  # a second SIGTERM ends the run at once
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _interrupted)
+
 _TEMPLATE = "outbox_template"
 _counter = itertools.count()
 

@@ -4,7 +4,7 @@
 #   deploy/docker/lock.sh              # after a change of pyproject.toml's dependencies
 #   deploy/docker/lock.sh --upgrade    # newer releases of everything (pip-compile's options)
 #
-# requirements.txt: the project's dependencies with the `dispatcher` and
+# requirements.txt: the project's dependencies with the `dispatcher`, `web` and
 # `binary` extras (what the image runs); build-requirements.txt: what builds
 # the project's own wheel (its [build-system]). The Dockerfile installs both with --require-hashes, so
 # a file on the package index that changed under a pinned version fails the
@@ -22,7 +22,7 @@ export CUSTOM_COMPILE_COMMAND="deploy/docker/lock.sh"
 compile=("$work/venv/bin/pip-compile" --quiet --generate-hashes --allow-unsafe --strip-extras
          --no-emit-index-url --no-emit-find-links)
 cd "$root"
-"${compile[@]}" "$@" --extra dispatcher --extra binary \
+"${compile[@]}" "$@" --extra dispatcher --extra web --extra binary \
     --output-file deploy/docker/requirements.txt pyproject.toml
 "${compile[@]}" "$@" --only-build-deps --build-deps-for wheel \
     --output-file deploy/docker/build-requirements.txt pyproject.toml

@@ -127,12 +127,19 @@ async def attach(conn: Connection, sock: socket.socket, host: str, port: int, *,
         await asyncio.get_running_loop().create_connection(
             lambda: conn, sock=sock, ssl=tls, server_hostname=host if tls else None)
     except OSError as exc:  # TLS refused (certificate, name, handshake)
-        raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}{tls_note}") from exc
+        # A reset or a close mid-handshake carries no text of its own.
+        why = str(exc) or (f"the server {_ENDED.get(type(exc), 'closed the connection')} "
+                           "during the TLS handshake")
+        raise httpx.ConnectError(f"cannot connect to {host}:{port}: {why}{tls_note}") from exc
     finally:
         if conn.transport is None:  # the transport owns the socket once it exists
             sock.close()
         else:
             conn.sock = sock
+
+
+_ENDED: dict[type[OSError], str] = {ConnectionResetError: "reset the connection",
+                                     ConnectionAbortedError: "aborted the connection"}
 
 
 async def _addresses(host: str, port: int, resolve: Resolver) -> list[AddrInfo]:

@@ -93,7 +93,10 @@ class HttpSender:
                 return _failed("connect", f"{waiting} within {timeout:g} s", started)
             return _failed("timeout", f"no complete response within {timeout:g} s", started)
         except Exception as exc:  # an attempt reports, it never raises
-            return _failed(*_classified(exc, url), started)
+            kind, error = _classified(exc, url)
+            if kind == "connect" and (tls is None or tls.client_cert is None):
+                error += _certificate_hint(url, error)
+            return _failed(kind, error, started)
 
     async def _post(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
                     started: float, tls: TlsFiles | None) -> AttemptResult:
@@ -194,6 +197,26 @@ def _classified(exc: Exception, url: str) -> tuple[ErrorKind, str]:
     else:
         kind = "other"
     return kind, _describe(exc, url)
+
+
+# What a server that requires a client certificate does to a client without one: TLS
+# 1.3 sends the alert certificate_required (116) once the handshake is over, or
+# just closes before answering; TLS 1.2 fails the handshake (handshake_failure,
+# or a reset or close mid-handshake).
+_CERTIFICATE_REFUSALS = ("without a response", "during the TLS handshake",
+                         "certificate required", "handshake failure", "EOF occurred")
+
+
+def _certificate_hint(url: str, error: str) -> str:
+    """A hint to an https endpoint sent without a client certificate whose server hung up
+    around the handshake: the likeliest cause there is a certificate it requires."""
+    if not url.lower().startswith("https:"):
+        return ""
+    lowered = error.lower()
+    if not any(sign.lower() in lowered for sign in _CERTIFICATE_REFUSALS):
+        return ""
+    return ("; the server may require a client certificate: give the endpoint "
+            "--client-cert and --client-key")
 
 
 def _failed(kind: ErrorKind, error: str, started: float) -> AttemptResult:

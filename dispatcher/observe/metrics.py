@@ -7,7 +7,8 @@ out once here and nowhere else. Two kinds of numbers:
   failures, dead letters): counters and histograms, updated in memory.
 - The backlog (``outbox_pending``, ``outbox_oldest_pending_seconds``, and of
   its tenants ``outbox_tenants_due`` and ``outbox_tenant_pending_max``) and the
-  circuits (``outbox_circuit_open``): properties of the database, shared by
+  circuits (``outbox_circuit_open``) and whether each endpoint is enabled
+  (``outbox_endpoint_enabled``): properties of the database, shared by
   the whole fleet, not of this process. A custom collector reports
   it from a snapshot that :meth:`Metrics.refresh_backlog` takes with one cheap
   query just before each scrape, so the dispatch loop never pays for it. A
@@ -87,6 +88,7 @@ class BacklogRow:
     max_pending: int | None = None  # the --max-pending bound, if any
     tenants_due: int = 0  # tenants with due deliveries (those without one count as one)
     largest_tenant: int = 0  # the pending deliveries of the tenant with the most
+    enabled: bool = True  # False once disabled, by an operator or a 410 Gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,15 +153,20 @@ class _Backlog:
             "Pending deliveries of the endpoint's tenant with the most (deliveries without a "
             "tenant count as one tenant); `outbox status --tenants` lists the largest.",
             labels=["endpoint"])
+        enabled = GaugeMetricFamily(
+            "outbox_endpoint_enabled",
+            "1 while the endpoint is enabled, 0 while disabled (by an operator or a 410 Gone): "
+            "its deliveries wait until `outbox endpoints enable`.", labels=["endpoint"])
         for row in rows:
             tenants.add_metric([row.endpoint], float(row.tenants_due))
             largest.add_metric([row.endpoint], float(row.largest_tenant))
             pending.add_metric([row.endpoint], float(row.pending))
             oldest.add_metric([row.endpoint], row.oldest_seconds)
             circuit.add_metric([row.endpoint], 0.0 if row.circuit == "closed" else 1.0)
+            enabled.add_metric([row.endpoint], 1.0 if row.enabled else 0.0)
             if row.max_pending is not None:
                 bound.add_metric([row.endpoint], float(row.max_pending))
-        return [pending, oldest, circuit, bound, tenants, largest]
+        return [pending, oldest, circuit, bound, tenants, largest, enabled]
 
 
 class _BuildInfo:
@@ -282,8 +289,9 @@ class Metrics:
             self.horizon.observe(int(xid), int(age_xids))
         self.record_backlog(BacklogRow(str(name), int(pending), float(oldest), str(circuit),
                                        None if bound is None else int(bound), int(due),
-                                       int(largest))
-                            for name, pending, oldest, circuit, bound, due, largest in rows)
+                                       int(largest), bool(enabled))
+                            for name, pending, oldest, circuit, bound, due, largest, enabled
+                            in rows)
 
     def record_backlog(self, rows: Iterable[BacklogRow]) -> None:
         """Keep a backlog measurement for the next scrapes (until it grows stale)."""

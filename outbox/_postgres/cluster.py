@@ -270,9 +270,15 @@ class TemporaryPostgres:
             **self._settings,
         }
         opts = " ".join(f"-c {k}={v}" for k, v in options.items())
-        self._run([str(self.bindir / "pg_ctl"), "start", "-w", "-t", "60", "-D",
-                   str(self.datadir), "-l", str(self.logfile), "-o", opts])
+        # Counted as running from the start: an interruption while pg_ctl waits for the
+        # server (a signal, a timeout) still has close() stop it before removing its files.
         self._running = True
+        try:
+            self._run([str(self.bindir / "pg_ctl"), "start", "-w", "-t", "60", "-D",
+                       str(self.datadir), "-l", str(self.logfile), "-o", opts])
+        except RuntimeError:  # pg_ctl says the server did not start
+            self._running = False
+            raise
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``pg_ctl stop -m MODE``); the data directory stays until ``close``."""

@@ -17,20 +17,24 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(binary() is None,
                                  reason="prometheus is not installed (Debian: prometheus)")]
 
-WANTED = {"OutboxDeliveryFailing", "OutboxCircuitOpen"}
+# Each alert the test waits for, and the endpoint it must name.
+WANTED = {"OutboxDeliveryFailing": "workflow", "OutboxCircuitOpen": "workflow",
+          "OutboxEndpointDisabled": "gone"}
 
 
-def unavailable(_: Request) -> Response:
-    return Response(503)
+def unavailable(request: Request) -> Response:
+    return Response(410 if request.path.endswith("/gone") else 503)
 
 
 @pytest.mark.timeout(180)
 def test_failing_endpoint_fires_delivery_failing_and_circuit_open(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
-    """A 503 endpoint fires OutboxDeliveryFailing and OutboxCircuitOpen; the panels show it."""
+    """A 503 endpoint fires OutboxDeliveryFailing and OutboxCircuitOpen, a 410 one
+    OutboxEndpointDisabled; the panels show it."""
     receiver.responder = unavailable
     add_endpoint(conn, "workflow", receiver.url, max_attempts=10_000, breaker_failures=3,
                  breaker_cooldown_seconds=1)
+    add_endpoint(conn, "gone", receiver.url.rstrip("/") + "/gone", events=("order.*",))
     for n in range(5):
         publish(conn, "order.created", {"n": n})
     with Dispatcher(dsn) as dispatcher:
@@ -47,11 +51,14 @@ def test_failing_endpoint_fires_delivery_failing_and_circuit_open(
                                 what=f"{sorted(WANTED)} to fire\n{prom.log()}")
             assert states.get("OutboxDispatcherDown") is None
             assert states.get("OutboxNoDispatcher") is None
+            seen: set[str] = set()
             for alert in prom.api("alerts")["alerts"]:
-                if alert["labels"]["alertname"] in WANTED:
-                    assert alert["labels"]["endpoint"] == "workflow"
-                    assert alert["annotations"]["runbook_url"].endswith(
+                name = alert["labels"]["alertname"]
+                if name in WANTED and alert["labels"]["endpoint"] == WANTED[name]:
+                    seen.add(name)
+                    assert alert["annotations"]["runbook_url"] == (
                         "deploy/README.md#" + alert["labels"]["alertname"].lower())
+            assert seen == set(WANTED)
             # The dashboard's queries run here too, and those of this failure show it.
             shown = {}
             for title, expr in dashboard_queries():

@@ -66,7 +66,8 @@ def test_follow_an_endpoint_to_its_dead_letter_retry_it_and_see_it_delivered(
 
     def respond(request: Request) -> Response:
         if request.path.startswith("/billing") and not billing_up:
-            return Response(503, body=b"billing is down for maintenance")
+            return Response(503, body=b"billing is down for maintenance until 16:00 UTC, see "
+                            b"https://status.billing.example/incidents/2026-12-03-4711")
         return Response(200)
 
     with Receiver(respond) as receiver:
@@ -111,6 +112,16 @@ def _walk(page: Any, url: str, event: str, shots: Shots) -> None:
     expect(page.locator("h1")).to_have_text("Dead letters of billing")
     expect(page.locator("tbody tr")).to_have_count(1)
     expect(page.locator("tbody")).to_contain_text("HTTP 503")
+    # At 1,280 px the table fits the screen and the last error gets the room the other
+    # columns leave: lines of prose, not a column of six-letter shreds.
+    layout = page.evaluate("""() => {
+        const cell = document.querySelector("tbody td.error").getBoundingClientRect();
+        return {page: document.documentElement.scrollWidth, error: cell.width,
+                lines: cell.height};
+    }""")
+    assert layout["page"] <= WIDTH, layout
+    assert layout["error"] >= 0.25 * WIDTH, layout
+    expect(page.locator("tbody td.error")).to_contain_text("status.billing.example")
     shots.take(page, "dead")
 
     page.get_by_role("link", name=event).click()

@@ -65,3 +65,26 @@ def test_the_viewer_reads_every_page_and_nothing_secret(viewer: str, roles: Role
                           "DELETE FROM outbox.attempts"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
+
+
+def test_the_viewer_meets_a_refused_command_as_one_line(viewer: str, roles: Roles,
+                                                       receiver: Receiver) -> None:
+    """A command beyond the viewer's grants exits 1 with one line naming the role, what was
+    refused and `outbox grants`; no traceback, and nothing changes."""
+    setup(roles, receiver)
+    op = roles.dsn(roles.operator)
+    ok(run_outbox(op, "grants", "--application", roles.application,
+                  "--dispatcher", roles.dispatcher, "--viewer", viewer, "--apply"))
+    dsn = roles.dsn(viewer)
+    for args in (("endpoints", "list"), ("endpoints", "disable", "rx"),
+                 ("dead", "retry", "--all")):
+        result = run_outbox(dsn, *args)
+        assert result.returncode == 1, (args, result.stdout, result.stderr)
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, (args, result.stderr)
+        assert lines[0].startswith(f"outbox: role {viewer} lacks a privilege"), lines
+        assert "permission denied for" in lines[0], lines
+        assert "`outbox grants`" in lines[0], lines
+    assert "rx" in ok(run_outbox(op, "endpoints", "list"))
+    assert "disabled" not in ok(run_outbox(op, "endpoints", "list")).split("rx", 1)[1] \
+        .split("\n", 1)[0]

@@ -9,6 +9,8 @@ the dispatcher would record it.
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -69,6 +71,34 @@ def test_mutual_tls_presents_the_client_certificate(pki: Pki) -> None:
         first, without, again = run(main)
     assert (first.status, again.status, without.error_kind) == (200, 200, "connect")
     assert receiver.count == 2
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])
+def test_a_missing_client_certificate_is_hinted_at(pki: Pki, version: ssl.TLSVersion) -> None:
+    """An https endpoint without --client-cert whose server requires one fails with a hint
+    naming --client-cert and --client-key, in TLS 1.3 and 1.2; with the certificate it
+    is delivered, and a plain connection refused gets no such hint."""
+    cert, key = pki.client_files()
+    context = server_context(pki, client_ca=pki.clients)
+    context.maximum_version = version
+    with Receiver(tls=context) as receiver:
+        async def main(sender: HttpSender) -> list[AttemptResult]:
+            return [await post(sender, receiver.url, TlsFiles(ca_file=pki.ca_file)),
+                    await post(sender, receiver.url, TlsFiles(pki.ca_file, cert, key))]
+        without, with_cert = run(main)
+    assert without.error_kind == "connect"
+    assert without.error.endswith("the server may require a client certificate: give the "
+                                  "endpoint --client-cert and --client-key"), without.error
+    assert with_cert.status == 200
+    closed = run(lambda sender: post(sender, f"https://127.0.0.1:{_closed_port()}/", None))
+    assert closed.error_kind == "connect"
+    assert "client certificate" not in closed.error
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @pytest.mark.parametrize(("case", "option", "why"), [

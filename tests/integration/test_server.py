@@ -147,6 +147,26 @@ def test_scrape_shows_every_metric_and_the_live_backlog(dsn: str,
     assert 'outbox_delivery_failures_total{endpoint="workflow",reason="http_4xx"} 0.0' in text
 
 
+def test_scrape_says_which_endpoints_are_disabled(dsn: str,
+                                                 conn: psycopg.Connection[Any]) -> None:
+    """outbox_endpoint_enabled is 1 for an enabled endpoint, 0 once disabled (operator or 410)."""
+    add_endpoint(conn, "live")
+    by_hand = add_endpoint(conn, "paused")
+    gone = add_endpoint(conn, "gone")
+    for endpoint_id, reason in ((by_hand, "disabled by an operator"), (gone, "410 Gone")):
+        conn.execute(queries["disable_endpoint"], {"id": endpoint_id, "reason": reason})
+    conn.commit()
+
+    async def scrape() -> str:
+        async with serving(Metrics(), connect=dsn_connector(dsn)) as client:
+            return (await client.get("/metrics")).text
+
+    text = run(scrape())
+    assert "# TYPE outbox_endpoint_enabled gauge\n" in text
+    assert [gauge(text, "outbox_endpoint_enabled", name)
+            for name in ("live", "paused", "gone")] == [1.0, 0.0, 0.0]
+
+
 def test_scrape_answers_while_the_database_is_down() -> None:
     """With the database unreachable /metrics still answers 200 with the counters."""
     metrics = Metrics()

@@ -10,6 +10,7 @@ METRICS = {
     "outbox_pending": ("gauge", {"endpoint"}),
     "outbox_oldest_pending_seconds": ("gauge", {"endpoint"}),
     "outbox_circuit_open": ("gauge", {"endpoint"}),
+    "outbox_endpoint_enabled": ("gauge", {"endpoint"}),
     "outbox_delivery_duration_seconds": ("histogram", {"endpoint"}),
     "outbox_delivery_lag_seconds": ("histogram", {"endpoint"}),
 }

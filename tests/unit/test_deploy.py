@@ -61,14 +61,35 @@ def test_every_alert_has_severity_text_a_test_and_a_runbook() -> None:
 
 
 def test_every_alert_links_its_runbook_section() -> None:
-    """Each alert's runbook_url points at its own section of deploy/README.md."""
+    """Each alert's runbook_url names its own section of deploy/README.md from the repository
+    root, a link that holds on every copy (no placeholder host)."""
     headings = anchors(RUNBOOK.read_text())
     for rule in rules():
         url = rule["annotations"]["runbook_url"]
         page, _, anchor = url.partition("#")
-        assert page.endswith("/deploy/README.md"), url
+        assert page == "deploy/README.md", url
+        assert (RUNBOOK.parents[1] / page).is_file(), url
         assert anchor == rule["alert"].lower(), url
         assert anchor in headings, url
+
+
+def test_the_documented_base_makes_every_runbook_url_absolute() -> None:
+    """The sed line the runbook and alerts.yml show turns each runbook_url into the base's
+    deploy/README.md#section, and changes nothing else."""
+    shown = [line.strip() for line in (PROMETHEUS / "alerts.yml").read_text().splitlines()
+             if "sed -i" in line]
+    assert len(shown) == 1
+    assert shown[0].removeprefix("#").strip().split("' ")[0] in RUNBOOK.read_text()
+    base = "https://git.corp/ops/outbox/-/blob/v0.3.0/"
+    text = (PROMETHEUS / "alerts.yml").read_text()
+    done = subprocess.run(["sed", f's|runbook_url: "|runbook_url: "{base}|'], input=text,
+                          capture_output=True, text=True, check=True).stdout
+    before = yaml.safe_load(text)
+    after = yaml.safe_load(done)
+    for old, new in zip([r for g in before["groups"] for r in g["rules"]],
+                        [r for g in after["groups"] for r in g["rules"]], strict=True):
+        assert new["annotations"]["runbook_url"] == base + old["annotations"]["runbook_url"]
+        assert {**new, "annotations": {}} == {**old, "annotations": {}}
 
 
 def test_live_rules_shorten_only_the_waits() -> None:

@@ -39,6 +39,11 @@ def of_kind(kind: str) -> list[dict[str, Any]]:
     return [doc for doc in documents() if doc["kind"] == kind]
 
 
+def dispatchers() -> list[dict[str, Any]]:
+    """The Deployments that run a dispatcher (web.yaml's runs the web view)."""
+    return [d for d in of_kind("Deployment") if d["metadata"]["name"] != "outbox-web"]
+
+
 def pod_templates() -> Iterator[tuple[str, dict[str, Any]]]:
     """(name, pod template) of every Deployment and Job."""
     for doc in documents():
@@ -101,11 +106,22 @@ def test_manifests_are_valid_against_the_kubernetes_schemas() -> None:
 def test_every_pod_meets_the_restricted_profile_without_a_token() -> None:
     """Every pod spec of deploy/kubernetes passes Pod Security "restricted"; none gets a token."""
     templates = dict(pod_templates())
-    assert set(templates) == {"orders", "outbox-dispatcher", "outbox-migrate-0-1-0"}
+    assert set(templates) == {"orders", "outbox-dispatcher", "outbox-migrate-0-2-0",
+                              "outbox-web"}
     for name, template in templates.items():
         pod = template["spec"]
         assert restricted_problems(pod) == [], name
         assert pod["automountServiceAccountToken"] is False, name
+
+
+def test_the_migration_job_is_named_for_the_release_of_its_image() -> None:
+    """The Job (renamed for every release, as a finished Job is not run again) carries the
+    version of the image it runs, and the README's wait names that Job."""
+    (job,) = of_kind("Job")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    release = container["image"].rpartition(":")[2]
+    assert job["metadata"]["name"] == "outbox-migrate-" + release.replace(".", "-")
+    assert f"job/{job['metadata']['name']}" in (DEPLOY / "README.md").read_text()
 
 
 def test_the_restricted_check_finds_what_the_profile_refuses() -> None:
@@ -160,7 +176,7 @@ def test_each_container_connects_as_its_own_role() -> None:
     secret = of_kind("Secret")[0]
     assert {"app-dsn", "dispatcher-dsn", "migrate-dsn"} <= set(secret["stringData"])
     assert "dsn" not in secret["stringData"]
-    for deployment in of_kind("Deployment"):
+    for deployment in dispatchers():
         pod = deployment["spec"]["template"]["spec"]
         for container in pod["initContainers"] + pod["containers"]:
             expected = "dispatcher-dsn" if container["image"] == IMAGE else "app-dsn"
@@ -179,7 +195,7 @@ def test_each_container_connects_as_its_own_role() -> None:
 
 def test_the_example_signing_secret_is_a_placeholder_that_is_refused() -> None:
     """The Secret's whsec_ value is refused by `outbox endpoints add` and by the dispatcher."""
-    (deployment,) = (d for d in of_kind("Deployment") if d["metadata"]["name"] == "orders")
+    (deployment,) = (d for d in dispatchers() if d["metadata"]["name"] == "orders")
     sidecar = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
                    if c["name"] == "outbox-dispatcher")
     key = secret_key(sidecar, "OUTBOX_SECRET_WORKFLOW")
@@ -194,7 +210,7 @@ def test_the_example_signing_secret_is_a_placeholder_that_is_refused() -> None:
 
 def test_only_the_standalone_example_blocks_private_networks() -> None:
     """standalone.yaml turns the SSRF guard on as the dispatcher reads it; the sidecar does not."""
-    for deployment in of_kind("Deployment"):
+    for deployment in dispatchers():
         pod = deployment["spec"]["template"]["spec"]
         dispatcher = next(c for c in pod["containers"] if c["name"] == "outbox-dispatcher")
         environ = {name: e["value"] for name, e in env_of(dispatcher).items() if "value" in e}
@@ -210,7 +226,7 @@ def test_commands_follow_the_image_and_the_migration_gate() -> None:
     job = of_kind("Job")[0]["spec"]["template"]["spec"]
     assert migration_script()[0] == ["outbox", "migrate"]
     assert job["restartPolicy"] in ("OnFailure", "Never")
-    deployments = of_kind("Deployment")
+    deployments = dispatchers()
     assert len(deployments) == 2
     for deployment in deployments:
         pod = deployment["spec"]["template"]["spec"]
@@ -226,7 +242,7 @@ def test_commands_follow_the_image_and_the_migration_gate() -> None:
 def test_dispatchers_wire_secret_port_probes_and_grace() -> None:
     """Both Deployments read OUTBOX_DSN from the Secret, probe startup, health and readiness."""
     secret = of_kind("Secret")[0]
-    for deployment in of_kind("Deployment"):
+    for deployment in dispatchers():
         pod = deployment["spec"]["template"]["spec"]
         sidecar = next(c for c in pod["containers"] if c["name"] == "outbox-dispatcher")
         env = env_of(sidecar)
@@ -243,7 +259,7 @@ def test_dispatchers_wire_secret_port_probes_and_grace() -> None:
 def test_disruption_budget_covers_the_standalone_dispatchers() -> None:
     """The PodDisruptionBudget selects the standalone pods and leaves one replica to drain."""
     (budget,) = of_kind("PodDisruptionBudget")
-    standalone = next(d for d in of_kind("Deployment")
+    standalone = next(d for d in dispatchers()
                       if d["metadata"]["name"] == budget["metadata"]["name"])
     labels = standalone["spec"]["template"]["metadata"]["labels"]
     assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
@@ -258,7 +274,7 @@ def test_network_policies_admit_the_metrics_port_from_the_scrapers_only() -> Non
                     "kubernetes.io/metadata.name": "monitoring"}},
                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
     policies = of_kind("NetworkPolicy")
-    for deployment in of_kind("Deployment"):
+    for deployment in dispatchers():
         template = deployment["spec"]["template"]
         labels = template["metadata"]["labels"].items()
         (policy,) = [p for p in policies
@@ -275,7 +291,7 @@ def test_network_policies_admit_the_metrics_port_from_the_scrapers_only() -> Non
                   for port in container.get("ports", [])}
         assert "metrics" in served
         assert set(admitted) == served - {"metrics"}, deployment["metadata"]["name"]
-    assert len(policies) == len(of_kind("Deployment"))
+    assert len(policies) == len(dispatchers())
 
 
 def test_pod_monitor_scrapes_every_dispatcher_as_the_rules_job() -> None:
@@ -291,7 +307,7 @@ def test_pod_monitor_scrapes_every_dispatcher_as_the_rules_job() -> None:
                       "metadata": {"name": "x"}, "spec": {"selector": spec["selector"]}}):
         validate.validate(kind_doc, validate.latest_version(), strict=True)
     selected = spec["selector"]["matchLabels"].items()
-    for deployment in of_kind("Deployment"):
+    for deployment in dispatchers():
         assert selected <= deployment["spec"]["template"]["metadata"]["labels"].items()
     (endpoint,) = spec["podMetricsEndpoints"]
     assert set(endpoint) <= ENDPOINT_FIELDS
@@ -302,3 +318,40 @@ def test_pod_monitor_scrapes_every_dispatcher_as_the_rules_job() -> None:
     assert all(set(r) <= RELABEL_FIELDS for r in endpoint["relabelings"])
     alerts = (DEPLOY / "prometheus" / "alerts.yml").read_text()
     assert f'job="{relabel["job"]["replacement"]}"' in alerts
+
+
+def test_the_web_view_is_read_only_as_the_viewer_behind_a_password() -> None:
+    """web.yaml runs `outbox web` on 0.0.0.0 without --allow-actions, as the viewer role
+    (its DSN from a Secret), with OUTBOX_WEB_PASSWORD from a Secret, behind a Service; the
+    options parse as the command reads them."""
+    (web,) = (d for d in of_kind("Deployment") if d["metadata"]["name"] == "outbox-web")
+    pod = web["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == IMAGE
+    command = container["command"]
+    assert command[:2] == ["outbox", "web"]
+    assert "--allow-actions" not in command
+    assert "--no-password" not in command
+    from outbox.cli import build_parser
+    args = build_parser().parse_args(command[1:])
+    assert args.listen == ("0.0.0.0", 8080)
+    assert args.allow_actions is False
+    env = env_of(container)
+    secrets = {doc["metadata"]["name"]: doc for doc in of_kind("Secret")}
+    refs = {name: env[name]["valueFrom"]["secretKeyRef"]
+            for name in ("OUTBOX_DSN", "OUTBOX_WEB_PASSWORD")}
+    for ref in refs.values():
+        assert ref["key"] in secrets[ref["name"]]["stringData"], ref
+    dsn = secrets[refs["OUTBOX_DSN"]["name"]]["stringData"][refs["OUTBOX_DSN"]["key"]]
+    viewer = urlsplit(dsn).username
+    assert viewer not in {dsn_user(k) for k in ("migrate-dsn", "app-dsn", "dispatcher-dsn")}
+    assert f"--viewer {viewer}" in (KUBERNETES / "web.yaml").read_text()
+    password = secrets[refs["OUTBOX_WEB_PASSWORD"]["name"]]["stringData"][
+        refs["OUTBOX_WEB_PASSWORD"]["key"]]
+    assert password == ""  # refused at start until the operator sets one
+    (port,) = container["ports"]
+    (service,) = (s for s in of_kind("Service") if s["metadata"]["name"] == "outbox-web")
+    labels = web["spec"]["template"]["metadata"]["labels"].items()
+    assert service["spec"]["selector"].items() <= labels
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == [port["name"]]
+    assert "outbox-dispatcher/scrape" not in dict(labels)  # no metrics port to scrape

@@ -70,7 +70,7 @@ def test_dockerfile_installs_only_hashed_pins_and_the_local_project() -> None:
 @pytest.mark.parametrize("name", ["requirements.txt", "build-requirements.txt"])
 def test_the_image_pins_are_exact_hashed_and_satisfy_pyproject(name: str) -> None:
     """Each pin is name==version with sha256 hashes; pyproject's direct requirements are met,
-    the dispatcher's extra's among them."""
+    the dispatcher's and the web view's extras' among them."""
     text = re.sub(r"\\\n", " ", (DEPLOY / "docker" / name).read_text())
     pins: dict[str, str] = {}
     for raw in text.splitlines():
@@ -81,9 +81,10 @@ def test_the_image_pins_are_exact_hashed_and_satisfy_pyproject(name: str) -> Non
         assert found, line
         pins[canonicalize_name(found.group(1))] = found.group(2)
     project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())
-    if name == "requirements.txt":  # the dispatcher's extra, and psycopg's binary build
+    if name == "requirements.txt":  # the dispatcher's and web view's extras, psycopg's binary
         extras = project["project"]["optional-dependencies"]
-        wanted = project["project"]["dependencies"] + extras["dispatcher"] + extras["binary"]
+        wanted = (project["project"]["dependencies"] + extras["dispatcher"] + extras["web"]
+                  + extras["binary"])
     else:
         wanted = project["build-system"]["requires"]
     for text_requirement in wanted:

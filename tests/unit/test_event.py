@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import tracemalloc
 import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
 from datetime import time as day_time
@@ -81,6 +82,53 @@ def test_payload_size_limit_counts_utf8_bytes() -> None:
     assert raised.value.limit == LIMIT
     with pytest.raises(outbox.PayloadTooLarge):
         _one(payload="é" * (LIMIT // 2))  # half as many characters, two bytes each
+
+
+@pytest.mark.parametrize("shape", ["many small values", "one long string", "long strings"])
+def test_a_huge_payload_is_refused_before_it_is_serialised_in_full(shape: str) -> None:
+    """A payload of tens of megabytes is refused past the limit without being serialised whole:
+    memory stays near the limit's, not the payload's."""
+    payload: object = {
+        "many small values": lambda: [{"n": n, "ok": True} for n in range(1_500_000)],
+        "one long string": lambda: {"file": "x" * 100_000_000},
+        "long strings": lambda: [f"{n:09d}" * 1000 for n in range(10_000)],
+    }[shape]()
+    started = time.monotonic()
+    tracemalloc.start()
+    try:
+        with pytest.raises(outbox.PayloadTooLarge) as raised:
+            _one(payload=payload)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert raised.value.size > LIMIT
+    assert peak < 50 * 1024 * 1024, peak
+    assert time.monotonic() - started < 30  # liveness only: it stops near the limit
+
+
+def test_a_payload_holding_itself_deep_down_is_invalid_not_too_large() -> None:
+    """A cycle below many values is refused as not JSON-serializable, as json refuses it,
+    not as a payload over the limit."""
+    inner: dict[str, Any] = {"values": list(range(600))}
+    payload = {"rows": [inner] * 3}
+    inner["again"] = payload
+    with pytest.raises(outbox.InvalidEvent, match="Circular reference"):
+        _one(payload=payload)
+
+
+def test_payloads_near_the_limit_encode_alike_on_either_path() -> None:
+    """A payload the quick size bound cannot vouch for is encoded piece by piece, to the
+    same text and the same limit as the one-shot encoder's."""
+    many = [{"n": n, "é": [1.5, None, "\u2028"]} for n in range(2_000)]
+    event = _one(payload=many)
+    assert event["payloads"] == "[" + json.dumps(many, ensure_ascii=False,
+                                                 separators=(",", ":")) + "]"
+    # Exactly at the limit and one past it, on the piece-by-piece path (many values).
+    filler = ["x" * 98] * ((LIMIT - 2) // 101)
+    used = 2 + len(filler) * 101 - 1
+    _one(payload=[*filler, "y" * (LIMIT - used - 3)])
+    with pytest.raises(outbox.PayloadTooLarge):
+        _one(payload=[*filler, "y" * (LIMIT - used - 2)])
 
 
 @pytest.mark.parametrize("key", ["", 7, "k" * 256, "a\nb", b"k", "lone \udc80"])

@@ -15,6 +15,8 @@
 -- one's backlog: no tenant appears as a label (their number is the users'
 -- customers'), and the count costs what the endpoint's count costs, one pass
 -- over its pending rows (deliveries_turns is ordered by tenant).
+-- Whether the endpoint is enabled comes last: an operator's disable and a
+-- 410 Gone both leave it false, and its deliveries wait until it is enabled.
 SELECT e.name,
        p.pending,
        greatest(coalesce(extract(epoch FROM clock_timestamp() - p.oldest), 0), 0)::float8
@@ -22,7 +24,8 @@ SELECT e.name,
        coalesce(s.circuit, 'closed') AS circuit,
        e.max_pending,
        p.tenants_due,
-       p.largest_tenant
+       p.largest_tenant,
+       e.enabled
 FROM outbox.endpoints AS e
 LEFT JOIN outbox.endpoint_state AS s ON s.endpoint_id = e.id
 CROSS JOIN LATERAL (
