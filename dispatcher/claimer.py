@@ -156,17 +156,17 @@ class Claimer:
         walk = self._walk
         now = time.monotonic()
         self._unwalked = False
-        if walk.stale(now) and not walk.due and not walk.more and self._flights.spares():
-            if self._may_skip_walk:
-                # Slots kept spare here: their endpoints were served a moment ago, and a
-                # lone event that wakes the claimer is most often for one of them. The
-                # claim asks those alone, a round trip sooner (idle latency); the claim
-                # right after walks as usual (``claim_once``), for the other endpoints.
-                plan = self._size([], False, budget)
-                if plan.endpoint_ids:
-                    self._unwalked = True
-                    self._may_skip_walk = False
-                    return plan
+        if (self._may_skip_walk and walk.stale(now) and not walk.due and not walk.more
+                and self._flights.spares()):
+            # Slots kept spare here: their endpoints were served a moment ago, and a
+            # lone event that wakes the claimer is most often for one of them. The
+            # claim asks those alone, a round trip sooner (idle latency); the claim
+            # right after walks as usual (``claim_once``), for the other endpoints.
+            plan = self._size([], False, budget)
+            if plan.endpoint_ids:
+                self._unwalked = True
+                self._may_skip_walk = False
+                return plan
         if walk.stale(now):
             self._may_skip_walk = True
             floor_ids, floors = self._floors.for_walk(now)
