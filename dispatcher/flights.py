@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections import deque
@@ -35,6 +34,8 @@ from dispatcher.policy.model import Delivery, Endpoint, Slot
 from outbox._shared.text import counted
 
 log = logging.getLogger("dispatcher")
+_MIXED = object()
+"""An endpoint's waiting groups may be of more than one tenant (until none waits)."""
 
 Send = Callable[[Endpoint, list[Delivery]], Awaitable[bool]]
 """Makes one request for a group and hands its results on; True when the endpoint answered."""
@@ -84,6 +85,8 @@ class Flights:
         self._accepting = True
         self._running: dict[int, int] = {}  # requests started, per endpoint
         self._waiting: dict[int, deque[Group]] = {}
+        # Per endpoint: the one tenant of all its waiting groups, or _MIXED (see queue).
+        self._sole: dict[int, object] = {}
         self._tasks: dict[asyncio.Task[None], Group] = {}
         # Slots of requests that ended with no group waiting, kept for the groups
         # the next claim (or the one on its way) brings; and each slot's passes.
@@ -121,13 +124,22 @@ class Flights:
         self._running[endpoint_id] = self._running.get(endpoint_id, 0) + 1
         task = asyncio.create_task(self._run(group))
         self._tasks[task] = group
-        task.add_done_callback(functools.partial(self._done, group=group))
+        task.add_done_callback(self._done)
 
     def queue(self, group: Group) -> None:
         """Keep the group until a request of its endpoint ends and hands it its slot: in
         its tenant's turn among the groups waiting (``limits.ring.place``)."""
-        waiting = self._waiting.setdefault(group.endpoint.id, deque())
-        waiting.insert(ring.place(waiting, group.tenant), group)
+        endpoint_id = group.endpoint.id
+        waiting = self._waiting.setdefault(endpoint_id, deque())
+        tenant = group.tenant
+        if not waiting or self._sole.get(endpoint_id, _MIXED) == tenant:
+            # Every group waiting is of this tenant (or none waits): its place is the end,
+            # without the walk over the queue that ``ring.place`` makes, once per group.
+            waiting.append(group)
+            self._sole[endpoint_id] = tenant
+            return
+        waiting.insert(ring.place(waiting, tenant), group)
+        self._sole[endpoint_id] = _MIXED
 
     @contextlib.contextmanager
     def claiming(self) -> Iterator[None]:
@@ -177,35 +189,48 @@ class Flights:
                 self._hand_back([d for group in reversed(handed) for d in group.deliveries])
 
     async def _run(self, group: Group) -> None:
-        if group.turn is not None:
-            wait = group.turn - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-        if group.last_moment is not None and time.monotonic() > group.last_moment:
-            # Sent now, it would bunch with the turns after it: a later claim gives it a
-            # new turn (its slot goes back to the fleet in _done).
-            log.debug("a request missed its rate-limit turn by %.3fs; handed back",
-                      time.monotonic() - group.last_moment + rate.LATE)
-            self._hand_back(group.deliveries)
-            return
-        group.sending = True
-        answered = await self._send(group.endpoint, group.deliveries)
-        if self._accepting:
-            self._pass_on(group, answered)
+        """The group's request, then each waiting group its slot passes to, in this one
+        task: a task per run of requests in a slot, not one per request."""
+        following: Group | None = group
+        while following is not None:
+            group = following
+            if group.turn is not None:
+                wait = group.turn - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+            if group.last_moment is not None and time.monotonic() > group.last_moment:
+                # Sent now, it would bunch with the turns after it: a later claim gives it
+                # a new turn (its slot goes back to the fleet in _done).
+                log.debug("a request missed its rate-limit turn by %.3fs; handed back",
+                          time.monotonic() - group.last_moment + rate.LATE)
+                self._hand_back(group.deliveries)
+                return
+            group.sending = True
+            answered = await self._send(group.endpoint, group.deliveries)
+            if not self._accepting:
+                return
+            following = self._pass_on(group, answered)
+            if following is not None:  # it goes on in this task, in the slot passed on
+                task = asyncio.current_task()
+                assert task is not None
+                self._running[following.endpoint.id] = (
+                    self._running.get(following.endpoint.id, 0) + 1)
+                self._tasks[task] = following
+                self._ended(group)
 
-    def _pass_on(self, group: Group, answered: bool) -> None:
-        """After a request: its slot to the next waiting group, or back to the fleet."""
+    def _pass_on(self, group: Group, answered: bool) -> Group | None:
+        """After a request: its slot to the next waiting group (returned: the caller runs
+        it), or back to the fleet."""
         endpoint = group.endpoint
         waiting = self._waiting.get(endpoint.id)
         healthy = circuit.passes_on(endpoint, answered)
         if healthy and group.slot is not None and self._spares.another_pass(group.slot):
             if not waiting and not rate.keeps_spare_slots(endpoint):
-                return  # its turns come with new requests: the slot goes back (_done)
+                return None  # its turns come with new requests: the slot goes back (_done)
             if waiting:
                 following = waiting.popleft()
                 following.slot, group.slot = group.slot, None
-                self.start(following)
-                return
+                return following
             # Kept for the next claim, which this request's end wakes: it counts the
             # slot as held and brings a group for it, or gives it back when it ends.
             # A slot handed back and leased again costs two writes of its row per
@@ -213,22 +238,28 @@ class Flights:
             # version stays, and each claim's look for free slots walks them all.
             self._spares.keep(group.slot, time.monotonic())
             group.slot = None
-            return
+            return None
         if waiting and not healthy:
             handed = [d for g in waiting for d in g.deliveries]
             waiting.clear()
             self._hand_back(handed)
+        return None
 
-    def _done(self, task: asyncio.Task[None], group: Group) -> None:
-        self._tasks.pop(task, None)
+    def _done(self, task: asyncio.Task[None]) -> None:
+        group = self._tasks.pop(task, None)
+        if group is not None:
+            self._ended(group)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("delivery task failed", exc_info=task.exception())
+
+    def _ended(self, group: Group) -> None:
+        """A group's request is over: its slot, if not passed on, back to the fleet."""
         self._running[group.endpoint.id] -= 1
         if group.slot is not None:  # not passed on: back to the fleet
             self._spares.ended(group.slot)
             self._free_slot(group.slot)
             group.slot = None
         self._on_done()
-        if not task.cancelled() and task.exception() is not None:
-            log.error("delivery task failed", exc_info=task.exception())
 
     async def drain(self, grace: float) -> Drained:
         """Stop starting requests; give those sending ``grace`` seconds; sort the rest."""

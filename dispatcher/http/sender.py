@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import httpx
 
 from dispatcher.http import tunnel
+from dispatcher.http.deadlines import Deadlines
 from dispatcher.http.netguard import NetworkPolicy
 from dispatcher.http.proxy import Proxy, ProxyRoutes
 from dispatcher.http.transport import BlockedAddress, DescriptorsExhausted, H1Transport, PoolKey
@@ -64,6 +65,7 @@ class HttpSender:
         requests go through, and the hosts that skip them (none: all direct).
         """
         self._proxies = proxies if proxies else None
+        self._deadlines = Deadlines()  # one timer for every attempt's deadline
         policy = NetworkPolicy.build(block_private_networks, allow_networks)  # checked always
         self.transport = transport or H1Transport(
             max_connections=max_connections,
@@ -84,19 +86,22 @@ class HttpSender:
         """
         started = time.monotonic()
         tunnel.new_attempt()
+        deadline = self._deadlines.start(timeout)
         try:
-            async with asyncio.timeout(timeout):
-                return await self._post(url, headers, body, started, tls)
+            return await self._post(url, headers, body, started, tls)
+        except asyncio.CancelledError:
+            if not deadline.timed_out():
+                raise
+            return _timed_out(timeout, started)
         except TimeoutError:
-            waiting = tunnel.waiting_for()
-            if waiting is not None:  # the proxy's fault, not the endpoint's
-                return _failed("connect", f"{waiting} within {timeout:g} s", started)
-            return _failed("timeout", f"no complete response within {timeout:g} s", started)
+            return _timed_out(timeout, started)
         except Exception as exc:  # an attempt reports, it never raises
             kind, error = _classified(exc, url)
             if kind == "connect" and (tls is None or tls.client_cert is None):
                 error += _certificate_hint(url, error)
             return _failed(kind, error, started)
+        finally:
+            self._deadlines.end(deadline)
 
     async def _post(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
                     started: float, tls: TlsFiles | None) -> AttemptResult:
@@ -217,6 +222,14 @@ def _certificate_hint(url: str, error: str) -> str:
         return ""
     return ("; the server may require a client certificate: give the endpoint "
             "--client-cert and --client-key")
+
+
+def _timed_out(timeout: float, started: float) -> AttemptResult:
+    """The attempt's deadline passed: the endpoint's fault, or its proxy's."""
+    waiting = tunnel.waiting_for()
+    if waiting is not None:  # the proxy's fault, not the endpoint's
+        return _failed("connect", f"{waiting} within {timeout:g} s", started)
+    return _failed("timeout", f"no complete response within {timeout:g} s", started)
 
 
 def _failed(kind: ErrorKind, error: str, started: float) -> AttemptResult:

@@ -54,8 +54,10 @@ def waiting_for() -> str | None:
 
 
 def new_attempt() -> None:
-    """Forget what an earlier attempt of this task waited for."""
-    _WAITING.set(None)
+    """Forget what an earlier attempt of this task waited for (a look first: setting a
+    context variable costs a copy of the context, and almost no attempt needs it)."""
+    if _WAITING.get() is not None:
+        _WAITING.set(None)
 
 
 async def open_through(conn: Connection, proxy: Proxy, host: str, port: int, *,

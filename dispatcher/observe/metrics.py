@@ -40,7 +40,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from prometheus_client import (
@@ -183,6 +183,14 @@ class _BuildInfo:
         return [info]
 
 
+class _Series(NamedTuple):
+    """One endpoint's series that every request or delivery moves."""
+
+    delivered: Counter
+    duration: Histogram
+    lag: Histogram
+
+
 class Metrics:
     """The dispatcher's metrics in a registry of their own; the loop calls the verbs."""
 
@@ -192,6 +200,7 @@ class Metrics:
         self._stale_after = stale_after
         self._clock = clock
         self._snapshot: _Snapshot | None = None
+        self._by_endpoint: dict[str, _Series] = {}
         self._delivered = Counter(
             "outbox_delivered_total", "Deliveries that succeeded (2xx), per endpoint.",
             ["endpoint"], registry=None)
@@ -232,13 +241,24 @@ class Metrics:
 
     def attempt(self, endpoint: str, duration: float) -> None:
         """One HTTP attempt took ``duration`` seconds, whatever its outcome."""
-        self._duration.labels(endpoint).observe(max(duration, 0.0))
+        self._series(endpoint).duration.observe(max(duration, 0.0))
 
     def delivered(self, endpoint: str, lag: float) -> None:
         """One event reached the endpoint, ``lag`` seconds after its insert (``publish()``,
         before the producer's commit)."""
-        self._delivered.labels(endpoint).inc()
-        self._lag.labels(endpoint).observe(max(lag, 0.0))
+        series = self._series(endpoint)
+        series.delivered.inc()
+        series.lag.observe(max(lag, 0.0))
+
+    def _series(self, endpoint: str) -> _Series:
+        """The endpoint's series of each request and delivery, looked up once: ``labels``
+        takes a lock and builds its key on every call, a tenth of the metrics' CPU."""
+        series = self._by_endpoint.get(endpoint)
+        if series is None:
+            series = self._by_endpoint[endpoint] = _Series(
+                self._delivered.labels(endpoint), self._duration.labels(endpoint),
+                self._lag.labels(endpoint))
+        return series
 
     def failed(self, endpoint: str, reason: str) -> None:
         """One attempt failed; an unknown reason counts as ``other`` (labels stay bounded)."""

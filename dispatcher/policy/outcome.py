@@ -160,6 +160,8 @@ def classify(result: AttemptResult, attempts: int, max_attempts: int, now: datet
     status = result.status
     if status is not None:
         verdict, reason = status_rule(status)
+        if verdict == "success":  # the common case: no error text to build
+            return Outcome("delivered", last_status=status)
         error = _status_error(result, status, sent)
     elif result.error_kind is not None:
         verdict, reason, label = ERROR_RULES[result.error_kind]
