@@ -81,8 +81,8 @@ def register(sub: Any) -> None:
                              ("disable", _disable, "hold deliveries to an endpoint")):
         _command(commands, name, func, text).add_argument("name", metavar="NAME")
     retry = _command(commands, "retry-now", _retry_now,
-                     "make the endpoint's pending deliveries due now and an open circuit "
-                     "half-open (its next request is the probe): the customer fixed it")
+                     "make an endpoint's pending deliveries due now and its open circuit "
+                     "half-open (once it is fixed)")
     retry.add_argument("name", metavar="NAME")
     retry.add_argument("--tenant", metavar="TENANT",
                        help="only this tenant's deliveries (the circuit is the endpoint's)")
@@ -303,16 +303,15 @@ def _retry_now(args: argparse.Namespace) -> int:
             f"{first_line(exc)}") from None
     whose = f" of tenant {tenant}" if tenant is not None else ""
     what = f"{done.due} pending deliveries{whose} of endpoint {args.name}"
-    if args.dry_run:
-        print(f"{done.due}")
-        print(f"dry run: would make {what} due now; nothing changed", file=sys.stderr)
-        return common.EXIT_OK
     print(f"{done.due}")
-    notes = [f"made {what} due now"]
+    notes = [f"{'would make' if args.dry_run else 'made'} {what} due now"]
     if done.half_open:
-        notes.append("its circuit is half-open: the next request is the probe")
+        notes.append("its open circuit " + ("would go" if args.dry_run else "went")
+                     + " half-open: the next request is the probe")
     if not done.enabled:
         notes.append("the endpoint is disabled: they wait until it is enabled")
+    if args.dry_run:
+        notes.append("dry run, nothing changed")
     print("; ".join(notes), file=sys.stderr)
     return common.EXIT_OK
 

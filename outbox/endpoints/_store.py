@@ -168,7 +168,7 @@ class RetryNow(NamedTuple):
     enabled: bool
     """False: the endpoint is disabled, and they wait until it is enabled."""
     half_open: bool
-    """An open circuit went half-open: its next request is the probe."""
+    """An open circuit went (dry: would go) half-open: its next request is the probe."""
 
 
 def retrying(name: str, *, tenant: str | None = None, dry_run: bool = False) -> Plan[RetryNow]:
@@ -179,7 +179,7 @@ def retrying(name: str, *, tenant: str | None = None, dry_run: bool = False) -> 
         if not rows:
             raise EndpointNotFound(name)
         return RetryNow(due=int(rows[0]["due"]), enabled=bool(rows[0]["enabled"]),
-                        half_open=False)
+                        half_open=bool(rows[0]["half_open"]))
     yield from _lock()
     rows = yield queries["endpoint_retry_target"], {"name": name}
     if not rows:

@@ -51,6 +51,7 @@ def test_prints_the_number_made_due_and_dry_run_changes_nothing(conn: Conn, dsn:
     dry = retry_now(dsn, "hook", "--tenant", "acme", "--dry-run")
     assert (dry.returncode, dry.stdout.strip()) == (0, "2"), dry.stderr
     assert "nothing changed" in dry.stderr
+    assert "would go half-open" in dry.stderr
     assert due_now(conn) == 0
     done = retry_now(dsn, "hook", "--tenant", "acme")
     assert (done.returncode, done.stdout.strip()) == (0, "2"), done.stderr

@@ -168,15 +168,18 @@ WHERE name = %(name)s AND removed_at IS NULL
 FOR UPDATE;
 
 -- name: endpoint_retry_count
--- What `retry-now --dry-run` would make due: as endpoint_retry_now counts,
--- read only.
+-- What `retry-now --dry-run` would make due, as endpoint_retry_now counts,
+-- and whether it would put the circuit half-open; read only.
 SELECT e.id, e.enabled,
        (SELECT count(*) FROM outbox.deliveries d
         WHERE d.endpoint_id OPERATOR(pg_catalog.=) e.id AND d.state = 'pending'
           AND d.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
           AND d.next_attempt_at OPERATOR(pg_catalog.<>) 'infinity'::timestamptz
           AND (%(tenant)s::text IS NULL
-               OR d.tenant OPERATOR(pg_catalog.=) %(tenant)s::text)) AS due
+               OR d.tenant OPERATOR(pg_catalog.=) %(tenant)s::text)) AS due,
+       EXISTS (SELECT 1 FROM outbox.endpoint_state s
+               WHERE s.endpoint_id OPERATOR(pg_catalog.=) e.id
+                 AND s.circuit = 'open') AS half_open
 FROM outbox.endpoints e
 WHERE e.name = %(name)s AND e.removed_at IS NULL;
 
