@@ -1,4 +1,6 @@
-"""``outbox endpoints``: add, update, show, list, enable, disable, remove, rotate-secret, sync.
+"""``outbox endpoints``: add, update, show, list, enable, disable, retry-now, remove, ...
+
+(and rotate-secret, sync).
 
 Input is checked completely (an :class:`~outbox.endpoints.EndpointSpec`, a
 parsed sync file) before the database is touched, and every change commits
@@ -15,8 +17,11 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+import psycopg
+
 from outbox import endpoints as store
 from outbox._cli import common, endpoints_view
+from outbox._shared.text import first_line
 from outbox._shared.urls import shown_url
 from outbox.durations import parse_duration
 from outbox.endpoints import (
@@ -75,6 +80,14 @@ def register(sub: Any) -> None:
     for name, func, text in (("enable", _enable, "resume deliveries to an endpoint"),
                              ("disable", _disable, "hold deliveries to an endpoint")):
         _command(commands, name, func, text).add_argument("name", metavar="NAME")
+    retry = _command(commands, "retry-now", _retry_now,
+                     "make an endpoint's pending deliveries due now and its open circuit "
+                     "half-open (once it is fixed)")
+    retry.add_argument("name", metavar="NAME")
+    retry.add_argument("--tenant", metavar="TENANT",
+                       help="only this tenant's deliveries (the circuit is the endpoint's)")
+    retry.add_argument("--dry-run", action="store_true",
+                       help="print how many deliveries would be made due; change nothing")
     remove = _command(commands, "remove", _remove, "remove an endpoint")
     remove.add_argument("name", metavar="NAME")
     remove.add_argument("--force", action="store_true",
@@ -270,6 +283,36 @@ def _disable(args: argparse.Namespace) -> int:
         store.set_enabled(conn, args.name, enabled=False,
                           reason="disabled by an operator")
     print(f"disabled endpoint {args.name}; its deliveries wait until it is enabled again")
+    return common.EXIT_OK
+
+
+def _retry_now(args: argparse.Namespace) -> int:
+    try:
+        tenant = check_tenant(args.tenant)
+    except InvalidEndpoint as exc:
+        raise _usage(exc) from None
+    try:
+        with common.connect(args) as conn:
+            done = store.retry_endpoint_now(conn, args.name, tenant=tenant,
+                                            dry_run=args.dry_run)
+            if args.dry_run:
+                conn.rollback()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise common.CommandFailed(
+            f"retry-now needs a role that may change deliveries (the operator's): "
+            f"{first_line(exc)}") from None
+    whose = f" of tenant {tenant}" if tenant is not None else ""
+    what = f"{done.due} pending deliveries{whose} of endpoint {args.name}"
+    print(f"{done.due}")
+    notes = [f"{'would make' if args.dry_run else 'made'} {what} due now"]
+    if done.half_open:
+        notes.append("its open circuit " + ("would go" if args.dry_run else "went")
+                     + " half-open: the next request is the probe")
+    if not done.enabled:
+        notes.append("the endpoint is disabled: they wait until it is enabled")
+    if args.dry_run:
+        notes.append("dry run, nothing changed")
+    print("; ".join(notes), file=sys.stderr)
     return common.EXIT_OK
 
 

@@ -3,7 +3,8 @@
 The public functions (``_api``) run on the caller's psycopg 3 connection, in
 its transaction, and never commit: :func:`add` (returns the signing secret),
 :func:`update`, :func:`remove`, :func:`enable`, :func:`disable`,
-:func:`rotate_secret` (returns the new secret), :func:`get` and :func:`list`
+:func:`rotate_secret` (returns the new secret), :func:`retry_now` (returns the
+number of deliveries made due), :func:`get` and :func:`list`
 (what ``outbox endpoints list --json`` shows), each with an async twin
 (``aadd``, ``aupdate`` ...) for an ``AsyncConnection``. Options are keyword
 arguments named as the sync file's keys. Errors, each changing nothing:
@@ -46,6 +47,7 @@ from outbox.endpoints._api import (
     aget,
     alist,
     aremove,
+    aretry_now,
     arotate_secret,
     aupdate,
     disable,
@@ -53,6 +55,7 @@ from outbox.endpoints._api import (
     get,
     list,
     remove,
+    retry_now,
     rotate_secret,
     update,
 )
@@ -65,12 +68,14 @@ from outbox.endpoints._spec import EndpointSpec as EndpointSpec
 from outbox.endpoints._spec import generate_secret as generate_secret
 from outbox.endpoints._spec import parse_header as parse_header
 from outbox.endpoints._spec import signing_label as signing_label
+from outbox.endpoints._store import RetryNow as RetryNow
 from outbox.endpoints._store import StoredEndpoint as StoredEndpoint
 from outbox.endpoints._store import SyncReport as SyncReport
 from outbox.endpoints._store import add_endpoint as add_endpoint
 from outbox.endpoints._store import list_endpoints as list_endpoints
 from outbox.endpoints._store import plan_endpoints_sync as plan_endpoints_sync
 from outbox.endpoints._store import remove_endpoint as remove_endpoint
+from outbox.endpoints._store import retry_endpoint_now as retry_endpoint_now
 from outbox.endpoints._store import rotate_endpoint_secret as rotate_endpoint_secret
 from outbox.endpoints._store import set_enabled as set_enabled
 from outbox.endpoints._store import spec_of as spec_of
@@ -93,6 +98,7 @@ __all__ = [
     "aget",
     "alist",
     "aremove",
+    "aretry_now",
     "arotate_secret",
     "aupdate",
     "disable",
@@ -100,6 +106,7 @@ __all__ = [
     "get",
     "list",
     "remove",
+    "retry_now",
     "rotate_secret",
     "update",
 ]

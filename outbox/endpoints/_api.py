@@ -157,6 +157,24 @@ async def adisable(conn: Any, name: str) -> None:
     await _store.arun(conn, _store.enabling(name, enabled=False, reason=DISABLED_REASON))
 
 
+def retry_now(conn: Any, name: str, *, tenant: str | None = None) -> int:
+    """Make the endpoint's pending deliveries due now; returns how many were made due.
+
+    For the moment a customer says their endpoint is fixed: deliveries waiting
+    for a later attempt (a backoff, a ``Retry-After``) go at once, only
+    ``tenant``'s with one, and a circuit that is open goes half-open, so that
+    its next request is the probe. Deliveries parked behind an earlier one of
+    their key stay parked (they follow it, in order) and are not counted. At a
+    disabled endpoint they are made due too, and wait until it is enabled.
+    """
+    return _store.run(conn, _store.retrying(name, tenant=check_tenant(tenant))).due
+
+
+async def aretry_now(conn: Any, name: str, *, tenant: str | None = None) -> int:
+    """The async twin of :func:`retry_now`."""
+    return (await _store.arun(conn, _store.retrying(name, tenant=check_tenant(tenant)))).due
+
+
 def rotate_secret(conn: Any, name: str, *, secret: str | None = None,
                   overlap: str | float | timedelta = "24h") -> str:
     """Install a new signing secret (the one given, or a new one); returns it.

@@ -160,6 +160,41 @@ def set_enabled(conn: Conn, name: str, *, enabled: bool, reason: str | None = No
     run(conn, enabling(name, enabled=enabled, reason=reason))
 
 
+class RetryNow(NamedTuple):
+    """What ``retry-now`` did (or, dry, would do) at one endpoint."""
+
+    due: int
+    """Pending deliveries made due now (those already due, or parked behind their key, not)."""
+    enabled: bool
+    """False: the endpoint is disabled, and they wait until it is enabled."""
+    half_open: bool
+    """An open circuit went (dry: would go) half-open: its next request is the probe."""
+
+
+def retrying(name: str, *, tenant: str | None = None, dry_run: bool = False) -> Plan[RetryNow]:
+    """Make the endpoint's pending deliveries (one tenant's with ``tenant``) due now, and
+    an open circuit half-open at once; ``dry_run`` counts them and writes nothing."""
+    if dry_run:
+        rows = yield queries["endpoint_retry_count"], {"name": name, "tenant": tenant}
+        if not rows:
+            raise EndpointNotFound(name)
+        return RetryNow(due=int(rows[0]["due"]), enabled=bool(rows[0]["enabled"]),
+                        half_open=bool(rows[0]["half_open"]))
+    yield from _lock()
+    rows = yield queries["endpoint_retry_target"], {"name": name}
+    if not rows:
+        raise EndpointNotFound(name)
+    done = yield queries["endpoint_retry_now"], {"id": rows[0]["id"], "tenant": tenant}
+    return RetryNow(due=int(done[0]["due"]), enabled=bool(rows[0]["enabled"]),
+                    half_open=bool(done[0]["half_open"]))
+
+
+def retry_endpoint_now(conn: Conn, name: str, *, tenant: str | None = None,
+                       dry_run: bool = False) -> RetryNow:
+    """Make the endpoint's pending deliveries due now (see :func:`retrying`)."""
+    return run(conn, retrying(name, tenant=tenant, dry_run=dry_run))
+
+
 def removing(name: str, *, force: bool,
              reason: str = "the endpoint was removed (outbox endpoints remove)") -> Plan[int]:
     """Soft-delete an endpoint; returns how many deliveries became dead letters.

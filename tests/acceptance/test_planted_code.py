@@ -132,7 +132,8 @@ def test_nothing_planted_runs_as_the_dispatcher_the_operator_or_the_viewer(
         for args in (("status",), ("status", "--tenants", "--json"), ("dead", "list"),
                      ("dead", "list", "--json", "--tenant", "tenant-0"), ("show", event),
                      ("show", dead, "--json"), ("events", "list", "--type", "order.*"),
-                     ("events", "list", "--key", "customer-1", "--json")):
+                     ("events", "list", "--key", "customer-1", "--json"),
+                     ("endpoints", "retry-now", "rx", "--dry-run")):
             ok(run_outbox(dsn, *args))
     for args in (("show", event, "--payload"), ("endpoints", "list", "--json"),
                  ("endpoints", "show", "rx"), ("migrate", "--check"),
@@ -144,6 +145,7 @@ def test_nothing_planted_runs_as_the_dispatcher_the_operator_or_the_viewer(
                  ("dead", "discard", "--all", "--dry-run"), ("migrate",),
                  ("endpoints", "update", "rx", "--max-in-flight", "3", "--max-pending", "50"),
                  ("endpoints", "rotate-secret", "rx", "--overlap", "1h"),
+                 ("endpoints", "retry-now", "rx", "--tenant", "tenant-0"),
                  ("endpoints", "disable", "refused"), ("endpoints", "enable", "refused"),
                  ("endpoints", "add", "extra", "--url", receiver.url + "x", "--events", "x.*",
                   "--max-pending", "5"), ("endpoints", "remove", "extra")):

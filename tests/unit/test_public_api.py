@@ -41,7 +41,8 @@ def _isort_key(name: str) -> tuple[int, str]:
 
 
 ENDPOINTS = {"EndpointBusy", "EndpointExists", "EndpointNotFound", "InvalidEndpoint",
-             "add", "update", "remove", "enable", "disable", "rotate_secret", "get", "list"}
+             "add", "update", "remove", "enable", "disable", "rotate_secret", "retry_now", "get",
+             "list"}
 ENDPOINTS |= {"a" + name for name in ENDPOINTS if name.islower()}
 
 

@@ -159,3 +159,66 @@ RETURNING id, (SELECT max((e.entry ->> 'expires_at')::timestamptz)
           CASE WHEN (previous_secrets -> 0 ->> 'expires_at')::timestamptz
                     = now() + make_interval(secs => %(overlap)s::float8)
                THEN (previous_secrets -> 0 ->> 'expires_at')::timestamptz END AS retired_until;
+
+-- name: endpoint_retry_target
+-- The endpoint `retry-now` acts on, locked as a removal or rotation locks it
+-- (FOR UPDATE: the viewer role, which may not write, is refused here).
+SELECT id, enabled FROM outbox.endpoints
+WHERE name = %(name)s AND removed_at IS NULL
+FOR UPDATE;
+
+-- name: endpoint_retry_count
+-- What `retry-now --dry-run` would make due, as endpoint_retry_now counts,
+-- and whether it would put the circuit half-open; read only.
+SELECT e.id, e.enabled,
+       (SELECT count(*) FROM outbox.deliveries d
+        WHERE d.endpoint_id OPERATOR(pg_catalog.=) e.id AND d.state = 'pending'
+          AND d.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+          AND d.next_attempt_at OPERATOR(pg_catalog.<>) 'infinity'::timestamptz
+          AND (%(tenant)s::text IS NULL
+               OR d.tenant OPERATOR(pg_catalog.=) %(tenant)s::text)) AS due,
+       EXISTS (SELECT 1 FROM outbox.endpoint_state s
+               WHERE s.endpoint_id OPERATOR(pg_catalog.=) e.id
+                 AND s.circuit = 'open') AS half_open
+FROM outbox.endpoints e
+WHERE e.name = %(name)s AND e.removed_at IS NULL;
+
+-- name: endpoint_retry_now
+-- `retry-now`: the endpoint's pending deliveries waiting for a later attempt
+-- (a backoff, a Retry-After) become due now, and an open circuit goes
+-- half-open with its probe lease already over, which the claim reads as "the
+-- probe may go" (circuit_probe_due_v1): the next request is the probe, at
+-- once, whatever the cool-down left. Rows parked behind an earlier delivery
+-- of their key ('infinity') stay parked: the key order holds, and they follow
+-- when that delivery finishes. In-flight, delivered and dead rows are not
+-- touched. Rows locked in id order first, as the dispatchers' statements take
+-- them. The stamp is clock_timestamp(), taken as this statement writes, as a
+-- publisher stamps its rows (dispatcher.policy.floors relies on that).
+-- Dispatchers are woken at commit.
+WITH due AS MATERIALIZED (
+    SELECT d.id FROM outbox.deliveries d
+    WHERE d.endpoint_id OPERATOR(pg_catalog.=) %(id)s::bigint AND d.state = 'pending'
+      AND d.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+      AND d.next_attempt_at OPERATOR(pg_catalog.<>) 'infinity'::timestamptz
+      AND (%(tenant)s::text IS NULL OR d.tenant OPERATOR(pg_catalog.=) %(tenant)s::text)
+    ORDER BY d.id
+    FOR NO KEY UPDATE
+),
+made_due AS (
+    UPDATE outbox.deliveries d
+    SET next_attempt_at = pg_catalog.clock_timestamp()
+    FROM due x
+    WHERE d.id OPERATOR(pg_catalog.=) x.id AND d.state = 'pending'
+      AND d.next_attempt_at OPERATOR(pg_catalog.<>) 'infinity'::timestamptz
+    RETURNING d.id
+),
+half_open AS (
+    UPDATE outbox.endpoint_state s
+    SET circuit = 'half-open', probe_until = '-infinity'
+    WHERE s.endpoint_id OPERATOR(pg_catalog.=) %(id)s::bigint AND s.circuit = 'open'
+    RETURNING s.endpoint_id
+)
+SELECT (SELECT count(*) FROM made_due) AS due,
+       EXISTS (SELECT 1 FROM half_open) AS half_open,
+       (SELECT pg_catalog.pg_notify('outbox_wakeup', '')
+        WHERE EXISTS (SELECT 1 FROM made_due) OR EXISTS (SELECT 1 FROM half_open)) AS woke;
