@@ -95,11 +95,13 @@ TENANTS_PER_ENDPOINT = 5
 
 
 def tenant_backlogs(conn: psycopg.Connection[Any], *,
-                    per_endpoint: int = TENANTS_PER_ENDPOINT) -> list[TenantBacklog]:
-    """Per live endpoint, the tenants with the largest backlogs (pending plus in flight)."""
+                    per_endpoint: int = TENANTS_PER_ENDPOINT,
+                    endpoint: str | None = None) -> list[TenantBacklog]:
+    """Per live endpoint (``endpoint``'s only, with it), the tenants with the largest
+    backlogs (pending plus in flight)."""
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         rows = cur.execute(queries["admin_tenant_backlogs"],
-                           {"per_endpoint": per_endpoint}).fetchall()
+                           {"per_endpoint": per_endpoint, "endpoint": endpoint}).fetchall()
     return [TenantBacklog(str(name), str(tenant), int(pending), int(in_flight),
                           round(float(oldest), 3))
             for name, tenant, pending, in_flight, oldest in rows]

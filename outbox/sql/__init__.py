@@ -109,6 +109,10 @@ QueryName = Literal[
     "testing_published_events",
     "version_table",
     "unpark_orphans",
+    "web_endpoint_circuit",
+    "web_endpoint_failures",
+    "web_endpoint_options",
+    "web_last_failures",
     "writable_paths",
 ]
 """Every query's name; a test and the loader keep it equal to the names in the files."""

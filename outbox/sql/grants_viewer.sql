@@ -7,7 +7,11 @@
 -- the operator's role, as `outbox dead retry` does).
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM {viewer};
 GRANT USAGE ON SCHEMA outbox TO {viewer};
-GRANT SELECT (id, name, enabled, max_pending, disabled_reason, removed_at)
+GRANT SELECT (id, name, enabled, max_pending, disabled_reason, removed_at, events, tenant,
+              max_attempts, timeout_seconds, min_backoff_seconds, max_backoff_seconds,
+              max_in_flight, rate_limit, max_batch, format, breaker_failures,
+              breaker_cooldown_seconds, breaker_window_seconds, breaker_rate,
+              max_pending_per_tenant, send_tracestate, created_at, updated_at)
     ON outbox.endpoints TO {viewer};
 GRANT SELECT (id, type, key, payload, idempotency_key, created_at, unrouted, traceparent,
               tenant) ON outbox.events TO {viewer};

@@ -1,5 +1,6 @@
-"""The two actions of an event's page, with ``--allow-actions``: retry and discard one dead
-delivery, each the single statement its command runs.
+"""The actions of the pages, with ``--allow-actions``: retry and discard one dead delivery
+(an event's page), make an endpoint's pending deliveries due now (its page), each the
+statement its command runs.
 
 ``POST /events/ID/retry`` does what ``outbox dead retry --event-id ID`` does
 for the delivery at the form's ``endpoint``; ``/discard`` what ``outbox dead
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from outbox import admin
+from outbox import admin, endpoints
 from outbox._shared.text import counted
 from outbox.errors import EndpointNotFound
 from outbox.web.guard import COOKIE
@@ -31,7 +32,7 @@ log = logging.getLogger("outbox.web")
 
 MAX_FORM = 4096
 READ_ONLY = ("this view is read-only: start `outbox web` with --allow-actions to retry and "
-             "discard dead letters")
+             "discard dead letters, or make an endpoint's deliveries due now")
 
 
 async def retry(request: Request) -> Response:
@@ -42,7 +43,9 @@ async def discard(request: Request) -> Response:
     return await _act(request, "discarded")
 
 
-async def _act(request: Request, verb: str) -> Response:
+async def _allowed(request: Request) -> tuple[Parts, dict[str, str]] | Response:
+    """The view's parts and the POST's form when it may act; else the refusal (403 for a
+    read-only view or a missing or wrong token)."""
     state = parts(request)
     if not state.config.allow_actions or state.writer is None:
         return problem(request, 403, READ_ONLY)
@@ -51,6 +54,14 @@ async def _act(request: Request, verb: str) -> Response:
     if refusal is not None:
         return refusal
     assert form is not None
+    return state, form
+
+
+async def _act(request: Request, verb: str) -> Response:
+    allowed = await _allowed(request)
+    if isinstance(allowed, Response):
+        return allowed
+    state, form = allowed
     found, endpoint = event_id(request.path_params["event_id"]), form["endpoint"]
     try:
         count = await run_in_threadpool(_run, state, verb, found, endpoint)
@@ -65,6 +76,25 @@ async def _act(request: Request, verb: str) -> Response:
     return RedirectResponse(at(request, f"/events/{found}?{done}"), 303)
 
 
+async def retry_now(request: Request) -> Response:
+    """Make the endpoint's pending deliveries due now (its circuit half-open if open)."""
+    allowed = await _allowed(request)
+    if isinstance(allowed, Response):
+        return allowed
+    state, name = allowed[0], request.path_params["name"]
+    due = await run_in_threadpool(_retry_now, state, name)
+    log.info("made %s at endpoint %r due now, for %s",
+             counted(due, "pending delivery", "pending deliveries"), name, _client(request))
+    done = urlencode({"done": "retry-now", "due": due})
+    return RedirectResponse(at(request, f"/endpoints/{quote(name, safe='')}?{done}"), 303)
+
+
+def _retry_now(state: Parts, name: str) -> int:
+    assert state.writer is not None
+    with state.writer.connection() as conn:
+        return endpoints.retry_now(conn, name)
+
+
 def _refusal(request: Request, state: Parts, form: dict[str, str] | None) -> Response | None:
     """Why this POST changes nothing, as its answer; None when it may go ahead."""
     if form is None:
@@ -73,7 +103,9 @@ def _refusal(request: Request, state: Parts, form: dict[str, str] | None) -> Res
         log.warning("refused a POST to %s from %s: its token is missing or wrong",
                     request.url.path, _client(request))
         return problem(request, 403, "this form's token is missing or does not match this "
-                       "browser's cookie: load the event's page again and resubmit")
+                       "browser's cookie: load the page again and resubmit")
+    if "event_id" not in request.path_params:
+        return None
     if event_id(request.path_params["event_id"]) is None:
         return problem(request, 404, "not an event id (a UUID)")
     if not form.get("endpoint"):

@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from outbox._shared.schema import MISSING, is_missing
 from outbox._shared.text import first_line
 from outbox.errors import EndpointNotFound
-from outbox.web import actions, pages
+from outbox.web import actions, pages, why
 from outbox.web.cache import Snapshot
 from outbox.web.config import WebConfig
 from outbox.web.db import NoConnection, Pool
@@ -86,6 +86,9 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/events/{event_id}", pages.event),
         Route("/events/{event_id}/retry", actions.retry, methods=["POST"]),
         Route("/events/{event_id}/discard", actions.discard, methods=["POST"]),
+        Route("/endpoints/{name}", why.endpoint),
+        Route("/endpoints/{name}/retry-now", actions.retry_now, methods=["POST"]),
+        Route("/tenants", why.tenants),
         Mount("/static", StaticFiles(packages=[("outbox.web", "static")]), name="static"),
     ]
     guard = Middleware(Guard, password=config.password, hosts=config.hosts,

@@ -1,4 +1,4 @@
-"""The four pages, each read through the admin functions its command uses, each also as
+"""The four first pages, each read through the admin functions its command uses, each also as
 that command's ``--json`` document (``?format=json``).
 
 ===================  ===========================================  =======================
@@ -9,6 +9,8 @@ address              what it shows                                its command
 ``/events/ID``       one event's story (``?payload=1``: its data)  ``outbox show``
 ``/search?q=TEXT``   events by id, idempotency or ordering key    ``outbox events list``
 ===================  ===========================================  =======================
+
+An endpoint's page and the tenants' page are :mod:`.why`'s.
 
 Handlers are plain functions: Starlette runs them on its threads, where the
 admin functions' blocking calls belong.
@@ -34,6 +36,7 @@ from outbox.web.params import BadParameter, dead_query, event_id, page_mark
 from outbox.web.render import at, document, page, problem, wants_json
 from outbox.web.search import search
 from outbox.web.state import parts
+from outbox.web.why import last_failures
 
 MAX_SEARCH = 1000
 """The longest text ``/search`` takes: longer than any id or key a person pastes."""
@@ -46,10 +49,13 @@ class Overview:
     status: admin.Status
     holder: admin.HorizonHolder | None
     waits: admin.KeyWaits
+    failures: dict[str, str]
+    """Per endpoint with a delivery still being retried, its latest failure in words."""
 
 
 def read_overview(conn: Any) -> Overview:
-    return Overview(admin.status(conn), admin.horizon(conn), admin.key_waits(conn))
+    return Overview(admin.status(conn), admin.horizon(conn), admin.key_waits(conn),
+                    last_failures(conn))
 
 
 def home(request: Request) -> Response:

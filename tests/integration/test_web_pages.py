@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -12,9 +11,15 @@ import pytest
 
 from outbox.web.db import NoConnection, Pool
 from tests.support.admin import set_state
-from tests.support.cli import run_outbox
 from tests.support.dispatcher import add_endpoint, publish
-from tests.support.web import HEADER_VALUE, PAYLOAD_MARK, SECRET, dead_scene, web_client
+from tests.support.web import (
+    HEADER_VALUE,
+    PAYLOAD_MARK,
+    SECRET,
+    command,
+    dead_scene,
+    web_client,
+)
 
 Conn = psycopg.Connection[Any]
 
@@ -22,13 +27,6 @@ Conn = psycopg.Connection[Any]
 @pytest.fixture
 def scene(conn: Conn) -> dict[str, Any]:
     return dead_scene(conn)
-
-
-def command(dsn: str, *args: str) -> Any:
-    """What ``outbox ARGS --json`` prints, parsed."""
-    done = run_outbox(dsn, *args, "--json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def without_ages(status: dict[str, Any]) -> dict[str, Any]:

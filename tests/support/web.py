@@ -8,6 +8,7 @@ addressed to 127.0.0.1, as a browser on the machine addresses them.
 from __future__ import annotations
 
 import base64
+import json
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,10 +22,11 @@ with warnings.catch_warnings():  # Starlette 1.x would rather drive httpx2; http
 
 from outbox.web.app import create_app
 from outbox.web.config import WebConfig
+from tests.support.cli import run_outbox
 from tests.support.dispatcher import add_endpoint, publish
 
-__all__ = ["BASE", "HEADER_VALUE", "PAYLOAD_MARK", "SECRET", "TestClient", "basic", "dead_scene",
-           "web_client"]
+__all__ = ["BASE", "HEADER_VALUE", "PAYLOAD_MARK", "SECRET", "TestClient", "basic", "command",
+           "dead_scene", "web_client"]
 
 BASE = "http://127.0.0.1:8080"
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -38,6 +40,13 @@ def web_client(dsn: str, **settings: Any) -> Iterator[TestClient]:
     app = create_app(WebConfig(dsn=dsn, **settings))
     with TestClient(app, base_url=BASE, follow_redirects=False) as client:
         yield client
+
+
+def command(dsn: str, *args: str) -> Any:
+    """What ``outbox ARGS --json`` prints, parsed."""
+    done = run_outbox(dsn, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def basic(password: str, user: str = "outbox") -> dict[str, str]:

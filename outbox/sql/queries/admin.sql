@@ -45,7 +45,8 @@ ORDER BY ep.name;
 -- first. The tenants and the oldest pending age come from one pass over the
 -- endpoint's undelivered rows (created_at, as admin_status reads it for the
 -- whole endpoint); the counts are the ones --max-pending-per-tenant checks
--- (outbox.tenant_backlog_v1, uncapped).
+-- (outbox.tenant_backlog_v1, uncapped). With %(endpoint)s, that endpoint's
+-- only (an endpoint's page in the web view).
 SELECT x.name, x.tenant, x.pending, x.in_flight, x.oldest_pending_seconds
 FROM (
     SELECT e.name, t.tenant, t.pending, t.in_flight, t.oldest_pending_seconds,
@@ -65,6 +66,7 @@ FROM (
         CROSS JOIN LATERAL outbox.tenant_backlog_v1(e.id, g.tenant, NULL) b
     ) AS t
     WHERE e.removed_at IS NULL
+      AND (%(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text)
 ) AS x
 WHERE x.place <= %(per_endpoint)s
 ORDER BY x.name, x.place;

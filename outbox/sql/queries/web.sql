@@ -1,0 +1,54 @@
+-- Queries of the web view's pages for the why: an endpoint's page and the
+-- endpoints page's last failures. Used by outbox/web/why.py. Each reads only
+-- what the viewer role of `outbox grants --viewer` may read.
+
+-- name: web_endpoint_options
+-- The options of a live endpoint that hold no secret, no URL and no header:
+-- what the page shows when its role may not read the rest (the viewer).
+SELECT e.name, e.events, e.tenant, e.max_attempts, e.timeout_seconds,
+       e.min_backoff_seconds, e.max_backoff_seconds, e.max_in_flight, e.rate_limit,
+       e.max_batch, e.format, e.breaker_failures, e.breaker_cooldown_seconds,
+       e.breaker_window_seconds, e.breaker_rate, e.max_pending, e.max_pending_per_tenant,
+       e.send_tracestate, e.enabled, e.disabled_reason, e.created_at, e.updated_at
+FROM outbox.endpoints e
+WHERE e.name = %(name)s AND e.removed_at IS NULL;
+
+-- name: web_endpoint_circuit
+-- The endpoint's circuit: its state, when it last opened, and the window's
+-- counts the fleet decides by (circuit_sum_v2 adds a window's buckets), with
+-- the consecutive failures an earlier release counts. An endpoint with no
+-- state row yet is closed with nothing counted.
+SELECT coalesce(s.circuit, 'closed'), s.opened_at, coalesce(s.failures, 0),
+       coalesce(outbox.circuit_sum_v2(s.window_attempts), 0),
+       coalesce(outbox.circuit_sum_v2(s.window_failures), 0)
+FROM outbox.endpoints e
+LEFT JOIN outbox.endpoint_state s ON s.endpoint_id = e.id
+WHERE e.name = %(name)s AND e.removed_at IS NULL;
+
+-- name: web_endpoint_failures
+-- The endpoint's latest failed attempts, newest first, of the deliveries
+-- still being retried (pending, in flight) and of those already dead; a
+-- delivered one's earlier failures explain nothing that still stops it. The
+-- errors are stored masked, as last_error is.
+SELECT a.at, d.event_id, a.status, a.reason, a.error
+FROM outbox.endpoints e
+JOIN outbox.deliveries d ON d.endpoint_id = e.id
+JOIN outbox.attempts a ON a.delivery_id = d.id
+WHERE e.name = %(name)s AND e.removed_at IS NULL
+  AND d.state IN ('pending', 'in_flight', 'dead') AND d.attempts > 0
+ORDER BY a.at DESC, a.attempt DESC
+LIMIT %(limit)s;
+
+-- name: web_last_failures
+-- Per live endpoint, the latest failed attempt of a delivery still being
+-- retried: the status or error the endpoints page names as its problem.
+SELECT e.name, f.status, f.reason, f.error, f.at
+FROM outbox.endpoints e
+CROSS JOIN LATERAL (
+    SELECT a.status, a.reason, a.error, a.at
+    FROM outbox.deliveries d
+    JOIN outbox.attempts a ON a.delivery_id = d.id
+    WHERE d.endpoint_id = e.id AND d.state IN ('pending', 'in_flight') AND d.attempts > 0
+    ORDER BY a.at DESC
+    LIMIT 1) f
+WHERE e.removed_at IS NULL;

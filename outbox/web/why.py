@@ -1,0 +1,185 @@
+"""The pages for the why: ``/endpoints/NAME`` (what an endpoint is, what stops it and who
+waits for it) and ``/tenants`` (the tenants with the largest backlogs).
+
+An endpoint's page answers as the viewer role of ``outbox grants --viewer``
+too: that role may not read an endpoint's secret, URL or headers, so the
+page shows the options it may read and leaves those out (null in its JSON).
+Its failed attempts are those of deliveries still being retried as well as
+dead ones: the cause of a failing endpoint is on the page long before
+anything dies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+from starlette.requests import Request
+from starlette.responses import Response
+
+from outbox import admin, endpoints
+from outbox._present import shapes
+from outbox.errors import EndpointNotFound
+from outbox.sql import queries
+from outbox.web.guard import COOKIE
+from outbox.web.render import document, page, wants_json
+from outbox.web.state import parts
+
+RECENT_FAILURES = 20
+"""An endpoint's page lists this many failed attempts, newest first."""
+TENANTS_SHOWN = 50
+"""An endpoint's page lists this many tenants' backlogs, the largest first."""
+
+
+@dataclass(frozen=True)
+class Circuit:
+    """The fleet's circuit breaker of one endpoint, as ``outbox.endpoint_state`` holds it."""
+
+    state: str
+    opened_at: datetime | None
+    """When it last opened (kept after it closed again)."""
+    consecutive_failures: int
+    window_attempts: int
+    """Attempts counted in the breaker's window (its buckets added)."""
+    window_failures: int
+    """Of those, the failures: what opens the circuit past --breaker-rate."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    at: datetime
+    event_id: Any
+    status: int | None
+    reason: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class EndpointView:
+    options: dict[str, Any]
+    circuit: Circuit
+    backlogs: list[admin.TenantBacklog]
+    failures: list[Failure]
+    viewer: bool
+    """True when the role may not read the secret, URL or headers (left out)."""
+
+
+def read_endpoint(conn: psycopg.Connection[Any], name: str) -> EndpointView:
+    """Everything an endpoint's page shows; :class:`EndpointNotFound` for no live one."""
+    viewer = False
+    try:
+        options = endpoints.get(conn, name)
+    except psycopg.errors.InsufficientPrivilege:
+        viewer, options = True, _readable_options(conn, name)
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(queries["web_endpoint_circuit"], {"name": name}).fetchone()
+        if row is None:
+            raise EndpointNotFound(f"no endpoint named {name!r}")
+        circuit = Circuit(str(row[0]), row[1], int(row[2]), int(row[3]), int(row[4]))
+        failed = cur.execute(queries["web_endpoint_failures"],
+                             {"name": name, "limit": RECENT_FAILURES}).fetchall()
+    backlogs = admin.tenant_backlogs(conn, per_endpoint=TENANTS_SHOWN, endpoint=name)
+    failures = [Failure(at, event, status, str(reason), error)
+                for at, event, status, reason, error in failed]
+    return EndpointView(options, circuit, backlogs, failures, viewer)
+
+
+def _readable_options(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
+    """``endpoints list --json``'s object from the columns the viewer may read: the URL,
+    the signing secret, the TLS files and the headers are null."""
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(queries["web_endpoint_options"], {"name": name}).fetchone()
+    if row is None:
+        raise EndpointNotFound(f"no endpoint named {name!r}")
+    (name, events, tenant, max_attempts, timeout, min_backoff, max_backoff, max_in_flight,
+     rate_limit, max_batch, kind, breaker_failures, breaker_cooldown, breaker_window,
+     breaker_rate, max_pending, max_pending_per_tenant, send_tracestate, enabled,
+     disabled_reason, created_at, updated_at) = row
+    return {
+        "name": name, "url": None, "events": events, "tenant": tenant, "signing": None,
+        "signing_previous_until": None, "max_attempts": max_attempts, "timeout": timeout,
+        "min_backoff": min_backoff, "max_backoff": max_backoff,
+        "max_in_flight": max_in_flight, "rate_limit": rate_limit, "max_batch": max_batch,
+        "format": kind, "breaker_failures": breaker_failures,
+        "breaker_cooldown": breaker_cooldown, "breaker_window": breaker_window,
+        "breaker_rate": breaker_rate, "max_pending": max_pending,
+        "max_pending_per_tenant": max_pending_per_tenant, "send_tracestate": send_tracestate,
+        "ca_file": None, "client_cert": None, "client_key": None, "headers": None,
+        "enabled": enabled, "disabled_reason": disabled_reason,
+        "created_at": created_at.isoformat(), "updated_at": updated_at.isoformat(),
+    }
+
+
+def endpoint_shape(view: EndpointView) -> dict[str, Any]:
+    """``?format=json``: the ``endpoints list --json`` object, with the circuit, the
+    backlog by tenant and the latest failed attempts."""
+    c = view.circuit
+    return {
+        **view.options,
+        "circuit": c.state,
+        "circuit_opened_at": shapes.rfc3339(c.opened_at),
+        "circuit_window": {"attempts": c.window_attempts, "failures": c.window_failures,
+                           "consecutive_failures": c.consecutive_failures},
+        "backlog_by_tenant": [{"tenant": b.tenant, "pending": b.pending,
+                               "in_flight": b.in_flight,
+                               "oldest_pending_seconds": b.oldest_pending_seconds}
+                              for b in view.backlogs],
+        "recent_failures": [{"at": shapes.rfc3339(f.at), "event_id": str(f.event_id),
+                             "status": f.status, "reason": f.reason, "error": f.error}
+                            for f in view.failures],
+    }
+
+
+def endpoint(request: Request) -> Response:
+    """``/endpoints/NAME``: an unknown or removed name is a 404."""
+    name = request.path_params["name"]
+    state = parts(request)
+    with state.readers.connection() as conn:
+        view = read_endpoint(conn, name)
+    if wants_json(request):
+        return document(endpoint_shape(view))
+    cookie = request.cookies.get(COOKIE) or state.tokens.cookie()
+    response = page(request, "endpoint.html", view=view, options=view.options,
+                    actions=state.config.allow_actions, token=state.tokens.token(cookie),
+                    done=_done(request))
+    if state.config.allow_actions and COOKIE not in request.cookies:
+        response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/")
+    return response
+
+
+def _done(request: Request) -> int | None:
+    """How many deliveries the retry-now just taken made due, as its redirect tells it."""
+    count = request.query_params.get("due", "")
+    return int(count) if request.query_params.get("done") == "retry-now" and count.isdigit() \
+        else None
+
+
+def tenants(request: Request) -> Response:
+    """``/tenants``: per live endpoint, the tenants with the largest backlogs, as ``outbox
+    status --tenants`` gives them."""
+    with parts(request).readers.connection() as conn:
+        backlogs = admin.tenant_backlogs(conn)
+    if wants_json(request):
+        return document({"tenants": [asdict(b) for b in backlogs]})
+    ranked = sorted(backlogs, key=lambda b: (-(b.pending + b.in_flight), b.endpoint, b.tenant))
+    return page(request, "tenants.html", rows=ranked)
+
+
+def last_failures(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """Per live endpoint with a delivery still being retried, its latest failure in words
+    (``HTTP 500: ...``, ``timeout: ...``): the endpoints page's problem column."""
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        rows = cur.execute(queries["web_last_failures"]).fetchall()
+    return {str(name): failure_words(status, str(reason), error)
+            for name, status, reason, error, _ in rows}
+
+
+def failure_words(status: int | None, reason: str, error: str | None) -> str:
+    """One failed attempt in a few words: its status (or reason) and its error's first
+    line."""
+    said = f"HTTP {status}" if status is not None else reason
+    first = " ".join((error or "").split())
+    return f"{said}: {first}" if first else said

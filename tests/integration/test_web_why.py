@@ -1,0 +1,199 @@
+"""The web view's pages for the why on a real PostgreSQL: an endpoint's page (its options,
+circuit, backlog by tenant, latest failures while still retried, retry-now) and the
+tenants' page, each with its JSON, and nothing secret on either."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+import psycopg
+import pytest
+
+from outbox._shared.databases import Database
+from tests.support.dispatcher import publish
+from tests.support.web import (
+    HEADER_VALUE,
+    SECRET,
+    TestClient,
+    command,
+    dead_scene,
+    web_client,
+)
+
+Conn = psycopg.Connection[Any]
+
+OPTIONS_KEYS = {"name", "url", "events", "tenant", "signing", "signing_previous_until",
+                "max_attempts", "timeout", "min_backoff", "max_backoff", "max_in_flight",
+                "rate_limit", "max_batch", "format", "breaker_failures", "breaker_cooldown",
+                "breaker_window", "breaker_rate", "max_pending", "max_pending_per_tenant",
+                "send_tracestate", "ca_file", "client_cert", "client_key", "headers",
+                "enabled", "disabled_reason", "created_at", "updated_at"}
+
+
+def failing_scene(conn: Conn) -> dict[str, Any]:
+    """The dead-letter scene, plus tenants' deliveries at billing still being retried
+    after HTTP 500s, and an open circuit."""
+    scene = dead_scene(conn)
+    retried = [publish(conn, "invoice.sent", {"n": n}, tenant=tenant)
+               for n, tenant in enumerate(["acme", "acme", "acme", "globex"])]
+    conn.execute(
+        "UPDATE outbox.deliveries SET attempts = 3, last_status = 500, "
+        "last_error = 'HTTP 500 from receiver: database down', "
+        "next_attempt_at = now() + interval '1 hour' WHERE event_id = ANY(%s)", (retried,))
+    conn.execute(
+        "INSERT INTO outbox.attempts (delivery_id, attempt, at, status, reason, "
+        "duration_seconds, error) SELECT id, n, now() - make_interval(secs => 5 - n), 500, "
+        "'http_5xx', 0.01, 'HTTP 500 from receiver: database down' "
+        "FROM outbox.deliveries, generate_series(1, 3) AS n WHERE event_id = ANY(%s)",
+        (retried,))
+    conn.execute(
+        "UPDATE outbox.endpoint_state SET circuit = 'open', opened_at = now(), "
+        "window_attempts = '{12}', window_failures = '{10}' "
+        "WHERE endpoint_id = (SELECT id FROM outbox.endpoints WHERE name = 'billing')")
+    conn.commit()
+    return {**scene, "retried": retried}
+
+
+@pytest.fixture
+def scene(conn: Conn) -> dict[str, Any]:
+    return failing_scene(conn)
+
+
+def test_endpoint_page_says_why_while_deliveries_are_retried(dsn: str,
+                                                             scene: dict[str, Any]) -> None:
+    """`/endpoints/NAME` shows the open circuit, the failures still being retried with their
+    status and error, the backlog by tenant, and no secret or header value."""
+    with web_client(dsn) as client:
+        page = client.get("/endpoints/billing")
+        home = client.get("/")
+    assert page.status_code == 200
+    text = page.text
+    assert "open since" in text
+    assert "10 failed of 12 attempts" in text
+    assert "HTTP 500 from receiver: database down" in text
+    assert f'href="/events/{scene["retried"][0]}"' in text
+    assert text.index(">acme<") < text.index(">globex<")
+    assert 'href="/dead?endpoint=billing&amp;tenant=acme"' in text
+    assert SECRET not in text
+    assert HEADER_VALUE not in text
+    assert "<form" not in text.split("<main>", 1)[1]
+    assert 'href="/endpoints/billing"' in home.text
+    assert "last failure: HTTP 500: HTTP 500 from receiver: database down" in home.text
+    assert 'href="/tenants"' in home.text
+
+
+def test_endpoint_json_is_its_list_object_with_the_why(dsn: str, scene: dict[str, Any]) -> None:
+    """`?format=json` is the `endpoints list --json` object with the circuit, the backlog by
+    tenant (largest first) and the latest failures, newest first, with exactly their keys."""
+    with web_client(dsn) as client:
+        doc = client.get("/endpoints/billing?format=json").json()
+    listed = next(e for e in command(dsn, "endpoints", "list") if e["name"] == "billing")
+    assert {k: doc[k] for k in listed} == listed
+    assert doc["circuit"] == "open"
+    assert doc["circuit_window"]["failures"] == 10
+    assert [(b["tenant"], b["pending"]) for b in doc["backlog_by_tenant"]] == \
+        [("acme", 3), ("globex", 1)]
+    assert all(set(b) == {"tenant", "pending", "in_flight", "oldest_pending_seconds"}
+               for b in doc["backlog_by_tenant"])
+    failures = doc["recent_failures"]
+    assert len(failures) == 14  # 4 retried deliveries x 3, and the dead one's 2
+    assert all(set(f) == {"at", "event_id", "status", "reason", "error"} for f in failures)
+    assert [f["at"] for f in failures] == sorted((f["at"] for f in failures), reverse=True)
+    retried = {str(e) for e in scene["retried"]}
+    assert {f["event_id"] for f in failures if f["status"] == 500} == retried
+    assert failures[0]["reason"] == "http_5xx"
+    body = json.dumps(doc)
+    assert SECRET not in body
+    assert HEADER_VALUE not in body
+
+
+def test_an_unknown_endpoint_is_a_404(dsn: str, scene: dict[str, Any]) -> None:
+    """An endpoint no live one is named is a 404, as a page and as JSON."""
+    with web_client(dsn) as client:
+        page = client.get("/endpoints/nope")
+        doc = client.get("/endpoints/nope?format=json")
+    assert page.status_code == 404
+    assert doc.status_code == 404
+    assert "nope" in doc.json()["error"]
+
+
+def test_tenants_page_and_json_as_status_tenants(dsn: str, scene: dict[str, Any]) -> None:
+    """`/tenants` lists the largest backlogs, each linking to its dead letters (keeping the
+    database); its JSON is `{"tenants": ...}` as `status --tenants --json` gives them."""
+    with web_client(dsn) as client:
+        page = client.get("/tenants")
+        doc = client.get("/tenants?format=json").json()
+    assert page.status_code == 200
+    assert 'href="/dead?tenant=acme"' in page.text
+    assert page.text.index(">acme<") < page.text.index(">globex<")
+    expected = command(dsn, "status", "--tenants")["tenants"]
+    for rows in (doc["tenants"], expected):
+        for row in rows:
+            row.pop("oldest_pending_seconds")
+    assert list(doc) == ["tenants"]
+    assert doc["tenants"] == expected
+
+
+def page_token(client: TestClient) -> str:
+    page = client.get("/endpoints/billing")
+    assert page.status_code == 200
+    found = re.search(r'name="token" value="([0-9a-f]+)"', page.text)
+    assert found, "no form on the page"
+    assert '<form method="post" action="/endpoints/billing/retry-now">' in page.text
+    return found.group(1)
+
+
+def due_later(conn: Conn) -> int:
+    row = conn.execute("SELECT count(*) FROM outbox.deliveries d JOIN outbox.endpoints e "
+                       "ON e.id = d.endpoint_id WHERE e.name = 'billing' "
+                       "AND d.state = 'pending' AND d.next_attempt_at > now()").fetchone()
+    conn.commit()
+    assert row is not None
+    return int(row[0])
+
+
+def test_retry_now_refused_without_actions_or_token(dsn: str, conn: Conn,
+                                                    scene: dict[str, Any]) -> None:
+    """Read-only, or without the page's token, a retry-now POST is a 403 changing nothing."""
+    before = due_later(conn)
+    with web_client(dsn) as client:
+        assert client.post("/endpoints/billing/retry-now",
+                           data={"token": "x"}).status_code == 403
+    with web_client(dsn, allow_actions=True) as client:
+        token = page_token(client)
+        assert client.post("/endpoints/billing/retry-now", data={}).status_code == 403
+        assert client.post("/endpoints/billing/retry-now",
+                           data={"token": "0" * len(token)}).status_code == 403
+    assert before == 4
+    assert due_later(conn) == before
+
+
+def test_retry_now_makes_the_deliveries_due(dsn: str, conn: Conn, scene: dict[str, Any],
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """With --allow-actions and the page's token, retry-now does what the command does,
+    redirects to the page with a note, and is logged."""
+    with web_client(dsn, allow_actions=True) as client:
+        token = page_token(client)
+        with caplog.at_level(logging.INFO, logger="outbox.web"):
+            done = client.post("/endpoints/billing/retry-now", data={"token": token})
+        assert done.status_code == 303
+        assert done.headers["location"].startswith("/endpoints/billing?")
+        after = client.get(done.headers["location"])
+        unknown = client.post("/endpoints/nope/retry-now", data={"token": token})
+    assert due_later(conn) == 0
+    assert "Made 4 pending deliveries due now" in after.text
+    assert unknown.status_code == 404
+    assert any("at endpoint 'billing' due now" in r.getMessage() for r in caplog.records)
+
+
+def test_links_keep_the_database(dsn: str, scene: dict[str, Any]) -> None:
+    """With many databases, the new pages' links keep `?db=`."""
+    with web_client("", databases=(Database("one", dsn),)) as client:
+        tenants = client.get("/tenants?db=one")
+        page = client.get("/endpoints/billing?db=one")
+    assert 'href="/dead?tenant=acme&amp;db=one"' in tenants.text
+    assert 'href="/endpoints/billing?db=one"' in tenants.text
+    assert 'href="/tenants?db=one"' in page.text
