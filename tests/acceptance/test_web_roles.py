@@ -50,9 +50,14 @@ def test_the_viewer_reads_every_page_and_nothing_secret(viewer: str, roles: Role
     with web_client(dsn) as client:
         for path in ("/", "/dead", "/dead?endpoint=billing", f"/events/{event}",
                      f"/events/{event}?payload=1", "/search?q=customer-7",
-                     "/search?q=order-1234"):
+                     "/search?q=order-1234", "/endpoints/billing", "/tenants",
+                     "/tenants?format=json"):
             response = client.get(path)
             assert response.status_code in (200, 303), (path, response.text)
+        shown = client.get("/endpoints/billing?format=json").json()
+        assert shown["circuit"] == "closed"
+        assert shown["max_attempts"] >= 1
+        assert (shown["url"], shown["signing"], shown["headers"]) == (None, None, None)
     for args in (("status",), ("dead", "list"), ("show", str(event)),
                  ("events", "list", "--key", "customer-7")):
         ok(run_outbox(dsn, *args))
