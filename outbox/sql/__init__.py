@@ -111,6 +111,7 @@ QueryName = Literal[
     "unpark_orphans",
     "web_endpoint_circuit",
     "web_endpoint_failures",
+    "web_endpoint_minutes",
     "web_endpoint_options",
     "web_last_failures",
     "writable_paths",

@@ -24,6 +24,7 @@ from outbox import admin, endpoints
 from outbox._present import shapes
 from outbox.errors import EndpointNotFound
 from outbox.sql import queries
+from outbox.web.chart import Chart, chart
 from outbox.web.guard import COOKIE
 from outbox.web.render import document, page, wants_json
 from outbox.web.state import parts
@@ -63,6 +64,8 @@ class EndpointView:
     circuit: Circuit
     backlogs: list[admin.TenantBacklog]
     failures: list[Failure]
+    last_hour: Chart
+    """Delivered and failed attempts per minute."""
     viewer: bool
     """True when the role may not read the secret, URL or headers (left out)."""
 
@@ -81,10 +84,12 @@ def read_endpoint(conn: psycopg.Connection[Any], name: str) -> EndpointView:
         circuit = Circuit(str(row[0]), row[1], int(row[2]), int(row[3]), int(row[4]))
         failed = cur.execute(queries["web_endpoint_failures"],
                              {"name": name, "limit": RECENT_FAILURES}).fetchall()
+        minutes = cur.execute(queries["web_endpoint_minutes"], {"name": name}).fetchall()
     backlogs = admin.tenant_backlogs(conn, per_endpoint=TENANTS_SHOWN, endpoint=name)
     failures = [Failure(at, event, status, str(reason), error)
                 for at, event, status, reason, error in failed]
-    return EndpointView(options, circuit, backlogs, failures, viewer)
+    last_hour = chart([(m, int(d), int(f)) for m, d, f in minutes])
+    return EndpointView(options, circuit, backlogs, failures, last_hour, viewer)
 
 
 def _readable_options(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:

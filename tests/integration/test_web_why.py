@@ -197,3 +197,15 @@ def test_links_keep_the_database(dsn: str, scene: dict[str, Any]) -> None:
     assert 'href="/dead?tenant=acme&amp;db=one"' in tenants.text
     assert 'href="/endpoints/billing?db=one"' in tenants.text
     assert 'href="/tenants?db=one"' in page.text
+
+
+def test_endpoint_page_draws_its_last_hour(dsn: str, scene: dict[str, Any]) -> None:
+    """The endpoint's page holds an inline SVG of its last hour per minute (delivered and
+    failed attempts, from the history), and no script."""
+    with web_client(dsn) as client:
+        text = client.get("/endpoints/billing").text
+    assert "<svg" in text
+    assert "<script" not in text
+    assert 'class="failed"' in text
+    assert 'class="delivered"' in text
+    assert "1 delivered</span>, <span class=\"bad\">14 failed attempts" in text

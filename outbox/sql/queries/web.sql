@@ -52,3 +52,37 @@ CROSS JOIN LATERAL (
     ORDER BY a.at DESC
     LIMIT 1) f
 WHERE e.removed_at IS NULL;
+
+-- name: web_endpoint_minutes
+-- The endpoint's last hour, per minute (60 rows, oldest first): deliveries
+-- delivered (deliveries_finished: state, endpoint, finished_at) and failed
+-- attempts (the history of deliveries still pending or in flight, or
+-- finished within the hour: one finished earlier has no attempt since).
+WITH e AS (
+    SELECT id FROM outbox.endpoints WHERE name = %(name)s AND removed_at IS NULL
+), span AS (
+    SELECT date_trunc('minute', now()) - interval '59 minutes' AS start
+), minutes AS (
+    SELECT generate_series(span.start, span.start + interval '59 minutes',
+                           interval '1 minute') AS minute
+    FROM span
+), delivered AS (
+    SELECT date_trunc('minute', d.finished_at) AS minute, count(*) AS n
+    FROM outbox.deliveries d, e, span
+    WHERE d.state = 'delivered' AND d.endpoint_id = e.id AND d.finished_at >= span.start
+    GROUP BY 1
+), failed AS (
+    SELECT date_trunc('minute', a.at) AS minute, count(*) AS n
+    FROM outbox.deliveries d
+    CROSS JOIN e
+    CROSS JOIN span
+    JOIN outbox.attempts a ON a.delivery_id = d.id
+    WHERE d.endpoint_id = e.id AND a.at >= span.start
+      AND (d.state IN ('pending', 'in_flight') OR d.finished_at >= span.start)
+    GROUP BY 1
+)
+SELECT m.minute, coalesce(dl.n, 0), coalesce(f.n, 0)
+FROM minutes m
+LEFT JOIN delivered dl ON dl.minute = m.minute
+LEFT JOIN failed f ON f.minute = m.minute
+ORDER BY m.minute;
