@@ -50,7 +50,8 @@ class Overview:
     holder: admin.HorizonHolder | None
     waits: admin.KeyWaits
     failures: dict[str, str]
-    """Per endpoint with a delivery still being retried, its latest failure in words."""
+    """Per endpoint with a delivery still being retried (or dead within the hour), its latest
+    failure in words."""
 
 
 def read_overview(conn: Any) -> Overview:

@@ -174,8 +174,9 @@ def tenants(request: Request) -> Response:
 
 
 def last_failures(conn: psycopg.Connection[Any]) -> dict[str, str]:
-    """Per live endpoint with a delivery still being retried, its latest failure in words
-    (``HTTP 500: ...``, ``timeout: ...``): the endpoints page's problem column."""
+    """Per live endpoint with a delivery still being retried (or dead within the hour), its
+    latest failure in words (``HTTP 500: ...``, ``timeout: ...``): the endpoints page's
+    problem column."""
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
         rows = cur.execute(queries["web_last_failures"]).fetchall()
     return {str(name): failure_words(status, str(reason), error)

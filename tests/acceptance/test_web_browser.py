@@ -59,7 +59,8 @@ class Shots:
 
 def test_follow_an_endpoint_to_its_dead_letter_retry_it_and_see_it_delivered(
         dsn: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
-    """Overview -> the endpoint's dead letters -> the event -> Retry -> delivered."""
+    """Overview -> the endpoint's page -> its dead letters -> the event -> Retry ->
+    delivered; the search and the tenants' page."""
     browser_path = chromium()
     shots = Shots(tmp_path / "screenshots")
     billing_up = False
@@ -95,7 +96,7 @@ def test_follow_an_endpoint_to_its_dead_letter_retry_it_and_see_it_delivered(
     assert delivered["attempts"] == 1
     assert {p.name for p in shots.folder.iterdir()} == {
         "web-overview.png", "web-dead.png", "web-event.png", "web-event-delivered.png",
-        "web-search.png"}
+        "web-search.png", "web-endpoint.png", "web-tenants.png"}
     print(f"screenshots: {shots.folder}")
 
 
@@ -107,7 +108,19 @@ def _walk(page: Any, url: str, event: str, shots: Shots) -> None:
     expect(page.locator("tr", has_text="billing")).to_contain_text("1")
     shots.take(page, "overview")
 
+    expect(page.locator("tr", has_text="billing")).to_contain_text("last failure: HTTP 503")
     page.get_by_role("link", name="billing", exact=True).click()
+    page.wait_for_url("**/endpoints/billing")
+    expect(page.locator("h1")).to_have_text("Endpoint billing")
+    expect(page.locator("table").first).to_contain_text("HTTP 503")
+    chart = page.locator("figure.chart svg")
+    expect(chart).to_be_visible()
+    expect(chart.locator("rect.failed")).not_to_have_count(0)
+    assert chart.bounding_box()["height"] > 40
+    expect(page.get_by_role("button", name="Retry now")).to_be_visible()
+    shots.take(page, "endpoint")
+
+    page.get_by_role("link", name="the endpoint's dead letters").click()
     page.wait_for_url("**/dead?endpoint=billing")
     expect(page.locator("h1")).to_have_text("Dead letters of billing")
     expect(page.locator("tbody tr")).to_have_count(1)
@@ -145,3 +158,8 @@ def _walk(page: Any, url: str, event: str, shots: Shots) -> None:
     page.wait_for_url("**/search?q=customer-7")
     expect(page.locator("tbody tr")).to_have_count(4)
     shots.take(page, "search")
+
+    page.get_by_role("link", name="Tenants").click()
+    page.wait_for_url("**/tenants")
+    expect(page.locator("h1")).to_have_text("Tenants")
+    shots.take(page, "tenants")

@@ -41,14 +41,17 @@ LIMIT %(limit)s;
 
 -- name: web_last_failures
 -- Per live endpoint, the latest failed attempt of a delivery still being
--- retried: the status or error the endpoints page names as its problem.
+-- retried, or dead within the hour: the status or error the endpoints page
+-- names as its problem (an older dead letter's is on the dead letters' page).
 SELECT e.name, f.status, f.reason, f.error, f.at
 FROM outbox.endpoints e
 CROSS JOIN LATERAL (
     SELECT a.status, a.reason, a.error, a.at
     FROM outbox.deliveries d
     JOIN outbox.attempts a ON a.delivery_id = d.id
-    WHERE d.endpoint_id = e.id AND d.state IN ('pending', 'in_flight') AND d.attempts > 0
+    WHERE d.endpoint_id = e.id AND d.attempts > 0
+      AND (d.state IN ('pending', 'in_flight')
+           OR (d.state = 'dead' AND d.finished_at > now() - interval '1 hour'))
     ORDER BY a.at DESC
     LIMIT 1) f
 WHERE e.removed_at IS NULL;
