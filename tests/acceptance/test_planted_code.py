@@ -28,7 +28,7 @@ from tests.conftest import Cluster
 from tests.support import planted
 from tests.support.cli import run_outbox
 from tests.support.dispatcher import Dispatcher, run_once, wait_until
-from tests.support.roles import create_role, ok, role_dsn
+from tests.support.roles import create_role, drop_database_and_roles, ok, role_dsn
 from tests.support.web import web_client
 
 _counter = itertools.count()
@@ -70,11 +70,7 @@ def owned(cluster: Cluster) -> Iterator[Owned]:
     try:
         yield made
     finally:
-        with cluster.admin() as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(made.database)))
-            for role in roles:
-                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+        drop_database_and_roles(cluster, made.database, roles)
 
 
 def _plant(owned: Owned) -> list[str]:

@@ -12,7 +12,7 @@ import hmac
 import itertools
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import psycopg
@@ -79,11 +79,18 @@ def roles(cluster: Cluster) -> Iterator[Roles]:
     try:
         yield made
     finally:
-        with cluster.admin() as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(made.database)))
-            for name in names:
-                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(name))
+        drop_database_and_roles(cluster, made.database, names)
+
+
+def drop_database_and_roles(cluster: Cluster, database: str,
+                            roles: Iterable[str | sql.Identifier]) -> None:
+    """A test's own database, then its roles (which own nothing once it is gone)."""
+    with cluster.admin() as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(database)))
+        for role in roles:
+            name = role if isinstance(role, sql.Identifier) else sql.Identifier(role)
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(name))
 
 
 def ok(result: Any) -> str:
