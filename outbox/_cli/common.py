@@ -78,6 +78,18 @@ def databases_file(args: argparse.Namespace) -> str | None:
     return path
 
 
+def file_for_all(args: argparse.Namespace, does: str) -> str:
+    """The databases file an ``--all`` command works through (``does``: what ``--all`` does,
+    for the message); without one, or with ``--db``, a UsageError."""
+    if getattr(args, "db", None):
+        raise UsageError(f"--all {does}: --db is not for it")
+    path = databases_file(args)
+    if path is None:
+        raise UsageError("--all needs a databases file: give --databases FILE (or set "
+                         "OUTBOX_DATABASES)")
+    return path
+
+
 def all_databases(path: str) -> tuple[Database, ...]:
     """Every database the file and its catalog list: a bad file is exit 2, a catalog down 1."""
     try:

@@ -192,12 +192,7 @@ def _run_all(args: argparse.Namespace) -> int:
         if getattr(args, option):
             raise common.UsageError(f"--all migrates; --{option.replace('_', '-')} is for one "
                                     "database (give --db NAME)")
-    if getattr(args, "db", None):
-        raise common.UsageError("--all migrates every database: --db is not for it")
-    path = common.databases_file(args)
-    if path is None:
-        raise common.UsageError("--all needs a databases file: give --databases FILE (or set "
-                                "OUTBOX_DATABASES)")
+    path = common.file_for_all(args, "migrates every database")
     outcomes = []
     for database in common.all_databases(path):
         outcome = _migrate_one(database, args)

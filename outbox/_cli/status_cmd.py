@@ -75,12 +75,7 @@ def _run_all(args: argparse.Namespace) -> int:
     """``status --all``: every database of the file, each read apart (see overview)."""
     if args.tenants:
         raise common.UsageError("--tenants goes with one database, not with --all")
-    if getattr(args, "db", None):
-        raise common.UsageError("--all lists every database: --db is not for it")
-    path = common.databases_file(args)
-    if path is None:
-        raise common.UsageError("--all needs a databases file: give --databases FILE (or set "
-                                "OUTBOX_DATABASES)")
+    path = common.file_for_all(args, "lists every database")
     databases = common.all_databases(path)
     clear = "\033[H\033[2J" if sys.stdout.isatty() else ""
     try:
