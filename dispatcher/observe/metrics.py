@@ -146,7 +146,7 @@ class _Backlog:
             "when it has none.", labels=["endpoint"])
         tenants = GaugeMetricFamily(
             "outbox_tenants_due",
-            "Tenants with deliveries due at the endpoint, taking turns for its request slots "
+            "Tenants with deliveries due at the endpoint, sharing its request slots in rounds "
             "(deliveries without a tenant count as one tenant).", labels=["endpoint"])
         largest = GaugeMetricFamily(
             "outbox_tenant_pending_max",
