@@ -73,6 +73,7 @@ from outbox.endpoints._options import Flag as Flag
 from outbox.endpoints._options import Option as Option
 from outbox.endpoints._options import Switch as Switch
 from outbox.endpoints._shown import as_json as as_json
+from outbox.endpoints._shown import as_viewer_json as as_viewer_json
 from outbox.endpoints._spec import EndpointSpec as EndpointSpec
 from outbox.endpoints._spec import generate_secret as generate_secret
 from outbox.endpoints._spec import signing_label as signing_label

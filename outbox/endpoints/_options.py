@@ -114,6 +114,9 @@ class Option:
     parser: Parser | None = None
     """How text becomes its value; None: text is the value."""
     shown: Shown = "as is"
+    viewer: bool = True
+    """Whether the viewer role (``outbox grants --viewer``) may read its column: False for
+    what may hold a credential or names a file; the web view shows those as null to it."""
     unit: str | None = None
     """The unit ``show`` prints after the number (the JSON gives the bare number)."""
     to_column: Callable[[Any], Any] = lambda value: value
@@ -199,7 +202,8 @@ def _likes(patterns: Sequence[str]) -> list[str]:
 
 OPTIONS: tuple[Option, ...] = (
     Option("url", "url", Flag("--url", "http:// or https:// address to POST to"),
-           lambda value, field: checks.check_url(value), REQUIRED, shown="masked url"),
+           lambda value, field: checks.check_url(value), REQUIRED, shown="masked url",
+           viewer=False),
     Option("events", "events",
            Flag("--events", "event type glob such as 'mail.*' (repeatable; default '*')",
                 "PATTERN", repeated=_patterns_given),
@@ -208,7 +212,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("secret", "secret",
            Flag("--secret", "whsec_<base64>, or env:NAME read by the dispatcher "
                 "(not OUTBOX_* but OUTBOX_SECRET_*, DATABASE_URL, PG*)"),
-           lambda value, field: check_secret(value), None, shown="kind"),
+           lambda value, field: check_secret(value), None, shown="kind", viewer=False),
     Option("max_attempts", "max_attempts",
            Flag("--max-attempts",
                 f"default {defaults.DEFAULT_MAX_ATTEMPTS} (with the backoffs: a day)", "N"),
@@ -238,7 +242,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("headers", "headers",
            Flag("--header", "extra request header (repeatable)", "NAME:VALUE",
                 repeated=_headers_given),
-           lambda value, field: checks.check_headers(value), {}, shown="names", to_column=dict),
+           lambda value, field: checks.check_headers(value), {}, shown="names", viewer=False,
+           to_column=dict),
     Option("breaker_failures", "breaker_failures",
            Flag("--breaker-failures", "retryable failures within --breaker-window that open "
                 "the circuit (if --breaker-rate of its attempts); 0: no breaker; default 10",
@@ -277,15 +282,15 @@ OPTIONS: tuple[Option, ...] = (
            Flag("--ca-file", "PEM bundle of the CAs the endpoint's certificate is checked "
                 "against instead of the default bundle; a path on the dispatcher's filesystem",
                 "PATH"),
-           checks.check_path, None),
+           checks.check_path, None, viewer=False),
     Option("client_cert", "client_cert",
            Flag("--client-cert", "client certificate (PEM) shown to the endpoint, mutual "
                 "TLS; with --client-key; a path on the dispatcher's filesystem", "PATH"),
-           checks.check_path, None),
+           checks.check_path, None, viewer=False),
     Option("client_key", "client_key",
            Flag("--client-key", "the client certificate's private key (PEM, unencrypted); "
                 "with --client-cert", "PATH"),
-           checks.check_path, None),
+           checks.check_path, None, viewer=False),
     Option("tenant", "tenant",
            Flag("--tenant", "the tenant the endpoint belongs to: it receives only the events "
                 "published with that tenant (among those --events matches); default: none, it "
@@ -304,6 +309,10 @@ KEY_COLUMN = "name"
 STORED_COLUMNS: tuple[str, ...] = (
     KEY_COLUMN, *(column for option in OPTIONS for column in option.columns))
 """Every column an endpoint's definition is stored in: what the store writes and reads."""
+
+VIEWER_COLUMNS: tuple[str, ...] = (
+    KEY_COLUMN, *(option.column for option in OPTIONS if option.viewer))
+"""The columns of the definition that the viewer role may read (and the web view shows it)."""
 
 
 def default(field: str) -> Any:

@@ -2,11 +2,14 @@
 
 Each option is shown as its row of the options table says: secrets only as
 their kind (``whsec``, ``env:NAME``), header values never (they are often
-credentials), URLs with their query values and user information masked.
+credentials), URLs with their query values and user information masked. The
+web view shows the same object to the viewer role, with null for what that
+role may not read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from outbox._shared.urls import shown_url
@@ -26,26 +29,44 @@ def _order(option: Option) -> tuple[int, int]:
 
 
 _SHOWN_ORDER = sorted(OPTIONS, key=_order)  # stable: the table's order within each part
+_STATE = ("enabled", "disabled_reason", "created_at", "updated_at")
+"""The columns of an endpoint's state that follow its options."""
 
 
 def as_json(e: StoredEndpoint) -> dict[str, Any]:
     """Every option of an endpoint; the secret reduced to its kind, header values hidden."""
-    c = e.columns
-    doc: dict[str, Any] = {"name": c["name"]}
+    rotation_ends = max((str(p.get("expires_at")) for p in e.previous_secrets), default=None)
+    state = {"enabled": e.enabled, "disabled_reason": e.disabled_reason,
+             "created_at": e.created_at, "updated_at": e.updated_at}
+    return _shaped({**e.columns, **state}, rotation_ends, viewer=False)
+
+
+def as_viewer_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`as_json`'s object from a row of the columns the viewer role may read
+    (``VIEWER_COLUMNS`` and the state's): the other options null."""
+    return _shaped(row, None, viewer=True)
+
+
+def _shaped(row: Mapping[str, Any], rotation_ends: str | None, *,
+            viewer: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": row["name"]}
     for option in _SHOWN_ORDER:
-        value = c[option.column]
-        if option.shown == "masked url":
+        value = None if viewer and not option.viewer else row[option.column]
+        if option.shown == "kind":
+            doc["signing"] = None if value is None else signing_label(value)
+            doc["signing_previous_until"] = rotation_ends
+        elif value is None:
+            doc[option.field] = None
+        elif option.shown == "masked url":
             # Query values may be tokens (?token=...): masked, as header values are.
             doc[option.field] = shown_url(value)
-        elif option.shown == "kind":
-            doc["signing"] = signing_label(value)
-            doc["signing_previous_until"] = max(
-                (str(p.get("expires_at")) for p in e.previous_secrets), default=None)
         elif option.shown == "names":
             # Header values are often credentials (Authorization): names only.
             doc[option.field] = dict.fromkeys(value, "(hidden)")
         else:
             # TLS options are paths on the dispatcher's filesystem; never read here.
             doc[option.field] = value
-    return {**doc, "enabled": e.enabled, "disabled_reason": e.disabled_reason,
-            "created_at": e.created_at.isoformat(), "updated_at": e.updated_at.isoformat()}
+    doc.update({key: row[key] for key in _STATE})
+    doc["created_at"] = doc["created_at"].isoformat()
+    doc["updated_at"] = doc["updated_at"].isoformat()
+    return doc
