@@ -8,9 +8,11 @@ parser), what values it takes (the check), its default, and how it is shown.
 From :data:`OPTIONS` come the command's ``add`` and ``update`` arguments
 (``_cli/endpoints_cmd``), the spec's checks and columns (``_spec``), the
 columns the store reads (``_store``), the options a sync compares
-(``_sync``) and ``list --json`` (``_shown``). The SQL statements name the
-columns literally (``queries/endpoints.sql``); a unit test holds them to this
-table, and another holds the spec's fields and the column defaults to it.
+(``_sync``) and ``list --json`` (``_shown``, the web view's object for the viewer
+role too). The SQL statements name the columns literally (``queries/endpoints.sql``,
+``web_endpoint_options``, the viewer's grant): ``tests/unit/test_endpoint_options.py``
+holds them and the spec's typed fields to this table, and
+``tests/integration/test_schema.py`` the columns' defaults.
 
 The rows are in the order the command's help lists them and a change names
 them ("changed billing: url, timeout").

@@ -3,8 +3,10 @@
 An :class:`EndpointSpec` is the whole definition of one endpoint, validated
 in ``__post_init__``: a spec that exists is one the database and the
 dispatcher can use, so the commands can refuse bad input (exit 2) before
-they write anything. Defaults equal the column defaults of
-``outbox.endpoints`` in schema.sql.
+they write anything. Each field but the name is a row of the options table
+(``_options``), which gives its default (the column's default in schema.sql
+too), how text is read into it and its check; here it gets its type and its
+documentation. The rules between two options are here (``_RULES``).
 
 Event patterns are globs over event types: ``*`` matches any run of
 characters, dots included (``mail.*`` matches ``mail.received`` and
