@@ -74,9 +74,6 @@ out of a sync file returns to its default.
 | --- | --- | --- | --- |
 """
 
-# Options whose setting has another name (a repeated option filling a collection).
-_OPTION_OF_FIELD = {"headers": "header"}
-
 
 def field_docs(cls: type) -> dict[str, str]:
     """The docstrings written under the fields of dataclass ``cls``, one line each."""
@@ -185,7 +182,7 @@ def endpoint_rows() -> list[str]:
     for item in dataclasses.fields(EndpointSpec):
         if item.name == "name":
             continue
-        actions = options.get(_OPTION_OF_FIELD.get(item.name, item.name))
+        actions = options.get(item.name)
         if not actions:
             raise ValueError(f"`outbox endpoints add` has no option for {item.name}")
         default = "required" if item.name == "url" else shown(_default(item))

@@ -25,26 +25,22 @@ from outbox._shared.text import first_line
 from outbox._shared.urls import shown_url
 from outbox.durations import parse_duration
 from outbox.endpoints import (
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_BACKOFF,
+    BY_FIELD,
+    OPTIONS,
+    REQUIRED,
     EndpointSpec,
+    Flag,
+    Switch,
     check_secret,
     check_tenant,
     file_warning,
     generate_secret,
     load_sync_file,
-    parse_header,
     signing_label,
 )
 from outbox.errors import InvalidEndpoint
 
 _MAX_OVERLAP = timedelta(days=365)
-# Options of `add` that map one to one onto EndpointSpec fields.
-_SCALAR_OPTIONS = ("url", "secret", "max_attempts", "timeout", "min_backoff", "max_backoff",
-                   "max_in_flight", "rate_limit", "max_batch", "format", "breaker_failures",
-                   "breaker_cooldown", "breaker_window", "breaker_rate", "max_pending",
-                   "max_pending_per_tenant", "send_tracestate", "ca_file", "client_cert",
-                   "client_key", "tenant")
 _TLS_OPTIONS = frozenset({"ca_file", "client_cert", "client_key"})
 
 
@@ -64,10 +60,11 @@ def register(sub: Any) -> None:
     update.add_argument("--unset", action="append", metavar="OPTION", default=[],
                         help="return an option to its default (rate-limit, max-pending, "
                         "max-pending-per-tenant, secret, header, tenant, ...; repeatable)")
-    update.add_argument("--no-tenant", action="store_true",
-                        help="the endpoint belongs to no tenant any more: it receives the "
-                        "matching events of every tenant published from now on (as "
-                        "--unset tenant)")
+    for option in OPTIONS:
+        if isinstance(option.cli, Flag) and option.cli.clear is not None:
+            flag, text = option.cli.clear
+            update.add_argument(flag, dest=_clear_dest(option.field), action="store_true",
+                                help=text)
     show = _command(commands, "show", endpoints_view.show,
                     "every option of one endpoint (the secret only as its kind)")
     show.add_argument("name", metavar="NAME")
@@ -106,65 +103,29 @@ def register(sub: Any) -> None:
 
 
 def _option_arguments(parser: argparse.ArgumentParser, *, url_required: bool) -> None:
-    """The endpoint options, as `add` and `update` take them."""
-    parser.add_argument("--url", required=url_required,
-                        help="http:// or https:// address to POST to")
-    parser.add_argument("--events", action="append", metavar="PATTERN",
-                        help="event type glob such as 'mail.*' (repeatable; default '*')")
-    parser.add_argument("--secret", help="whsec_<base64>, or env:NAME read by the dispatcher "
-                        "(not OUTBOX_* but OUTBOX_SECRET_*, DATABASE_URL, PG*)")
-    parser.add_argument("--max-attempts", metavar="N",
-                        help=f"default {DEFAULT_MAX_ATTEMPTS} (with the backoffs: a day)")
-    parser.add_argument("--timeout", metavar="SECONDS", help="per attempt; default 10")
-    parser.add_argument("--min-backoff", metavar="SECONDS", help="default 1")
-    parser.add_argument("--max-backoff", metavar="SECONDS",
-                        help=f"default {DEFAULT_MAX_BACKOFF:g}")
-    parser.add_argument("--max-in-flight", metavar="N", help="concurrent requests; default 16")
-    parser.add_argument("--rate-limit", metavar="PER_SECOND", help="default: no limit")
-    parser.add_argument("--max-batch", metavar="N", help="events per request; default 1")
-    parser.add_argument("--format", metavar="standard-webhooks|cloudevents",
-                        help="default standard-webhooks")
-    parser.add_argument("--header", action="append", metavar="NAME:VALUE",
-                        help="extra request header (repeatable)")
-    parser.add_argument("--breaker-failures", metavar="N",
-                        help="retryable failures within --breaker-window that open the "
-                        "circuit (if --breaker-rate of its attempts); 0: no breaker; default 10")
-    parser.add_argument("--breaker-cooldown", metavar="SECONDS",
-                        help="how long the circuit stays open before one probe; default 30")
-    parser.add_argument("--breaker-window", metavar="SECONDS",
-                        help="the breaker counts the attempts that ended this recently; "
-                        "default 30")
-    parser.add_argument("--breaker-rate", metavar="PERCENT",
-                        help="the share of those attempts (1-100) that must have failed, "
-                        "besides --breaker-failures of them, to open the circuit; default 50")
-    parser.add_argument("--max-pending", metavar="N",
-                        help="publish() refuses events for this endpoint while it holds N "
-                        "undelivered deliveries; default: no bound")
-    parser.add_argument("--max-pending-per-tenant", metavar="N",
-                        help="bounds one tenant's undelivered deliveries at this endpoint; "
-                        "publish() of that tenant's events past it raises BacklogFull naming "
-                        "the endpoint and the tenant; other tenants publish as before; "
-                        "default: no bound")
-    parser.add_argument("--ca-file", metavar="PATH",
-                        help="PEM bundle of the CAs the endpoint's certificate is checked "
-                        "against instead of the default bundle; a path on the dispatcher's "
-                        "filesystem")
-    parser.add_argument("--client-cert", metavar="PATH",
-                        help="client certificate (PEM) shown to the endpoint, mutual TLS; "
-                        "with --client-key; a path on the dispatcher's filesystem")
-    parser.add_argument("--client-key", metavar="PATH",
-                        help="the client certificate's private key (PEM, unencrypted); "
-                        "with --client-cert")
-    parser.add_argument("--tenant", metavar="TENANT",
-                        help="the tenant the endpoint belongs to: it receives only the events "
-                        "published with that tenant (among those --events matches); "
-                        "default: none, it receives every tenant's")
-    tracestate = parser.add_mutually_exclusive_group()
-    tracestate.add_argument("--send-tracestate", dest="send_tracestate", action="store_const",
-                            const=True, help="send the event's tracestate beside its "
-                            "traceparent (the default)")
-    tracestate.add_argument("--no-tracestate", dest="send_tracestate", action="store_const",
-                            const=False, help="send traceparent alone, no tracestate")
+    """The endpoint options, as `add` and `update` take them: one argument per row of the
+    options table, the yes-or-no switches after those that take a value."""
+    for option in OPTIONS:
+        flag = option.cli
+        if isinstance(flag, Flag):
+            extra: dict[str, Any] = {} if flag.metavar is None else {"metavar": flag.metavar}
+            if flag.repeated is not None:
+                extra["action"] = "append"
+            if option.default is REQUIRED:
+                extra["required"] = url_required
+            parser.add_argument(flag.name, dest=option.field, help=flag.help, **extra)
+    for option in OPTIONS:
+        switch = option.cli
+        if isinstance(switch, Switch):
+            both = parser.add_mutually_exclusive_group()
+            both.add_argument(switch.on, dest=option.field, action="store_const", const=True,
+                              help=switch.on_help)
+            both.add_argument(switch.off, dest=option.field, action="store_const",
+                              const=False, help=switch.off_help)
+
+
+def _clear_dest(field: str) -> str:
+    return f"clear_{field}"
 
 
 def _command(commands: Any, name: str, func: Any, text: str) -> argparse.ArgumentParser:
@@ -174,10 +135,11 @@ def _command(commands: Any, name: str, func: Any, text: str) -> argparse.Argumen
     return parser
 
 
-_OPTION_WORD = re.compile(r"\b(?:min_backoff|max_backoff|max_attempts|max_in_flight|"
-                          r"max_batch|max_pending_per_tenant|max_pending|rate_limit|"
-                          r"breaker_failures|client_cert|client_key|ca_file|"
-                          r"breaker_cooldown|breaker_window|breaker_rate)\b")
+# The options whose sync file key differs from their flag's word (max_attempts, --max-attempts),
+# longest first, to name them as the command line spells them in a message of two options.
+_OPTION_WORD = re.compile(r"\b(?:" + "|".join(sorted(
+    (option.field for option in OPTIONS if "_" in option.field), key=len, reverse=True))
+    + r")\b")
 
 
 def _usage(exc: InvalidEndpoint) -> common.UsageError:
@@ -187,27 +149,20 @@ def _usage(exc: InvalidEndpoint) -> common.UsageError:
         # file spells them; on the command line they are --min-backoff, --max-backoff.
         return common.UsageError(_OPTION_WORD.sub(
             lambda m: "--" + m.group(0).replace("_", "-"), str(exc)))
-    option = "--events" if exc.field == "events" else "--" + exc.field.replace("_", "-")
-    if exc.field == "headers":
-        option = "--header"
+    known = BY_FIELD.get(exc.field)
+    option = known.flag if known is not None else "--" + exc.field.replace("_", "-")
     return common.UsageError(f"{option} {exc.problem}")
 
 
 def _given_options(args: argparse.Namespace) -> dict[str, object]:
     """The options given on the command line, keyed like EndpointSpec's fields."""
-    options: dict[str, object] = {
-        key: getattr(args, key) for key in _SCALAR_OPTIONS if getattr(args, key) is not None
-    }
-    if args.events:
-        options["events"] = [p for arg in args.events for p in arg.split(",")]
-    if args.header:
-        headers: dict[str, str] = {}
-        for text in args.header:
-            name, value = parse_header(text)
-            if name.lower() in (known.lower() for known in headers):
-                raise InvalidEndpoint(f"{name!r} is given twice", "headers")
-            headers[name] = value
-        options["headers"] = headers
+    options: dict[str, object] = {}
+    for option in OPTIONS:
+        given = getattr(args, option.field)
+        if given is None:
+            continue
+        repeated = option.cli.repeated if isinstance(option.cli, Flag) else None
+        options[option.field] = given if repeated is None else repeated(given)
     return options
 
 
@@ -227,24 +182,25 @@ def _add(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-_UNSETTABLE = {"secret": "secret", "rate-limit": "rate_limit", "max-pending": "max_pending",
-               "max-pending-per-tenant": "max_pending_per_tenant",
-               "header": "headers", "headers": "headers", "events": "events"}
-_UNSETTABLE |= {o.replace("_", "-"): o for o in _SCALAR_OPTIONS if o != "url"}
+# `--unset` takes an option by its sync file key with dashes or by its flag's word.
+_UNSETTABLE = {word: option.field for option in OPTIONS if option.default is not REQUIRED
+               for word in (option.field.replace("_", "-"), option.flag.removeprefix("--"))}
 
 
 def _update(args: argparse.Namespace) -> int:
     unset = []
     for text in args.unset:
-        option = _UNSETTABLE.get(text.removeprefix("--"))
-        if option is None:
+        field = _UNSETTABLE.get(text.removeprefix("--"))
+        if field is None:
             raise common.UsageError(f"argument --unset: {text!r} is not an option that "
                                     "has a default")
-        unset.append(option)
-    if args.no_tenant:
-        if args.tenant is not None:
-            raise common.UsageError("argument --no-tenant: not allowed with --tenant")
-        unset.append("tenant")
+        unset.append(field)
+    for cleared in OPTIONS:
+        if getattr(args, _clear_dest(cleared.field), False):
+            if getattr(args, cleared.field) is not None:
+                raise common.UsageError(f"argument {cleared.clear_flag}: not allowed "
+                                        f"with {cleared.flag}")
+            unset.append(cleared.field)
     try:
         options = _given_options(args)
         check_tenant(options.get("tenant"))  # before the database, as add checks it

@@ -14,7 +14,7 @@ from outbox._cli import common
 from outbox._shared.text import counted
 from outbox._shared.urls import shown_url
 from outbox.admin import status
-from outbox.endpoints import check_tenant, signing_label
+from outbox.endpoints import OPTIONS, check_tenant, signing_label
 from outbox.errors import InvalidEndpoint
 
 
@@ -37,8 +37,8 @@ def show(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-_SECONDS = {"timeout", "min_backoff", "max_backoff", "breaker_cooldown", "breaker_window"}
-"""Options ``show`` prints with their unit (the JSON gives them as numbers of seconds)."""
+_UNITS = {option.field: option.unit for option in OPTIONS if option.unit is not None}
+"""Options ``show`` prints with their unit (the JSON gives bare numbers)."""
 
 
 def _shown(key: str, value: Any) -> str:
@@ -49,7 +49,7 @@ def _shown(key: str, value: Any) -> str:
         return ", ".join(map(str, value)) or "-"
     if value is None:
         return "-"
-    unit = "s" if key in _SECONDS else "/s" if key == "rate_limit" else None
+    unit = _UNITS.get(key)
     return str(value) if unit is None else f"{float(value):g}{unit}"
 
 

@@ -15,9 +15,11 @@ without ``force``.
 
 Underneath, what ``outbox endpoints`` and those functions share:
 
+- ``_options``: the table of options, one row each: field, column, flags, parser,
+  check, default, how it is shown; the rest reads it;
 - ``_spec``: :class:`EndpointSpec`, one endpoint's whole definition, checked
   on construction, and new secrets made;
-- ``_checks``: one checker per option;
+- ``_checks``: the checkers the table's rows use;
 - the secrets' forms (``whsec_...``, ``env:NAME``) and the keys they give live
   in ``outbox._shared.secrets``, which the dispatcher reads them with too;
 - ``_sync``: a TOML sync file read into specs, and the plan to apply it;
@@ -62,11 +64,18 @@ from outbox.endpoints._api import (
 from outbox.endpoints._checks import check_patterns as check_patterns
 from outbox.endpoints._checks import check_tenant as check_tenant
 from outbox.endpoints._checks import glob_to_like as glob_to_like
+from outbox.endpoints._checks import parse_header as parse_header
 from outbox.endpoints._files import file_warning as file_warning
+from outbox.endpoints._options import BY_FIELD as BY_FIELD
+from outbox.endpoints._options import OPTIONS as OPTIONS
+from outbox.endpoints._options import REQUIRED as REQUIRED
+from outbox.endpoints._options import Flag as Flag
+from outbox.endpoints._options import Option as Option
+from outbox.endpoints._options import Switch as Switch
 from outbox.endpoints._shown import as_json as as_json
+from outbox.endpoints._shown import as_viewer_json as as_viewer_json
 from outbox.endpoints._spec import EndpointSpec as EndpointSpec
 from outbox.endpoints._spec import generate_secret as generate_secret
-from outbox.endpoints._spec import parse_header as parse_header
 from outbox.endpoints._spec import signing_label as signing_label
 from outbox.endpoints._store import RetryNow as RetryNow
 from outbox.endpoints._store import StoredEndpoint as StoredEndpoint

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
-from dataclasses import fields
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +26,7 @@ from outbox._shared.secrets import check_secret
 from outbox.durations import parse_duration
 from outbox.endpoints import _store
 from outbox.endpoints._checks import check_tenant
+from outbox.endpoints._options import BY_FIELD
 from outbox.endpoints._shown import as_json
 from outbox.endpoints._spec import EndpointSpec, generate_secret
 from outbox.errors import InvalidEndpoint
@@ -36,7 +36,7 @@ Json = dict[str, Any]
 MAX_OVERLAP = timedelta(days=365)
 """The longest a rotated secret may keep signing beside the new one."""
 
-_OPTIONS = frozenset(f.name for f in fields(EndpointSpec)) - {"name"}
+_OPTIONS = frozenset(BY_FIELD)
 DISABLED_REASON = "disabled by the application (outbox.endpoints.disable)"
 
 

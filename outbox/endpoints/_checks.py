@@ -248,3 +248,13 @@ def check_tenant(tenant: object) -> str | None:
         return _event_tenant(tenant)
     except InvalidEvent as exc:
         raise InvalidEndpoint(str(exc).removeprefix("tenant "), "tenant") from None
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``NAME:VALUE`` (as ``--header`` takes it) -> (name, value), surrounding spaces dropped."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        # The text is not echoed: it may well be an Authorization header.
+        raise InvalidEndpoint("must be NAME:VALUE, such as 'Authorization: Bearer ...'",
+                              "header")
+    return name.strip(), value.strip(" \t")

@@ -1,41 +1,72 @@
 """An endpoint as ``endpoints list --json`` and ``outbox.endpoints.list`` show it.
 
-Secrets are shown only as their kind (``whsec``, ``env:NAME``), header
-values never (they are often credentials), URLs with their query values
-and user information masked.
+Each option is shown as its row of the options table says: secrets only as
+their kind (``whsec``, ``env:NAME``), header values never (they are often
+credentials), URLs with their query values and user information masked. The
+web view shows the same object to the viewer role, with null for what that
+role may not read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from outbox._shared.urls import shown_url
+from outbox.endpoints._options import OPTIONS, Option
 from outbox.endpoints._spec import signing_label
 from outbox.endpoints._store import StoredEndpoint
+
+_FIRST = ("url", "events", "tenant", "secret")
+"""What the endpoint is and whom it serves, right after its name; then the other options
+in the table's order, then those shown by name only (header names)."""
+
+
+def _order(option: Option) -> tuple[int, int]:
+    if option.field in _FIRST:
+        return 0, _FIRST.index(option.field)
+    return (2 if option.shown == "names" else 1), 0
+
+
+_SHOWN_ORDER = sorted(OPTIONS, key=_order)  # stable: the table's order within each part
+_STATE = ("enabled", "disabled_reason", "created_at", "updated_at")
+"""The columns of an endpoint's state that follow its options."""
 
 
 def as_json(e: StoredEndpoint) -> dict[str, Any]:
     """Every option of an endpoint; the secret reduced to its kind, header values hidden."""
-    c = e.columns
     rotation_ends = max((str(p.get("expires_at")) for p in e.previous_secrets), default=None)
-    return {
-        # Query values may be tokens (?token=...): masked, as header values are.
-        "name": c["name"], "url": shown_url(c["url"]), "events": c["events"],
-        "tenant": c["tenant"],
-        "signing": signing_label(c["secret"]), "signing_previous_until": rotation_ends,
-        "max_attempts": c["max_attempts"], "timeout": c["timeout_seconds"],
-        "min_backoff": c["min_backoff_seconds"], "max_backoff": c["max_backoff_seconds"],
-        "max_in_flight": c["max_in_flight"], "rate_limit": c["rate_limit"],
-        "max_batch": c["max_batch"], "format": c["format"],
-        "breaker_failures": c["breaker_failures"],
-        "breaker_cooldown": c["breaker_cooldown_seconds"],
-        "breaker_window": c["breaker_window_seconds"], "breaker_rate": c["breaker_rate"],
-        "max_pending": c["max_pending"], "max_pending_per_tenant": c["max_pending_per_tenant"],
-        "send_tracestate": c["send_tracestate"],
-        # Paths on the dispatcher's filesystem; the files themselves are never read here.
-        "ca_file": c["ca_file"], "client_cert": c["client_cert"], "client_key": c["client_key"],
-        # Header values are often credentials (Authorization): names only.
-        "headers": dict.fromkeys(c["headers"], "(hidden)"),
-        "enabled": e.enabled, "disabled_reason": e.disabled_reason,
-        "created_at": e.created_at.isoformat(), "updated_at": e.updated_at.isoformat(),
-    }
+    state = {"enabled": e.enabled, "disabled_reason": e.disabled_reason,
+             "created_at": e.created_at, "updated_at": e.updated_at}
+    return _shaped({**e.columns, **state}, rotation_ends, viewer=False)
+
+
+def as_viewer_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`as_json`'s object from a row of the columns the viewer role may read
+    (``VIEWER_COLUMNS`` and the state's): the other options null."""
+    return _shaped(row, None, viewer=True)
+
+
+def _shaped(row: Mapping[str, Any], rotation_ends: str | None, *,
+            viewer: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": row["name"]}
+    for option in _SHOWN_ORDER:
+        value = None if viewer and not option.viewer else row[option.column]
+        if option.shown == "kind":
+            doc["signing"] = None if value is None else signing_label(value)
+            doc["signing_previous_until"] = rotation_ends
+        elif value is None:
+            doc[option.field] = None
+        elif option.shown == "masked url":
+            # Query values may be tokens (?token=...): masked, as header values are.
+            doc[option.field] = shown_url(value)
+        elif option.shown == "names":
+            # Header values are often credentials (Authorization): names only.
+            doc[option.field] = dict.fromkeys(value, "(hidden)")
+        else:
+            # TLS options are paths on the dispatcher's filesystem; never read here.
+            doc[option.field] = value
+    doc.update({key: row[key] for key in _STATE})
+    doc["created_at"] = doc["created_at"].isoformat()
+    doc["updated_at"] = doc["updated_at"].isoformat()
+    return doc

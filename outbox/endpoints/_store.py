@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from outbox.endpoints._options import OPTIONS, STORED_COLUMNS
 from outbox.endpoints._spec import EndpointSpec
 from outbox.endpoints._sync import SyncPlan, changed_options, plan_sync
 from outbox.errors import EndpointBusy, EndpointExists, EndpointNotFound
@@ -64,15 +65,6 @@ class SyncReport:
     unchanged: list[str]
 
 
-_OPTION_COLUMNS = ("name", "url", "events", "events_like", "secret", "max_attempts",
-                   "timeout_seconds", "min_backoff_seconds", "max_backoff_seconds",
-                   "max_in_flight", "rate_limit", "max_batch", "format", "headers",
-                   "breaker_failures", "breaker_cooldown_seconds", "breaker_window_seconds",
-                   "breaker_rate", "max_pending",
-                   "max_pending_per_tenant", "send_tracestate", "ca_file", "client_cert",
-                   "client_key", "tenant")
-
-
 def run(conn: Conn, plan: Plan[T]) -> T:
     """Carry out a plan on a psycopg connection, in its current transaction."""
     try:
@@ -110,9 +102,7 @@ def _params(spec: EndpointSpec) -> dict[str, Any]:
 
 
 def _stored(row: Row) -> StoredEndpoint:
-    columns = {key: row[key] for key in _OPTION_COLUMNS if key in row}
-    columns["events"] = list(row["events"])
-    columns["events_like"] = list(row["events_like"])
+    columns = {key: row[key] for key in STORED_COLUMNS if key in row}
     return StoredEndpoint(
         id=row["id"], enabled=row["enabled"], disabled_reason=row["disabled_reason"],
         created_at=row["created_at"], updated_at=row["updated_at"], columns=columns,
@@ -319,22 +309,6 @@ def _planning(specs: Sequence[EndpointSpec]) -> Plan[SyncReport]:
                       unchanged=list(plan.unchanged))
 
 
-# Option (EndpointSpec field) of each column that is one.
-_FIELD_OF_COLUMN = {"url": "url", "events": "events", "secret": "secret",
-                    "max_attempts": "max_attempts", "timeout_seconds": "timeout",
-                    "min_backoff_seconds": "min_backoff", "max_backoff_seconds": "max_backoff",
-                    "max_in_flight": "max_in_flight", "rate_limit": "rate_limit",
-                    "max_batch": "max_batch", "format": "format", "headers": "headers",
-                    "breaker_failures": "breaker_failures",
-                    "breaker_cooldown_seconds": "breaker_cooldown",
-                    "breaker_window_seconds": "breaker_window", "breaker_rate": "breaker_rate",
-                    "max_pending": "max_pending",
-                    "max_pending_per_tenant": "max_pending_per_tenant",
-                    "send_tracestate": "send_tracestate", "ca_file": "ca_file",
-                    "client_cert": "client_cert", "client_key": "client_key",
-                    "tenant": "tenant"}
-
-
 def updating(name: str, options: Mapping[str, object],
              *, unset: Iterable[str] = ()) -> Plan[list[str]]:
     """Change some options of a live endpoint in place; the others stay as they are.
@@ -383,5 +357,5 @@ def _live(name: str) -> Plan[StoredEndpoint]:
 
 def _options_of(stored: StoredEndpoint) -> dict[str, object]:
     """A stored endpoint's options, keyed as EndpointSpec.from_options takes them."""
-    return {_FIELD_OF_COLUMN[column]: value for column, value in stored.columns.items()
-            if column in _FIELD_OF_COLUMN}
+    return {option.field: stored.columns[option.column] for option in OPTIONS
+            if option.column in stored.columns}

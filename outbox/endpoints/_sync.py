@@ -28,28 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from outbox.endpoints._options import OPTIONS
 from outbox.endpoints._spec import EndpointSpec
 from outbox.errors import InvalidEndpoint
 
 if TYPE_CHECKING:
     from outbox.endpoints._store import StoredEndpoint
-
-# Column -> the option a user knows it by, for "changed billing: url, timeout".
-# events_like is derived from events and reported as events.
-_OPTION_OF_COLUMN = {
-    "url": "url", "events": "events", "events_like": "events", "secret": "secret",
-    "max_attempts": "max_attempts", "timeout_seconds": "timeout",
-    "min_backoff_seconds": "min_backoff", "max_backoff_seconds": "max_backoff",
-    "max_in_flight": "max_in_flight", "rate_limit": "rate_limit", "max_batch": "max_batch",
-    "format": "format", "headers": "headers", "breaker_failures": "breaker_failures",
-    "breaker_cooldown_seconds": "breaker_cooldown",
-    "breaker_window_seconds": "breaker_window", "breaker_rate": "breaker_rate",
-    "max_pending": "max_pending",
-    "max_pending_per_tenant": "max_pending_per_tenant", "send_tracestate": "send_tracestate",
-    "ca_file": "ca_file", "client_cert": "client_cert", "client_key": "client_key",
-    "tenant": "tenant",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class SyncPlan:
@@ -137,9 +121,7 @@ def plan_sync(stored: Sequence[StoredEndpoint], specs: Sequence[EndpointSpec]) -
 
 
 def changed_options(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
-    """The options whose stored value differs from the wanted one, each named once."""
-    names: list[str] = []
-    for column, option in _OPTION_OF_COLUMN.items():
-        if stored.get(column) != wanted.get(column) and option not in names:
-            names.append(option)
-    return names
+    """The options whose stored value differs from the wanted one (events_like counts as
+    events), in the table's order."""
+    return [option.field for option in OPTIONS
+            if any(stored.get(column) != wanted.get(column) for column in option.columns)]

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import tuple_row
+from psycopg.rows import dict_row, tuple_row
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -95,27 +95,11 @@ def read_endpoint(conn: psycopg.Connection[Any], name: str) -> EndpointView:
 def _readable_options(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
     """``endpoints list --json``'s object from the columns the viewer may read: the URL,
     the signing secret, the TLS files and the headers are null."""
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(queries["web_endpoint_options"], {"name": name}).fetchone()
     if row is None:
         raise EndpointNotFound(f"no endpoint named {name!r}")
-    (name, events, tenant, max_attempts, timeout, min_backoff, max_backoff, max_in_flight,
-     rate_limit, max_batch, kind, breaker_failures, breaker_cooldown, breaker_window,
-     breaker_rate, max_pending, max_pending_per_tenant, send_tracestate, enabled,
-     disabled_reason, created_at, updated_at) = row
-    return {
-        "name": name, "url": None, "events": events, "tenant": tenant, "signing": None,
-        "signing_previous_until": None, "max_attempts": max_attempts, "timeout": timeout,
-        "min_backoff": min_backoff, "max_backoff": max_backoff,
-        "max_in_flight": max_in_flight, "rate_limit": rate_limit, "max_batch": max_batch,
-        "format": kind, "breaker_failures": breaker_failures,
-        "breaker_cooldown": breaker_cooldown, "breaker_window": breaker_window,
-        "breaker_rate": breaker_rate, "max_pending": max_pending,
-        "max_pending_per_tenant": max_pending_per_tenant, "send_tracestate": send_tracestate,
-        "ca_file": None, "client_cert": None, "client_key": None, "headers": None,
-        "enabled": enabled, "disabled_reason": disabled_reason,
-        "created_at": created_at.isoformat(), "updated_at": updated_at.isoformat(),
-    }
+    return endpoints.as_viewer_json(row)
 
 
 def endpoint_shape(view: EndpointView) -> dict[str, Any]:

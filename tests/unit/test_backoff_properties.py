@@ -27,7 +27,7 @@ from dispatcher.policy.backoff import (
 )
 from dispatcher.policy.model import AttemptResult, Delivery, Endpoint, EventData
 from dispatcher.policy.outcome import decide
-from outbox.endpoints._spec import MAX_BACKOFF
+from outbox.endpoints._options import MAX_BACKOFF
 
 # Pure and fast: many examples cost well under a second each.
 PURE = settings(max_examples=300, deadline=None)
