@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from outbox._shared.databases import Database
+from outbox.sql import queries
 from outbox.web.why import last_hour
 from tests.support.dispatcher import publish
 from tests.support.web import (
@@ -256,3 +257,16 @@ def test_endpoints_address_leads_to_the_endpoints_page(dsn: str, scene: dict[str
     assert page.status_code == 200
     assert 'href="/endpoints/billing?db=one"' in page.text
     assert "Every endpoint, per minute" in page.text
+
+
+def test_a_chart_past_the_timeout_leaves_the_counts(dsn: str, scene: dict[str, Any],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the chart's statement is cancelled by the view's statement timeout, the
+    endpoints page still shows the counts and says the chart is not drawn."""
+    monkeypatch.setitem(queries, "web_minutes", "SELECT now(), 0, 0, 0 FROM pg_sleep(30)")
+    with web_client(dsn, statement_timeout_seconds=1.0) as client:
+        page = client.get("/")
+    assert page.status_code == 200
+    assert "<svg" not in page.text
+    assert "chart is not drawn" in page.text
+    assert 'href="/endpoints/billing"' in page.text
