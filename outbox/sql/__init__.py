@@ -111,9 +111,9 @@ QueryName = Literal[
     "unpark_orphans",
     "web_endpoint_circuit",
     "web_endpoint_failures",
-    "web_endpoint_minutes",
     "web_endpoint_options",
     "web_last_failures",
+    "web_minutes",
     "writable_paths",
 ]
 """Every query's name; a test and the loader keep it equal to the names in the files."""

@@ -86,6 +86,7 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/events/{event_id}", pages.event),
         Route("/events/{event_id}/retry", actions.retry, methods=["POST"]),
         Route("/events/{event_id}/discard", actions.discard, methods=["POST"]),
+        Route("/endpoints", pages.endpoints),
         Route("/endpoints/{name}", why.endpoint),
         Route("/endpoints/{name}/retry-now", actions.retry_now, methods=["POST"]),
         Route("/tenants", why.tenants),

@@ -1,6 +1,11 @@
-"""The last hour of an endpoint as a small bar chart drawn on the server: an SVG the page
-holds inline (no JavaScript, no style of its own: the stylesheet colours it), one bar a
-minute, the delivered stacked under the failed attempts.
+"""The last hour as a small chart drawn on the server: an SVG the page holds inline (no
+JavaScript, no style of its own: the stylesheet colours it), one bar a minute, the
+delivered stacked under the failed attempts, and the backlog (pending, in flight included)
+at each minute's end as a line across them.
+
+The bars count what happened in a minute and the line what waited at its end: two
+quantities, two scales. The bars are scaled to the busiest minute and the line to the
+largest backlog, each drawn to the full height, and the caption gives both peaks.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from datetime import datetime
 WIDTH = 600
 """Drawing units: 10 a minute (each bar 8, and a gap of 2)."""
 HEIGHT = 80
+BAR = 8
 
 
 @dataclass(frozen=True)
@@ -18,6 +24,8 @@ class Bar:
     minute: datetime
     delivered: int
     failed: int
+    pending: int
+    """Pending or in flight at the minute's end."""
     x: int
     delivered_y: float
     delivered_height: float
@@ -29,22 +37,36 @@ class Bar:
 class Chart:
     bars: list[Bar]
     peak: int
-    """The tallest minute's count (delivered plus failed): the chart's scale."""
+    """The busiest minute's count (delivered plus failed): the bars' scale."""
     delivered: int
     failed: int
+    pending_peak: int
+    """The largest backlog of the hour: the line's scale."""
+    pending_now: int
+    """The backlog at the last minute's end (the current minute so far)."""
+    line: str
+    """The backlog's line as SVG ``points`` (empty when nothing waited all hour)."""
     width: int = WIDTH
     height: int = HEIGHT
 
 
-def chart(minutes: list[tuple[datetime, int, int]]) -> Chart:
-    """Bars for ``(minute, delivered, failed)`` rows, oldest first, scaled to the peak."""
-    peak = max((d + f for _, d, f in minutes), default=0)
+def chart(minutes: list[tuple[datetime, int, int, int]]) -> Chart:
+    """The chart of ``(minute, delivered, failed, pending)`` rows, oldest first."""
+    peak = max((d + f for _, d, f, _ in minutes), default=0)
+    pending_peak = max((p for *_, p in minutes), default=0)
     step = WIDTH // max(1, len(minutes))
     scale = HEIGHT / peak if peak else 0.0
     bars = []
-    for i, (minute, delivered, failed) in enumerate(minutes):
+    for i, (minute, delivered, failed, pending) in enumerate(minutes):
         low = round(delivered * scale, 1)
         high = round(failed * scale, 1)
-        bars.append(Bar(minute, delivered, failed, i * step, HEIGHT - low, low,
+        bars.append(Bar(minute, delivered, failed, pending, i * step, HEIGHT - low, low,
                         HEIGHT - low - high, high))
-    return Chart(bars, peak, sum(b.delivered for b in bars), sum(b.failed for b in bars))
+    line = ""
+    if pending_peak:
+        # Inset by a unit so that a line at the top or the bottom is not cut in half.
+        level = (HEIGHT - 2) / pending_peak
+        line = " ".join(f"{b.x + BAR / 2:g},{HEIGHT - 1 - round(b.pending * level, 1):g}"
+                        for b in bars)
+    return Chart(bars, peak, sum(b.delivered for b in bars), sum(b.failed for b in bars),
+                 pending_peak, bars[-1].pending if bars else 0, line)

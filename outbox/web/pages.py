@@ -4,7 +4,8 @@ that command's ``--json`` document (``?format=json``).
 ===================  ===========================================  =======================
 address              what it shows                                its command
 ===================  ===========================================  =======================
-``/``                the endpoints: backlog, circuit, problems    ``outbox status``
+``/``                the endpoints: backlog, circuit, problems,   ``outbox status``
+                     and their last hour as a chart
 ``/dead``            dead letters, newest first, filtered, paged  ``outbox dead list``
 ``/events/ID``       one event's story (``?payload=1``: its data)  ``outbox show``
 ``/search?q=TEXT``   events by id, idempotency or ordering key    ``outbox events list``
@@ -22,6 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -30,13 +32,14 @@ from outbox._present import overview as databases_overview
 from outbox._present import shapes
 from outbox._present.words import describe_horizon
 from outbox.errors import EventsNotFound
+from outbox.web.chart import Chart
 from outbox.web.db import NoConnection
 from outbox.web.guard import COOKIE
 from outbox.web.params import BadParameter, dead_query, event_id, page_mark
 from outbox.web.render import at, document, page, problem, wants_json
 from outbox.web.search import search
 from outbox.web.state import parts
-from outbox.web.why import last_failures
+from outbox.web.why import last_failures, last_hour
 
 MAX_SEARCH = 1000
 """The longest text ``/search`` takes: longer than any id or key a person pastes."""
@@ -52,11 +55,30 @@ class Overview:
     failures: dict[str, str]
     """Per endpoint with a delivery still being retried (or dead within the hour), its latest
     failure in words."""
+    last_hour: Chart | None
+    """Every live endpoint's last hour together; None when it took longer than the
+    statement timeout (the counts are shown all the same)."""
 
 
 def read_overview(conn: Any) -> Overview:
+    """The counts, the problems and the chart, read together (the cache keeps them as one).
+
+    The endpoints page draws one chart, of every live endpoint together, rather
+    than a line per endpoint: the page lists every endpoint, and at 5,000 of them
+    a chart a row would be 300,000 bars for the browser and a wall nobody reads.
+    One chart answers what the page is opened for (is anything failing, is the
+    backlog growing, since when); the rows' problem column names the endpoint,
+    whose own page charts it alone. It is one statement, whose cost follows the
+    backlog and the hour's deliveries (each endpoint is read through its partial
+    indexes), and it is read into the cache with the counts, so its cost is paid
+    behind the page at most a tenth of the time, never per request.
+    """
+    try:
+        chart: Chart | None = last_hour(conn)
+    except psycopg.errors.QueryCanceled:
+        chart = None
     return Overview(admin.status(conn), admin.horizon(conn), admin.key_waits(conn),
-                    last_failures(conn))
+                    last_failures(conn), chart)
 
 
 def home(request: Request) -> Response:
@@ -64,6 +86,13 @@ def home(request: Request) -> Response:
     if request.app.state.sites is not None and not request.query_params.get("db"):
         return RedirectResponse("/databases", 303)
     return overview(request)
+
+
+def endpoints(request: Request) -> Response:
+    """``/endpoints``: the endpoints page is ``/`` (the address bookmarks and alerts hold);
+    this one, which an endpoint's address suggests, leads there with its query."""
+    query = request.url.query
+    return RedirectResponse("/" + (f"?{query}" if query else ""), 308)
 
 
 def databases(request: Request) -> Response:

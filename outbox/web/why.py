@@ -65,7 +65,7 @@ class EndpointView:
     backlogs: list[admin.TenantBacklog]
     failures: list[Failure]
     last_hour: Chart
-    """Delivered and failed attempts per minute."""
+    """Delivered, failed attempts and the backlog, per minute."""
     viewer: bool
     """True when the role may not read the secret, URL or headers (left out)."""
 
@@ -84,12 +84,18 @@ def read_endpoint(conn: psycopg.Connection[Any], name: str) -> EndpointView:
         circuit = Circuit(str(row[0]), row[1], int(row[2]), int(row[3]), int(row[4]))
         failed = cur.execute(queries["web_endpoint_failures"],
                              {"name": name, "limit": RECENT_FAILURES}).fetchall()
-        minutes = cur.execute(queries["web_endpoint_minutes"], {"name": name}).fetchall()
     backlogs = admin.tenant_backlogs(conn, per_endpoint=TENANTS_SHOWN, endpoint=name)
     failures = [Failure(at, event, status, str(reason), error)
                 for at, event, status, reason, error in failed]
-    last_hour = chart([(m, int(d), int(f)) for m, d, f in minutes])
-    return EndpointView(options, circuit, backlogs, failures, last_hour, viewer)
+    return EndpointView(options, circuit, backlogs, failures, last_hour(conn, name), viewer)
+
+
+def last_hour(conn: psycopg.Connection[Any], name: str | None = None) -> Chart:
+    """The chart of one live endpoint's last hour, or (no name) of every live endpoint's
+    together: one statement either way, whatever the number of endpoints."""
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        minutes = cur.execute(queries["web_minutes"], {"name": name}).fetchall()
+    return chart([(m, int(d), int(f), int(p)) for m, d, f, p in minutes])
 
 
 def _readable_options(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:

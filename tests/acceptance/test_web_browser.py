@@ -1,5 +1,11 @@
-"""The web view in a real browser: an operator follows an endpoint to its dead letter,
-retries it, and sees it delivered.
+"""The web view in a real browser: an operator names the failing endpoint, its last error
+and the tenant that waits, follows an endpoint to its dead letter, retries it, and sees it
+delivered.
+
+The deliveries are a real dispatcher's, made in a few seconds; their times are then
+spread over the last hour (created, finished and attempted earlier, in SQL), so that the
+charts and the screenshots show an hour as an operator meets it: mail delivering all
+along, crm failing for the last 25 minutes with its backlog growing.
 
 Debian's Chromium, driven headless by Playwright (which is given the
 system browser's path: it cannot download one of its own here), against
@@ -21,13 +27,28 @@ import psycopg
 import pytest
 
 from outbox.testing import Receiver, Request, Response
-from tests.support.dispatcher import Dispatcher, add_endpoint, publish, wait_for_state
+from tests.support.dispatcher import (
+    Dispatcher,
+    add_endpoint,
+    publish,
+    wait_all_finished,
+    wait_for_state,
+    wait_until,
+)
 from tests.support.web_server import web_server
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
                                "(pip install playwright; the test extra has it)")
 
 WIDTH, HEIGHT = 1280, 720
+MAIL = 240
+"""Mail's deliveries over the hour."""
+CRM_DELIVERED = 120
+"""crm's deliveries before it began failing."""
+TENANTS = ("acme", "globex", "initech", "umbrella")
+CRM_WAITING = ("acme",) * 17 + ("globex",) * 6 + ("initech",) * 2
+"""The tenants of crm's backlog, acme's the largest."""
+CRM_ERROR = "upstream CRM database unavailable (connection pool exhausted)"
 
 
 def chromium() -> str:
@@ -59,28 +80,47 @@ class Shots:
 
 def test_follow_an_endpoint_to_its_dead_letter_retry_it_and_see_it_delivered(
         dsn: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
-    """Overview -> the endpoint's page -> its dead letters -> the event -> Retry ->
-    delivered; the search and the tenants' page."""
+    """The overview's chart -> the failing endpoint's page (last error, waiting tenant) ->
+    another's dead letters -> the event -> Retry -> delivered; the search, the tenants."""
     browser_path = chromium()
     shots = Shots(tmp_path / "screenshots")
     billing_up = False
+    crm_up = True
 
     def respond(request: Request) -> Response:
         if request.path.startswith("/billing") and not billing_up:
             return Response(503, body=b"billing is down for maintenance until 16:00 UTC, see "
                             b"https://status.billing.example/incidents/2026-12-03-4711")
+        if request.path.startswith("/crm") and not crm_up:
+            return Response(500, body=CRM_ERROR.encode())
         return Response(200)
 
     with Receiver(respond) as receiver:
         add_endpoint(conn, "billing", receiver.url + "billing", events=("invoice.*",),
                      max_attempts=2, secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
         add_endpoint(conn, "mail", receiver.url + "mail", events=("mail.*",))
+        # Retried every ten minutes, and never enough failures to open the circuit: the
+        # backlog stays pending, each delivery with its failed attempt.
+        add_endpoint(conn, "crm", receiver.url + "crm", events=("crm.*",), max_attempts=20,
+                     min_backoff_seconds=600, max_backoff_seconds=600, breaker_failures=10_000)
         for n in range(3):
             publish(conn, "mail.sent", {"n": n}, key="customer-7")
         event = publish(conn, "invoice.paid", {"invoice": "INV-1001", "cents": 4200},
                         key="customer-7", idempotency_key="order-1001")
         with Dispatcher(dsn) as dispatcher:
+            for n in range(MAIL):
+                publish(conn, "mail.sent", {"n": n})
+            for n in range(CRM_DELIVERED):
+                publish(conn, "crm.contact.updated", {"n": n}, tenant=TENANTS[n % 4])
+            wait_all_finished(conn, 3 + MAIL + CRM_DELIVERED + 1, timeout=120,
+                              dispatcher=dispatcher)
+            crm_up = False
+            for n, tenant in enumerate(CRM_WAITING):
+                publish(conn, "crm.contact.updated", {"n": n}, tenant=tenant)
+            wait_until(lambda: _all_attempted(conn, len(CRM_WAITING)), timeout=120,
+                       what="crm's deliveries to fail once", dispatcher=dispatcher)
             wait_for_state(conn, event, "dead", dispatcher=dispatcher)
+            _spread_over_the_hour(conn)
             billing_up = True
             with web_server(dsn, "--allow-actions") as url, \
                     sync_api.sync_playwright() as playwright:
@@ -100,25 +140,84 @@ def test_follow_an_endpoint_to_its_dead_letter_retry_it_and_see_it_delivered(
     print(f"screenshots: {shots.folder}")
 
 
+def _all_attempted(conn: psycopg.Connection[Any], waiting: int) -> bool | None:
+    """Every crm delivery still pending has failed once, and none is in flight."""
+    row = conn.execute(
+        "SELECT count(*) FILTER (WHERE d.state = 'pending' AND d.attempts >= 1), "
+        "count(*) FILTER (WHERE d.state = 'in_flight') FROM outbox.deliveries d "
+        "JOIN outbox.endpoints e ON e.id = d.endpoint_id WHERE e.name = 'crm'").fetchone()
+    conn.commit()
+    assert row is not None
+    return True if (row[0], row[1]) == (waiting, 0) else None
+
+
+def _spread_over_the_hour(conn: psycopg.Connection[Any]) -> None:
+    """The finished deliveries' times spread over the hour (crm's until 25 minutes ago),
+    the waiting ones' (and their failed attempts') over the last 25 minutes."""
+    conn.execute(
+        "WITH r AS (SELECT d.id, e.name, row_number() OVER (PARTITION BY e.name ORDER BY d.id)"
+        " AS n, count(*) OVER (PARTITION BY e.name) AS total FROM outbox.deliveries d"
+        " JOIN outbox.endpoints e ON e.id = d.endpoint_id"
+        " WHERE d.state = 'delivered' AND e.name IN ('mail', 'crm')),"
+        " t AS (SELECT id, now() - make_interval(secs => CASE name WHEN 'mail'"
+        "   THEN 3590.0 * (total - n) / total ELSE 1560 + 2000.0 * (total - n) / total END)"
+        "   AS at FROM r)"
+        " UPDATE outbox.deliveries d SET created_at = t.at - interval '1 second',"
+        " finished_at = t.at FROM t WHERE d.id = t.id")
+    conn.execute(
+        "WITH r AS (SELECT d.id, row_number() OVER (ORDER BY d.id) AS n, count(*) OVER ()"
+        " AS total FROM outbox.deliveries d JOIN outbox.endpoints e ON e.id = d.endpoint_id"
+        " WHERE d.state = 'pending' AND e.name = 'crm'),"
+        " t AS (SELECT id, now() - make_interval(secs => 1500.0 * (total - n) / total)"
+        "   AS at FROM r),"
+        " a AS (UPDATE outbox.attempts a SET at = t.at + interval '2 seconds' FROM t"
+        "   WHERE a.delivery_id = t.id)"
+        " UPDATE outbox.deliveries d SET created_at = t.at FROM t WHERE d.id = t.id")
+    conn.commit()
+
+
 def _walk(page: Any, url: str, event: str, shots: Shots) -> None:
     """What the operator does, page by page, each page photographed."""
     expect = sync_api.expect
     page.goto(url + "/")
     expect(page.locator("h1")).to_have_text("Endpoints")
     expect(page.locator("tr", has_text="billing")).to_contain_text("1")
+    chart = page.locator("figure.chart svg")
+    expect(chart).to_have_count(1)  # every endpoint's last hour together
+    expect(chart.locator("rect.delivered")).not_to_have_count(0)
+    expect(chart.locator("rect.failed")).not_to_have_count(0)
+    expect(chart.locator("polyline.pending")).to_have_count(1)
+    assert chart.bounding_box()["height"] > 40
+    expect(page.locator("figure.chart figcaption")).to_contain_text(
+        f"pending {len(CRM_WAITING)} now")
     shots.take(page, "overview")
 
+    # The walk of the operations guide: the failing endpoint, its last error, the tenant
+    # that waits, from the web view alone.
+    crm = page.locator("tr", has_text="crm")
+    expect(crm).to_have_class("attention")  # highlighted while its deliveries fail
+    expect(crm).to_contain_text("last failure: HTTP 500: HTTP 500 Internal Server Error: "
+                                + CRM_ERROR)
+    page.get_by_role("link", name="crm", exact=True).click()
+    page.wait_for_url("**/endpoints/crm")
+    expect(page.locator("h1")).to_have_text("Endpoint crm")
+    chart = page.locator("figure.chart svg")
+    expect(chart.locator("rect.failed")).not_to_have_count(0)
+    expect(chart.locator("polyline.pending")).to_have_count(1)
+    failures, backlog = page.locator("table").nth(0), page.locator("table").nth(1)
+    expect(failures.locator("tbody tr").first).to_contain_text(CRM_ERROR)
+    expect(backlog.locator("tbody tr").first).to_contain_text("acme")
+    expect(backlog.locator("tbody tr").first).to_contain_text("17")
+    shots.take(page, "endpoint")
+
+    page.goto(url + "/")
     expect(page.locator("tr", has_text="billing")).to_contain_text("last failure: HTTP 503")
     page.get_by_role("link", name="billing", exact=True).click()
     page.wait_for_url("**/endpoints/billing")
     expect(page.locator("h1")).to_have_text("Endpoint billing")
     expect(page.locator("table").first).to_contain_text("HTTP 503")
-    chart = page.locator("figure.chart svg")
-    expect(chart).to_be_visible()
-    expect(chart.locator("rect.failed")).not_to_have_count(0)
-    assert chart.bounding_box()["height"] > 40
+    expect(page.locator("figure.chart svg rect.failed")).not_to_have_count(0)
     expect(page.get_by_role("button", name="Retry now")).to_be_visible()
-    shots.take(page, "endpoint")
 
     page.get_by_role("link", name="the endpoint's dead letters").click()
     page.wait_for_url("**/dead?endpoint=billing")
@@ -162,4 +261,7 @@ def _walk(page: Any, url: str, event: str, shots: Shots) -> None:
     page.get_by_role("link", name="Tenants").click()
     page.wait_for_url("**/tenants")
     expect(page.locator("h1")).to_have_text("Tenants")
+    first = page.locator("tbody tr").first
+    expect(first).to_contain_text("acme")
+    expect(first).to_contain_text("crm")
     shots.take(page, "tenants")

@@ -54,6 +54,8 @@ def test_the_viewer_reads_every_page_and_nothing_secret(viewer: str, roles: Role
                      "/tenants?format=json"):
             response = client.get(path)
             assert response.status_code in (200, 303), (path, response.text)
+        for path in ("/", "/endpoints/mail"):  # the last hour's chart, as the viewer
+            assert '<polyline class="pending"' in client.get(path).text, path
         shown = client.get("/endpoints/billing?format=json").json()
         assert shown["circuit"] == "closed"
         assert shown["max_attempts"] >= 1

@@ -13,6 +13,8 @@ import psycopg
 import pytest
 
 from outbox._shared.databases import Database
+from outbox.sql import queries
+from outbox.web.why import last_hour
 from tests.support.dispatcher import publish
 from tests.support.web import (
     HEADER_VALUE,
@@ -209,3 +211,62 @@ def test_endpoint_page_draws_its_last_hour(dsn: str, scene: dict[str, Any]) -> N
     assert 'class="failed"' in text
     assert 'class="delivered"' in text
     assert "1 delivered</span>, <span class=\"bad\">14 failed attempts" in text
+
+
+def test_endpoints_page_draws_every_endpoint_together(dsn: str, scene: dict[str, Any]) -> None:
+    """The endpoints page holds one inline SVG of every live endpoint's last hour together:
+    delivered and failed attempts as bars, the backlog (5 pending now) as a line; no
+    script."""
+    with web_client(dsn) as client:
+        text = client.get("/").text
+    assert text.count("<svg") == 1
+    assert "<script" not in text
+    assert 'class="failed"' in text
+    assert 'class="delivered"' in text
+    assert '<polyline class="pending"' in text
+    assert "Every endpoint, per minute" in text
+    assert "1 delivered</span>, <span class=\"bad\">14 failed attempts" in text
+    assert "pending 5 now" in text
+
+
+def test_the_whole_is_the_sum_of_its_endpoints(conn: Conn, scene: dict[str, Any]) -> None:
+    """Minute by minute, every endpoint's chart is the sum of each endpoint's, and its last
+    minute's backlog is what is pending or in flight now."""
+    with conn.transaction():  # one now(): the three charts cover the same minutes
+        whole = last_hour(conn)
+        parts = [last_hour(conn, name) for name in ("billing", "mail")]
+    assert len(whole.bars) == 60
+    for i, bar in enumerate(whole.bars):
+        assert (bar.delivered, bar.failed, bar.pending) == (
+            sum(p.bars[i].delivered for p in parts), sum(p.bars[i].failed for p in parts),
+            sum(p.bars[i].pending for p in parts))
+    row = conn.execute("SELECT count(*) FROM outbox.deliveries "
+                       "WHERE state IN ('pending', 'in_flight')").fetchone()
+    conn.commit()
+    assert row is not None
+    assert whole.pending_now == row[0] == 5
+
+
+def test_endpoints_address_leads_to_the_endpoints_page(dsn: str, scene: dict[str, Any]) -> None:
+    """`/endpoints`, which an endpoint's address suggests, redirects to `/`, keeping `?db=`."""
+    with web_client("", databases=(Database("one", dsn),)) as client:
+        moved = client.get("/endpoints?db=one", follow_redirects=False)
+        page = client.get(moved.headers["location"])
+    assert moved.status_code == 308
+    assert moved.headers["location"] == "/?db=one"
+    assert page.status_code == 200
+    assert 'href="/endpoints/billing?db=one"' in page.text
+    assert "Every endpoint, per minute" in page.text
+
+
+def test_a_chart_past_the_timeout_leaves_the_counts(dsn: str, scene: dict[str, Any],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the chart's statement is cancelled by the view's statement timeout, the
+    endpoints page still shows the counts and says the chart is not drawn."""
+    monkeypatch.setitem(queries, "web_minutes", "SELECT now(), 0, 0, 0 FROM pg_sleep(30)")
+    with web_client(dsn, statement_timeout_seconds=1.0) as client:
+        page = client.get("/")
+    assert page.status_code == 200
+    assert "<svg" not in page.text
+    assert "chart is not drawn" in page.text
+    assert 'href="/endpoints/billing"' in page.text

@@ -14,14 +14,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from pathlib import Path
-from types import TracebackType
 
-from outbox._postgres.cluster import free_port
+from tests.support.process import LocalServer
 
 _CONFIG = """\
 {user}worker_processes 1;
@@ -61,8 +56,11 @@ def find_nginx() -> str | None:
         (p for p in ("/usr/sbin/nginx", "/usr/bin/nginx") if os.access(p, os.X_OK)), None)
 
 
-class Nginx:
+class Nginx(LocalServer):
     """``with Nginx(receiver.port, keepalive_timeout="2s") as proxy: proxy.url``"""
+
+    name = "nginx"
+    log_name = "error.log"
 
     def __init__(self, upstream: int, *, keepalive_timeout: str = "75s",
                  keepalive_requests: int = 1000, client_max_body_size: str | None = None,
@@ -74,61 +72,26 @@ class Nginx:
         if binary is None:
             raise RuntimeError("nginx is not installed")
         self.binary = binary
-        self.port = free_port()
-        self._dir = Path(tempfile.mkdtemp(prefix="outbox-nginx-"))
+        super().__init__()
         tls = ""
         if certificate is not None:
             chain, key = certificate
             tls = f"ssl_certificate {chain};\n        ssl_certificate_key {key};"
         self._config = _CONFIG.format(
             user="user root root;\n" if os.geteuid() == 0 else "",
-            directory=self._dir, keepalive_timeout=keepalive_timeout,
+            directory=self.directory, keepalive_timeout=keepalive_timeout,
             keepalive_requests=keepalive_requests,
             body_limit=(f"client_max_body_size {client_max_body_size};"
                         if client_max_body_size else ""),
             upstream=upstream, port=self.port, ssl=" ssl" if certificate else "", tls=tls)
         self.scheme = "https" if certificate else "http"
-        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"{self.scheme}://127.0.0.1:{self.port}/"
 
-    def log(self) -> str:
-        path = self._dir / "error.log"
-        return path.read_text("utf-8", "replace") if path.exists() else ""
-
-    def start(self) -> Nginx:
-        config = self._dir / "nginx.conf"
+    def command(self) -> list[str]:
+        config = self.directory / "nginx.conf"
         config.write_text(self._config, "utf-8")
-        command = [self.binary, "-p", str(self._dir), "-c", str(config),
-                   "-e", str(self._dir / "error.log"), "-g", "daemon off;"]
-        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"nginx exited at start\n{self.log()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"nginx did not listen within 15 s\n{self.log()}")
-
-    def close(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> Nginx:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
+        return [self.binary, "-p", str(self.directory), "-c", str(config),
+                "-e", str(self.directory / self.log_name), "-g", "daemon off;"]

@@ -12,16 +12,10 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
-import subprocess
-import tempfile
-import time
-from pathlib import Path
-from types import TracebackType
 
 import psycopg
 
-from outbox._postgres.cluster import free_port
+from tests.support.process import LocalServer
 
 _CONFIG = """\
 [databases]
@@ -49,8 +43,11 @@ def find_pgbouncer() -> str | None:
         None)
 
 
-class PgBouncer:
+class PgBouncer(LocalServer):
     """``with PgBouncer(dsn) as bouncer: bouncer.dsn_for(dsn)`` (same database, via the pooler)."""
+
+    name = "pgbouncer"
+    log_name = "pgbouncer.log"
 
     def __init__(self, server_dsn: str, *, pool_size: int = 4,
                  ignore_startup_parameters: str = "") -> None:
@@ -59,66 +56,33 @@ class PgBouncer:
         if binary is None:
             raise RuntimeError("pgbouncer is not installed")
         self.binary = binary
+        super().__init__()
         info = psycopg.conninfo.conninfo_to_dict(server_dsn)
         self.user = str(info.get("user") or "postgres")
-        self.port = free_port()
         self._server = (str(info.get("host") or "127.0.0.1"), str(info.get("port") or 5432))
         self._password = str(info.get("password") or "")
-        self._dir = Path(tempfile.mkdtemp(prefix="outbox-pgbouncer-"))
         self._pool_size = pool_size
         self._extra = (f"ignore_startup_parameters = {ignore_startup_parameters}\n"
                        if ignore_startup_parameters else "")
-        self._process: subprocess.Popen[bytes] | None = None
 
     def dsn_for(self, dsn: str) -> str:
         """``dsn`` with its host and port replaced by the pooler's."""
         return psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(self.port))
 
-    def log(self) -> str:
-        path = self._dir / "pgbouncer.log"
-        return path.read_text("utf-8", "replace") if path.exists() else ""
-
-    def start(self) -> PgBouncer:
+    def command(self) -> list[str]:
         host, port = self._server
         # Clients are trusted; the server's password (the throwaway cluster's
         # superuser has one) is what the pooler signs in to the server with.
-        (self._dir / "userlist.txt").write_text(f'"{self.user}" "{self._password}"\n', "utf-8")
-        (self._dir / "pgbouncer.ini").write_text(_CONFIG.format(
+        (self.directory / "userlist.txt").write_text(f'"{self.user}" "{self._password}"\n',
+                                                     "utf-8")
+        (self.directory / "pgbouncer.ini").write_text(_CONFIG.format(
             host=host, port=port, listen_port=self.port,
-            directory=self._dir,
+            directory=self.directory,
             pool_size=self._pool_size, extra=self._extra), "utf-8")
-        command = [self.binary, str(self._dir / "pgbouncer.ini")]
+        command = [self.binary, str(self.directory / "pgbouncer.ini")]
         if os.geteuid() == 0:  # pgbouncer will not run as root
             owner = pwd.getpwnam("postgres")
-            for path in (self._dir, *self._dir.iterdir()):
+            for path in (self.directory, *self.directory.iterdir()):
                 os.chown(path, owner.pw_uid, owner.pw_gid)
             command = ["runuser", "-u", "postgres", "--", *command]
-        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"pgbouncer exited at start\n{self.log()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"pgbouncer did not listen within 15 s\n{self.log()}")
-
-    def close(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> PgBouncer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
+        return command

@@ -14,18 +14,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import tempfile
-import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
 import yaml
 
-from outbox.testing import free_port
 from tests.support.contract import METRICS, PROJECT_METRICS
+from tests.support.process import LocalServer
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "outbox.json"
@@ -110,22 +106,27 @@ def binary() -> str | None:
     return shutil.which("prometheus")
 
 
-class Prometheus:
+class Prometheus(LocalServer):
     """``prometheus`` on 127.0.0.1 scraping ``targets`` every ``interval`` under
     job="outbox-dispatcher", with the shortened rules, its data in a temporary directory.
 
     ``with Prometheus(["127.0.0.1:9464"]) as prom: prom.api("alerts")``
     """
 
+    name = "prometheus"
+    log_name = "prometheus.log"
+    output_is_log = True
+    start_seconds = 30.0
+    stop_seconds = 20.0
+
     def __init__(self, targets: list[str], *, interval: str = "1s",
                  rules: dict[str, Any] | None = None) -> None:
         found = binary()
         assert found is not None, "prometheus is not installed"
         self.binary = found
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="outbox-prometheus-"))
+        super().__init__()
         document = rules or shorten_for(yaml.safe_load(ALERTS.read_text()))
-        (self.dir / "alerts.yml").write_text(yaml.safe_dump(document, sort_keys=False))
+        (self.directory / "alerts.yml").write_text(yaml.safe_dump(document, sort_keys=False))
         config = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval,
                        "scrape_timeout": interval},
@@ -133,37 +134,23 @@ class Prometheus:
             "scrape_configs": [{"job_name": "outbox-dispatcher",
                                 "static_configs": [{"targets": targets}]}],
         }
-        (self.dir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self._log = (self.dir / "prometheus.log").open("w+", encoding="utf-8")
-        self.process: subprocess.Popen[str] | None = None
+        (self.directory / "prometheus.yml").write_text(yaml.safe_dump(config))
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> Prometheus:
-        self.process = subprocess.Popen(
-            [self.binary, f"--config.file={self.dir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={self.dir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self._log, stderr=subprocess.STDOUT, text=True, cwd=self.dir)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.process.poll() is not None:
-                raise AssertionError(f"prometheus exited early\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/-/ready", timeout=2, trust_env=False).is_success:
-                    return self
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"prometheus not ready after 30 s\n{self.log()}")
-            time.sleep(0.1)
+    def command(self) -> list[str]:
+        return [self.binary, f"--config.file={self.directory / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.directory / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
 
-    def log(self) -> str:
-        self._log.flush()
-        self._log.seek(0)
-        return self._log.read()
+    def ready(self) -> bool:
+        """Once its rules are loaded and it scrapes: ``/-/ready`` answers 200."""
+        try:
+            return httpx.get(self.url + "/-/ready", timeout=2, trust_env=False).is_success
+        except httpx.TransportError:
+            return False
 
     def api(self, path: str, **params: str) -> Any:
         """GET /api/v1/PATH; its ``data`` (AssertionError unless the status is success)."""
@@ -181,25 +168,3 @@ class Prometheus:
             if states.get(name) != "firing":
                 states[name] = alert["state"]
         return states
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> Prometheus:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

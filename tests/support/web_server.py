@@ -7,13 +7,13 @@ SIGTERM (it must exit 0) and attaches its log to any failure.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from tests.support.cli import COMMAND, clean_environment
+from tests.support.process import stop
 
 
 @contextmanager
@@ -36,13 +36,7 @@ def web_server(dsn: str, *args: str, env: Mapping[str, str] | None = None,
             url = line.split("serving ", 1)[1].split()[0].rstrip("/")
             yield "http://127.0.0.1:" + url.rpartition(":")[2]
         finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-            try:
-                code = process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                code = process.wait()
+            code = stop(process, grace=20)
             log.seek(0)
             text = log.read()
             if said is not None and process.stdout is not None:
