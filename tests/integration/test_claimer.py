@@ -173,6 +173,7 @@ def test_with_every_slot_busy_and_more_endpoints_waiting_a_wake_up_sends_nothing
         return first, list(parts.db.ran), more
 
     first, busy, more = run(dsn, scenario, concurrency=2)
-    assert first == ["due_endpoints", "claim"]
+    # A claim slower than keys.PARK_AFTER (a loaded machine) is followed by parking.
+    assert [name for name in first if name != "park_blocked"] == ["due_endpoints", "claim"]
     assert busy == []
     assert more is False
