@@ -36,6 +36,7 @@ from dispatcher.http.netguard import NetworkPolicy
 from dispatcher.http.proxy import Proxy, ProxyRoutes
 from dispatcher.http.transport import BlockedAddress, DescriptorsExhausted, H1Transport, PoolKey
 from dispatcher.policy.model import AttemptResult, ErrorKind, TlsFiles
+from outbox._shared.urls import shown_url
 
 # How much of a response body we read and keep: enough for an error message,
 # never megabytes from a misbehaving endpoint.
@@ -237,8 +238,9 @@ def _failed(kind: ErrorKind, error: str, started: float) -> AttemptResult:
 
 
 def _redacted(url: httpx.URL) -> str:
-    """The URL without credentials, query or fragment, fit for ``last_error``."""
-    return str(url.copy_with(userinfo=b"", query=None, fragment=None))
+    """The URL as every page and command shows it (credentials, query values, fragment and
+    token-like path segments masked), fit for ``last_error``."""
+    return shown_url(str(url))
 
 
 def _describe(exc: BaseException, url: str) -> str:
