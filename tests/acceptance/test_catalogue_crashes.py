@@ -201,7 +201,10 @@ def test_max_in_flight_holds_when_the_slot_holder_is_killed(
         return await tracker(request)
 
     receiver.responder = respond
-    add_endpoint(dsn, receiver.url, max_in_flight=3, timeout_seconds=1.0)
+    # A timeout far longer than the steps before the kill: on a loaded machine the second
+    # dispatcher's start takes seconds, and a holder whose requests timed out meanwhile
+    # would send its next three before it dies.
+    add_endpoint(dsn, receiver.url, max_in_flight=3, timeout_seconds=30.0)
     published = publish(dsn, 60)
     holder = fleet.start()
     receiver.wait_for(3, timeout=20)
