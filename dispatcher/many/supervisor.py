@@ -1,0 +1,425 @@
+"""``outbox-dispatcher --databases FILE``: one process serving the databases it owns.
+
+Every turn (a fifth of a second) the supervisor:
+
+- keeps the list: the file and its catalog, read again every ``refresh``
+  (more often while the catalog does not answer); a list that cannot be read
+  leaves the last good one in force, and the log says why once;
+- keeps the members (``membership``) and from them the databases this
+  process owns (``ownership``); a database it no longer owns, or no longer
+  listed, is let go: its site drains (requests finish or are handed back);
+- looks at each owned database without pinned connections (``probe``) when
+  its next delivery comes due, when the hint says it had inserts
+  (``activity``), at its sweep (jittered, ``--sweep-interval``), or at the
+  end of its backoff when it was set aside;
+- pins connections (a ``site``) for a database with work due, within the
+  ``budget``: when it is full, the site least recently busy gives its
+  connections back; a site without work for ``RECENT`` seconds gives them
+  back by itself, and its next due time is looked up once it has;
+- sets aside, with capped backoff, a database that does not answer, refuses
+  the role, or has no schema (or one too old), and says so once per change;
+- reports ``outbox_database_up``, and ``/readyz`` ready while any database
+  answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from dispatcher.app import install_signals, make_sender
+from dispatcher.config import DispatcherConfig
+from dispatcher.control import Control, Heartbeat
+from dispatcher.many import ownership
+from dispatcher.many.activity import Activity
+from dispatcher.many.budget import HELD, SITE_COST, Budget
+from dispatcher.many.membership import Membership, fleet_of
+from dispatcher.many.probe import Look, look
+from dispatcher.many.site import Site
+from dispatcher.observe.by_database import FleetMetrics
+from dispatcher.observe.logs import tag_databases
+from dispatcher.observe.resources import quiet_resource_errors, raise_open_files_limit
+from dispatcher.observe.server import HealthServer
+from dispatcher.observe.tracing import configure as configure_tracing
+from outbox._shared import database_catalog
+from outbox._shared.database_catalog import Refreshed
+from outbox._shared.databases import Database as Listed
+from outbox._shared.databases import load
+from outbox._shared.version import current as version
+
+log = logging.getLogger("dispatcher.many")
+TURN = 0.2
+"""Seconds between two turns of the supervisor."""
+RECENT = 60.0
+"""Seconds without work after which a database gives its pinned connections back."""
+SETTLE = 2.0
+"""Seconds a site keeps its connections at least, before the budget may take them back."""
+DOWN_AFTER = 5.0
+"""Seconds a pinned database may go unanswered before it is set aside."""
+HINT_EVERY = 1.0
+"""Seconds between two reads of the servers' activity (the hint)."""
+BACKOFF_MAX = 60.0
+"""The longest wait before a database set aside is looked at again."""
+LOOKS_AT_ONCE = 4
+"""Short looks running at once (each holds one connection of the budget)."""
+CATALOG_RETRY = 5.0
+"""Seconds between two reads of the list while the last read failed."""
+
+State = Literal["cold", "pinned", "aside"]
+
+
+@dataclass(slots=True)
+class _Entry:
+    """An owned database, as the supervisor keeps it."""
+
+    listed: Listed
+    state: State = "cold"
+    site: Site | None = None
+    look_at: float = 0.0  # when to look at it next (cold or aside)
+    looking: bool = False
+    wanted_since: float | None = None  # work found: pin it when the budget allows
+    answered: bool = False  # its last look (or its site) found it usable
+    backoff: float = 0.0
+    why: str | None = None  # why it is set aside, as last logged
+
+
+class Supervisor:
+    """Runs the databases this process owns until told to stop."""
+
+    def __init__(self, config: DispatcherConfig, path: str, first: Refreshed,
+                 environ: Mapping[str, str]) -> None:
+        self._config = config
+        self._path = path
+        self._environ = environ
+        self._list = first
+        self._list_problem = first.problem
+        self._control = Control(Heartbeat(60.0))
+        self._metrics = FleetMetrics()
+        self._budget = Budget(config.max_connections)
+        self._activity = Activity(self._budget)
+        self._entries: dict[str, _Entry] = {}
+        self._leaving: list[Site] = []
+        self._members: set[str] | None = None
+        self._membership: Membership | None = None
+        self._membership_said: bool = False
+        self._sender = make_sender(config)
+        self._tracing = configure_tracing(config.traces_exporter, version())
+        self._looks: set[asyncio.Task[None]] = set()
+        self._sweep = config.sweep_interval
+
+    # -- the list and the members -------------------------------------------------
+
+    def _home(self) -> tuple[str, str] | None:
+        """The home database's direct DSN and the fleet's key: the catalog's, else the
+        first listed database's."""
+        try:
+            catalog = load(self._path, self._environ).catalog
+        except ValueError:
+            catalog = None
+        if catalog is not None:
+            return catalog.dsn, "catalog " + catalog.query
+        if not self._list.databases:
+            return None
+        home = self._list.databases[0]
+        return home.listen_dsn or home.dsn, "database " + home.name
+
+    async def _keep_list(self) -> None:
+        while not self._control.stopping.is_set():
+            wait = CATALOG_RETRY if self._list.problem else self._list.refresh
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._control.stopping.wait(), wait)
+            if self._control.stopping.is_set():
+                return
+            fresh = await asyncio.to_thread(database_catalog.refresh, self._path, self._list,
+                                            self._environ)
+            if fresh.problem != self._list_problem:
+                if fresh.problem is not None:
+                    log.warning("the databases list was not read again: %s", fresh.problem)
+                else:
+                    log.info("the databases list is read again (%d databases)",
+                             len(fresh.databases))
+                self._list_problem = fresh.problem
+            self._list = fresh
+
+    async def _keep_members(self) -> None:
+        while not self._control.stopping.is_set():
+            await self._beat()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._control.stopping.wait(), self._config.lease / 3)
+
+    async def _beat(self) -> None:
+        home = self._home()
+        if home is None:
+            return
+        dsn, key = home
+        if self._membership is None or self._membership.home_dsn != dsn:
+            me = None if self._membership is None else self._membership.me
+            if self._membership is not None:
+                await self._membership.close()
+            self._membership = Membership(dsn, fleet=fleet_of(key), lease=self._config.lease,
+                                          me=me)
+        members = await self._membership.beat()
+        if members is None:
+            if not self._membership_said:
+                log.warning("the fleet's members cannot be read in the home database; "
+                            "keeping the last view (%s)", "this dispatcher serves every "
+                            "database" if self._members is None else
+                            f"{len(self._members)} members")
+                self._membership_said = True
+            return
+        if self._membership_said:
+            log.info("the fleet's members are read again")
+            self._membership_said = False
+        if members != self._members:
+            log.info("the fleet has %d member%s", len(members), "" if len(members) == 1 else "s")
+        self._members = members
+
+    def _owned(self) -> dict[str, Listed]:
+        listed = {d.name: d for d in self._list.databases}
+        if self._membership is None or self._members is None:
+            return listed
+        mine = ownership.owned(listed, self._members, self._membership.me)
+        return {name: d for name, d in listed.items() if name in mine}
+
+    # -- one turn ---------------------------------------------------------------------
+
+    def _turn(self, now: float) -> None:
+        self._control.heartbeat.beat()
+        self._reconcile(now)
+        for entry in list(self._entries.values()):
+            if entry.state == "pinned":
+                self._watch(entry, now)
+        self._leaving = [site for site in self._leaving if not self._ended(site)]
+        self._look(now)
+        self._pin(now)
+        for name, entry in self._entries.items():
+            self._metrics.databases.served(name, entry.state != "aside")
+
+    def _reconcile(self, now: float) -> None:
+        owned = self._owned()
+        for name in [n for n in self._entries if n not in owned]:
+            entry = self._entries.pop(name)
+            self._metrics.databases.left(name)
+            if entry.site is not None:
+                entry.site.stop("let go")
+                self._leaving.append(entry.site)
+            log.info("database %s is let go (%s)", name,
+                     "another dispatcher serves it" if name in
+                     {d.name for d in self._list.databases} else "no longer listed")
+        for name, listed in owned.items():
+            known = self._entries.get(name)
+            if known is None:
+                self._entries[name] = _Entry(listed, look_at=now)
+            elif known.listed != listed:  # its DSN changed: start again with the new one
+                known.listed = listed
+                if known.site is not None:
+                    known.site.stop("its entry changed")
+
+    def _ended(self, site: Site) -> bool:
+        """A site drained and closed: its connections go back to the budget."""
+        if not site.done:
+            return False
+        task = asyncio.get_running_loop().create_task(self._budget.give(SITE_COST))
+        self._looks.add(task)
+        task.add_done_callback(self._looks.discard)
+        return True
+
+    def _watch(self, entry: _Entry, now: float) -> None:
+        site = entry.site
+        assert site is not None
+        site.watch(now)
+        if site.done:
+            failure = site.failure()
+            why = site.stopping_for
+            self._ended(site)
+            entry.site = None
+            if failure is not None or why == "down":
+                self._aside(entry, failure or site.parts.health.why or "it stopped answering",
+                            now)
+            else:
+                entry.state = "cold"
+                entry.look_at = now + (0.5 if why == "idle" else 0.0)
+            return
+        if site.stopping_for is not None:
+            return
+        if now - site.last_ready > DOWN_AFTER:
+            site.stop("down", now=True)
+        elif now - site.last_busy > RECENT:
+            site.stop("idle")
+        else:
+            entry.answered = True
+
+    def _aside(self, entry: _Entry, why: str, now: float) -> None:
+        entry.state = "aside"
+        entry.answered = False
+        entry.wanted_since = None
+        entry.backoff = min(BACKOFF_MAX, max(1.0, entry.backoff * 2))
+        entry.look_at = now + entry.backoff * random.uniform(0.8, 1.0)  # noqa: S311
+        if why != entry.why:
+            log.warning("database %s is set aside, tried again with backoff: %s",
+                        entry.listed.name, why)
+            entry.why = why
+
+    def _look(self, now: float) -> None:
+        due = sorted((e for e in self._entries.values()
+                      if e.state != "pinned" and not e.looking and e.wanted_since is None
+                      and e.look_at <= now), key=lambda e: e.look_at)
+        for entry in due[:max(0, LOOKS_AT_ONCE - len([e for e in self._entries.values()
+                                                      if e.looking]))]:
+            entry.looking = True
+            task = asyncio.get_running_loop().create_task(self._look_at(entry))
+            self._looks.add(task)
+            task.add_done_callback(self._looks.discard)
+
+    async def _look_at(self, entry: _Entry) -> None:
+        try:
+            async with self._budget.one():
+                found = await look(entry.listed.dsn)
+        finally:
+            entry.looking = False
+        self._found(entry, found, time.monotonic())
+
+    def _found(self, entry: _Entry, found: Look, now: float) -> None:
+        if self._entries.get(entry.listed.name) is not entry or entry.state == "pinned":
+            return  # let go meanwhile
+        if found.problem is not None:
+            self._aside(entry, found.problem, now)
+            return
+        if entry.state == "aside":
+            log.info("database %s answers again and is served", entry.listed.name)
+        entry.state, entry.why, entry.backoff, entry.answered = "cold", None, 0.0, True
+        if found.due_now:
+            entry.wanted_since = now
+            return
+        wait = float("inf") if found.due_in is None else found.due_in
+        if self._sweep > 0:
+            wait = min(wait, self._sweep * random.uniform(0.5, 1.0))  # noqa: S311
+        entry.look_at = now + wait
+
+    async def _hint(self) -> None:
+        while not self._control.stopping.is_set():
+            cold = [e.listed for e in self._entries.values() if e.state == "cold"]
+            try:
+                moved = await self._activity.moved(cold)
+            except Exception:  # a hint is only a hint
+                log.debug("the activity hint failed", exc_info=True)
+                moved = set()
+            now = time.monotonic()
+            for name in moved:
+                entry = self._entries.get(name)
+                if entry is not None and entry.state == "cold":
+                    entry.look_at = min(entry.look_at, now)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._control.stopping.wait(), HINT_EVERY)
+
+    def _pin(self, now: float) -> None:
+        waiting = sorted((e for e in self._entries.values()
+                          if e.wanted_since is not None and e.state == "cold"),
+                         key=lambda e: e.wanted_since or 0.0)
+        if not waiting:
+            return
+        giving_back = sum(1 for e in self._entries.values()
+                          if e.site is not None and e.site.stopping_for is not None)
+        giving_back += len(self._leaving)
+        for entry in waiting:
+            if self._budget.take(SITE_COST):
+                self._start(entry, now)
+                continue
+            if giving_back > 0:
+                giving_back -= 1
+                continue
+            victim = min((e for e in self._entries.values()
+                          if e.site is not None and e.site.stopping_for is None
+                          and now - e.site.started > SETTLE),
+                         key=lambda e: e.site.last_busy if e.site else 0.0, default=None)
+            if victim is None or victim.site is None:
+                return
+            victim.site.stop("taken back")
+            return
+
+    def _start(self, entry: _Entry, now: float) -> None:
+        site = Site(entry.listed, self._config,
+                    metrics=self._metrics.databases.of(entry.listed.name),
+                    sender=self._sender, tracing=self._tracing)
+        entry.site, entry.state, entry.wanted_since = site, "pinned", None
+        site.start()
+
+    def _ready(self) -> bool:
+        return any(e.answered for e in self._entries.values())
+
+    # -- the process ------------------------------------------------------------------
+
+    async def run(self) -> int:
+        raise_open_files_limit()
+        quiet_resource_errors(asyncio.get_running_loop())
+        tag_databases()
+        install_signals(self._control)
+        if self._list_problem:
+            log.warning("%s", self._list_problem)
+        server = HealthServer(self._metrics, host=self._config.metrics_host,
+                              port=self._config.metrics_port,
+                              is_alive=self._control.heartbeat.alive, is_ready=self._ready)
+        self._budget.take(HELD)
+        helpers: list[asyncio.Task[None]] = []
+        try:
+            try:
+                await server.start()
+            except OSError as exc:
+                log.error("%s", exc)
+                return 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beat(), 10.0)  # the members before the first turn
+            log.info("dispatching for %d listed databases (at most %d connections)",
+                     len(self._list.databases), self._config.max_connections)
+            helpers = [asyncio.create_task(self._keep_list(), name="databases list"),
+                       asyncio.create_task(self._keep_members(), name="members"),
+                       asyncio.create_task(self._hint(), name="activity hint"),
+                       asyncio.create_task(self._metrics.loop_lag.run(), name="loop lag"),
+                       asyncio.create_task(self._give_up_all(), name="give up")]
+            while not self._control.stopping.is_set():
+                self._turn(time.monotonic())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._control.stopping.wait(), TURN)
+            await self._stop_all()
+        finally:
+            for task in (*helpers, *self._looks):
+                task.cancel()
+            await asyncio.gather(*helpers, *self._looks, return_exceptions=True)
+            if self._membership is not None:
+                await self._membership.close()
+            await self._activity.close()
+            await self._sender.aclose()
+            await server.stop()
+            if self._tracing is not None:
+                self._tracing.shutdown()
+        log.info("stopped")
+        return 0
+
+    async def _give_up_all(self) -> None:
+        await self._control.give_up.wait()
+        for site in self._sites():
+            site.give_up()
+
+    def _sites(self) -> list[Site]:
+        return [*(e.site for e in self._entries.values() if e.site is not None),
+                *self._leaving]
+
+    async def _stop_all(self) -> None:
+        sites = self._sites()
+        for site in sites:
+            site.stop("stopping")
+            if self._control.give_up.is_set():
+                site.give_up()
+        await asyncio.gather(*(site.wait() for site in sites))
+
+
+async def run(config: DispatcherConfig, path: str, first: Refreshed,
+              environ: Mapping[str, str]) -> int:
+    """Serve the databases of the file at ``path``; returns the process exit code."""
+    return await Supervisor(config, path, first, environ).run()
