@@ -19,7 +19,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from dispatcher.db import Database, DatabaseDown, Health
-from dispatcher.many.budget import Budget
+from dispatcher.many.budget import KEEP, Budget
 from outbox._shared.databases import Database as Listed
 
 log = logging.getLogger("dispatcher.many")
@@ -64,7 +64,7 @@ class Activity:
         for key, names in wanted.items():
             server = self._servers.get(key)
             if server is None:
-                if not self._budget.take(1):
+                if not self._budget.take(1, keep=KEEP):
                     continue
                 server = self._servers[key] = _Server(
                     Database(dsn_of[key], Health(quiet=True), "activity"))

@@ -20,6 +20,9 @@ maintenance, listener, and one of the short-lived ones its upkeep opens now and 
 (the listener's round trip, retention)."""
 HELD = 1
 """Held by the process beside its databases: the membership session."""
+KEEP = 1
+"""Left free by what is held for long (pinned databases, the hint's sessions): the short
+looks must always get a connection, or a database with work would never be found."""
 
 
 class Budget:
@@ -30,9 +33,9 @@ class Budget:
         self.used = 0
         self._freed = asyncio.Condition()
 
-    def take(self, count: int) -> bool:
-        """Take ``count`` if they are free now."""
-        if self.used + count > self.limit:
+    def take(self, count: int, *, keep: int = 0) -> bool:
+        """Take ``count`` if they are free now, and ``keep`` more would still be."""
+        if self.used + count + keep > self.limit:
             return False
         self.used += count
         return True

@@ -24,6 +24,8 @@ import uuid
 import psycopg
 
 from dispatcher.db import APPLICATION_NAME, Database, DatabaseDown, Health
+from outbox._shared.dsn import without_passwords
+from outbox._shared.text import first_line
 
 
 def fleet_of(home_key: str) -> str:
@@ -42,6 +44,7 @@ class Membership:
         self._prefix = f"{APPLICATION_NAME} member {fleet} {self.me} "
         self._pattern = f"{APPLICATION_NAME} member {fleet} %"
         self._lease = lease
+        self.problem = ""  # why the members could not be read, the last time
 
     async def beat(self) -> set[str] | None:
         """Beat, then the live members' ids (this one's included); None when the home
@@ -50,8 +53,9 @@ class Membership:
             await self._db.fetch("fleet_beat", {"prefix": self._prefix})
             rows = await self._db.fetch("fleet_members", {"pattern": self._pattern,
                                                           "lease": self._lease})
-        except (DatabaseDown, psycopg.Error):
+        except (DatabaseDown, psycopg.Error) as exc:
             await self._db.close()
+            self.problem = without_passwords(first_line(exc), [self.home_dsn])
             return None
         return {str(row[0]) for row in rows} | {self.me}
 

@@ -33,7 +33,8 @@ class Site:
     def __init__(self, listed: Listed, config: DispatcherConfig, *, metrics: Metrics,
                  sender: HttpSender, tracing: Tracing | None) -> None:
         self.name = listed.name
-        own = dataclasses.replace(config, dsn=listed.dsn, listen_dsn=listed.listen_dsn or "")
+        own = dataclasses.replace(config, dsn=listed.dsn, listen_dsn=listed.listen_dsn or "",
+                                  databases="")
         self.parts = build_site(own, control=Control(Heartbeat(float("inf"))), metrics=metrics,
                                 sender=sender, tracing=tracing, health=Health())
         self.started = time.monotonic()

@@ -38,7 +38,7 @@ from dispatcher.config import DispatcherConfig
 from dispatcher.control import Control, Heartbeat
 from dispatcher.many import ownership
 from dispatcher.many.activity import Activity
-from dispatcher.many.budget import HELD, SITE_COST, Budget
+from dispatcher.many.budget import HELD, KEEP, SITE_COST, Budget
 from dispatcher.many.membership import Membership, fleet_of
 from dispatcher.many.probe import Look, look
 from dispatcher.many.site import Site
@@ -58,8 +58,12 @@ TURN = 0.2
 """Seconds between two turns of the supervisor."""
 RECENT = 60.0
 """Seconds without work after which a database gives its pinned connections back."""
-SETTLE = 2.0
-"""Seconds a site keeps its connections at least, before the budget may take them back."""
+SETTLE = 1.0
+"""Seconds a site keeps its connections at least, before the budget may take them back
+(once it has been idle for half a second)."""
+TURN_OVER = 5.0
+"""Seconds after which the budget may take a busy site's connections back, for a database
+that waits: when more databases have work than the budget can pin, they take turns."""
 DOWN_AFTER = 5.0
 """Seconds a pinned database may go unanswered before it is set aside."""
 HINT_EVERY = 1.0
@@ -167,10 +171,10 @@ class Supervisor:
         members = await self._membership.beat()
         if members is None:
             if not self._membership_said:
-                log.warning("the fleet's members cannot be read in the home database; "
-                            "keeping the last view (%s)", "this dispatcher serves every "
-                            "database" if self._members is None else
-                            f"{len(self._members)} members")
+                log.warning("the fleet's members cannot be read in the home database (%s); "
+                            "keeping the last view (%s)", self._membership.problem,
+                            "this dispatcher serves every database" if self._members is None
+                            else f"{len(self._members)} members")
                 self._membership_said = True
             return
         if self._membership_said:
@@ -328,7 +332,7 @@ class Supervisor:
                           if e.site is not None and e.site.stopping_for is not None)
         giving_back += len(self._leaving)
         for entry in waiting:
-            if self._budget.take(SITE_COST):
+            if self._budget.take(SITE_COST, keep=KEEP):
                 self._start(entry, now)
                 continue
             if giving_back > 0:
@@ -336,12 +340,17 @@ class Supervisor:
                 continue
             victim = min((e for e in self._entries.values()
                           if e.site is not None and e.site.stopping_for is None
-                          and now - e.site.started > SETTLE),
+                          and self._may_take_back(e.site, now)),
                          key=lambda e: e.site.last_busy if e.site else 0.0, default=None)
             if victim is None or victim.site is None:
                 return
             victim.site.stop("taken back")
             return
+
+    @staticmethod
+    def _may_take_back(site: Site, now: float) -> bool:
+        age = now - site.started
+        return age > TURN_OVER or (age > SETTLE and now - site.last_busy > 0.5)
 
     def _start(self, entry: _Entry, now: float) -> None:
         site = Site(entry.listed, self._config,

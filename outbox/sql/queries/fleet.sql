@@ -35,7 +35,7 @@ WHERE s.datname IS NOT NULL;
 SELECT pg_catalog.set_config(
     'application_name',
     %(prefix)s::text
-        || pg_catalog.floor(pg_catalog.extract(epoch FROM pg_catalog.now()))::bigint::text,
+        || pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.now()))::bigint::text,
     false);
 
 -- name: fleet_members
@@ -47,4 +47,4 @@ WHERE a.datname = pg_catalog.current_database()
   AND a.application_name LIKE %(pattern)s::text
   AND pg_catalog.split_part(a.application_name, ' ', 5) ~ '^[0-9]{1,12}$'
   AND pg_catalog.split_part(a.application_name, ' ', 5)::bigint
-      > pg_catalog.extract(epoch FROM pg_catalog.now())::float8 - %(lease)s::float8;
+      > pg_catalog.date_part('epoch', pg_catalog.now())::float8 - %(lease)s::float8;

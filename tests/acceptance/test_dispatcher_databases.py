@@ -1,0 +1,269 @@
+"""outbox-dispatcher --databases: fifty databases in one cluster, served by a fleet of two or
+three dispatchers within their connection budget, through a kill, a database added and one
+removed, and beside databases that are unreachable, on an old schema or without one."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from outbox.testing import Receiver
+from tests.conftest import Cluster
+from tests.support.cli import clean_environment
+from tests.support.dispatcher import Dispatcher, add_endpoint, publish, wait_until
+
+COUNT = 50
+BUDGET = 20
+ARGS = ("--max-connections", str(BUDGET), "--sweep-interval", "30")
+_APP = "outbox-dispatcher%"
+
+
+class Fleet:
+    """The module's databases: their names in the file, DSNs, and what each received."""
+
+    def __init__(self, cluster: Cluster, names: dict[str, str]) -> None:
+        self.cluster = cluster
+        self.dbnames = names  # file name -> database name
+        self.dsns = {name: cluster.dsn_for(db) for name, db in names.items()}
+
+    def file(self, path: Path, names: list[str], *, extra: str = "",
+             refresh: str = "60s") -> Path:
+        lines = [f'refresh = "{refresh}"', ""]
+        for name in names:
+            lines += ["[[database]]", f'name = "{name}"', f"dsn = {self.dsns[name]!r}", ""]
+        path.write_text("\n".join(lines) + extra, encoding="utf-8")
+        return path
+
+    def publish(self, names: list[str], per_database: int = 1) -> set[str]:
+        """Events published into each database, committed; their ids."""
+        ids: set[str] = set()
+        for name in names:
+            with psycopg.connect(self.dsns[name]) as conn:
+                for _ in range(per_database):
+                    ids.add(str(publish(conn, "fleet.test", {"db": name})))
+        return ids
+
+    def connections(self) -> int:
+        """The dispatchers' connections to the server, as pg_stat_activity lists them."""
+        with self.cluster.admin() as admin:
+            row = admin.execute("SELECT count(*) FROM pg_stat_activity "
+                                "WHERE application_name LIKE %s", (_APP,)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+BAD = "postgresql://fleet:sekret-word@127.0.0.1:1/nowhere?connect_timeout=2"
+"""An unreachable database, with a password that must never be printed."""
+
+
+@pytest.fixture(scope="module")
+def fleet(cluster: Cluster, template_db: str, receiver_module: Receiver) -> Iterator[Fleet]:
+    prefix = f"fleet_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    names = {f"db{i:02d}": f"{prefix}_{i:02d}" for i in range(COUNT + 2)}
+    names |= {"old": f"{prefix}_old", "bare": f"{prefix}_bare"}
+    with cluster.admin() as admin:
+        for name, db in names.items():
+            template = sql.SQL(" TEMPLATE {}").format(sql.Identifier(template_db)) \
+                if name != "bare" else sql.SQL("")
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)) + template)
+    made = Fleet(cluster, names)
+    try:
+        for name in names:
+            if name == "bare":
+                continue
+            with psycopg.connect(made.dsns[name]) as conn:
+                add_endpoint(conn, "hook", receiver_module.url + name)
+                if name == "old":
+                    conn.execute("DELETE FROM outbox.schema_version WHERE version > 10")
+                    conn.commit()
+        yield made
+    finally:
+        with cluster.admin() as admin:
+            for db in names.values():
+                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(db)))
+
+
+@pytest.fixture(scope="module")
+def receiver_module() -> Iterator[Receiver]:
+    with Receiver() as rx:
+        yield rx
+
+
+def _received(receiver: Receiver, ids: set[str]) -> set[str]:
+    return {r.header("webhook-id") or "" for r in list(receiver.requests)} & ids
+
+
+def _many(path: Path, *args: str) -> Dispatcher:
+    return Dispatcher(None, "--databases", str(path), *ARGS, *args).start()
+
+
+def _stop(*dispatchers: Dispatcher) -> None:
+    for d in dispatchers:
+        if d.process is not None and d.process.poll() is None:
+            d.stop()
+
+
+_PROCESS_WIDE = ("outbox_build_info", "outbox_event_loop_lag_seconds")
+"""The process's own series (its build, its event loop), beyond the documented ones."""
+
+
+def _series(text: str) -> list[str]:
+    return [line for line in text.splitlines()
+            if line.startswith("outbox_") and not line.startswith(_PROCESS_WIDE)]
+
+
+def _up(text: str) -> dict[str, float]:
+    return {m.group(1): float(m.group(2)) for m in
+            re.finditer(r'^outbox_database_up\{database="([^"]+)"\} (\S+)$', text, re.M)}
+
+
+def _command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dispatcher", *args], capture_output=True,
+                          text=True, env=clean_environment(), timeout=60, check=False)
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ('[[database]]\nname = "a"\ndsn = "dbname=a"\n[[database]]\nname = "a"\ndsn = "dbname=b"\n',
+     "given twice"),
+    ('refresh = "60s"\n', "lists no database"),
+    ('[[database]]\nname = "a"\ndsn = "dbname=a"\ncolour = "red"\n', "unknown key"),
+    ('[[database]]\nname = "a"\ndsn = "env:FLEET_TEST_UNSET_DSN"\n', "is not set"),
+])
+def test_a_bad_databases_file_exits_two_and_starts_nothing(tmp_path: Path, content: str,
+                                                           words: str) -> None:
+    """A bad databases file exits 2 with one line naming what is wrong, and starts nothing."""
+    path = tmp_path / "databases.toml"
+    path.write_text(content, encoding="utf-8")
+    done = _command("--databases", str(path), "--metrics-port", "0")
+    assert done.returncode == 2, done.stderr
+    assert words in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_dsn_with_databases_and_a_bad_catalog_query_exit_two(tmp_path: Path,
+                                                             cluster: Cluster) -> None:
+    """--dsn with --databases, or a catalog query that does not parse, exits 2 in one line."""
+    path = tmp_path / "databases.toml"
+    path.write_text(f'[catalog]\ndsn = {cluster.admin_dsn!r}\nquery = "SELEC name, dsn"\n',
+                    encoding="utf-8")
+    for args in (["--dsn", "dbname=x", "--databases", str(path)], ["--databases", str(path)]):
+        done = _command(*args)
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "does not parse" in done.stderr
+
+
+def test_two_dispatchers_share_fifty_databases_within_their_budget(
+        fleet: Fleet, receiver_module: Receiver, tmp_path: Path) -> None:
+    """Two dispatchers serve fifty databases between them, each within --max-connections;
+    the unreachable, old-schema and schema-less ones are set aside, named once in the log,
+    without a password; every series carries the database label."""
+    names = [f"db{i:02d}" for i in range(COUNT)]
+    path = fleet.file(tmp_path / "databases.toml", [*names, "old", "bare"],
+                      extra=f'[[database]]\nname = "unreachable"\ndsn = "{BAD}"\n')
+    first, second = _many(path), _many(path)
+    try:
+        first.wait_serving(timeout=60)
+        second.wait_serving(timeout=60)
+        ids = fleet.publish(names, per_database=2)
+        most = 0
+
+        def all_received() -> bool:
+            nonlocal most
+            most = max(most, fleet.connections())
+            return _received(receiver_module, ids) == ids
+        wait_until(all_received, timeout=90, interval=0.2, dispatcher=first,
+                   what=f"{len(ids)} events from {COUNT} databases")
+        assert most <= 2 * BUDGET, most
+        texts = [first.get("/metrics").text, second.get("/metrics").text]
+        ups = [_up(text) for text in texts]
+        served = [name for up in ups for name, value in up.items() if value == 1.0]
+        assert sorted(served) == sorted(names)  # each served by exactly one of them
+        for aside in ("unreachable", "old", "bare"):
+            assert [up[aside] for up in ups if aside in up] == [0.0], aside
+        for text in texts:
+            assert all('database="' in line for line in _series(text)), text
+            assert "outbox_delivered_total{" in text
+        logs = first.log() + second.log()
+        assert "sekret-word" not in logs
+        for aside in ("unreachable", "old", "bare"):
+            assert logs.count(f"database {aside} is set aside") == 1, logs
+        assert first.get("/readyz").status_code == 200
+    finally:
+        _stop(first, second)
+
+
+def test_a_killed_dispatchers_databases_are_served_by_the_others(
+        fleet: Fleet, receiver_module: Receiver, tmp_path: Path) -> None:
+    """Three dispatchers share the databases; one killed with SIGKILL, its databases are
+    served by the other two and nothing is lost."""
+    names = [f"db{i:02d}" for i in range(COUNT)]
+    path = fleet.file(tmp_path / "databases.toml", names)
+    dispatchers = [_many(path) for _ in range(3)]
+    try:
+        for d in dispatchers:
+            d.wait_serving(timeout=60)
+        wait_until(lambda: all("the fleet has 3 members" in d.log() for d in dispatchers),
+                   timeout=30, what="three members", dispatcher=dispatchers[0])
+        before = fleet.publish(names)
+        wait_until(lambda: _received(receiver_module, before) == before, timeout=90,
+                   interval=0.2, dispatcher=dispatchers[0], what="events before the kill")
+        victim = dispatchers.pop()
+        assert victim.process is not None
+        victim.process.send_signal(signal.SIGKILL)
+        victim.process.wait(10)
+        after = fleet.publish(names)
+        wait_until(lambda: _received(receiver_module, after) == after, timeout=90,
+                   interval=0.2, dispatcher=dispatchers[0], what="events after the kill")
+        served = [name for d in dispatchers for name, v in _up(d.get("/metrics").text).items()
+                  if v == 1.0]
+        assert sorted(served) == sorted(names)
+    finally:
+        _stop(*dispatchers)
+
+
+def test_a_database_added_is_served_and_one_removed_is_let_go(
+        fleet: Fleet, receiver_module: Receiver, tmp_path: Path) -> None:
+    """A database added to the file is served within one refresh; one removed is let go."""
+    path = fleet.file(tmp_path / "databases.toml", ["db00", "db01"], refresh="1s")
+    dispatcher = _many(path)
+    try:
+        dispatcher.wait_serving(timeout=60)
+        fleet.file(path, ["db01", f"db{COUNT:02d}"], refresh="1s")
+        wait_until(lambda: "database db00 is let go" in dispatcher.log(), timeout=30,
+                   dispatcher=dispatcher, what="db00 to be let go")
+        added = fleet.publish([f"db{COUNT:02d}"])
+        wait_until(lambda: _received(receiver_module, added) == added, timeout=30,
+                   dispatcher=dispatcher, what="the added database's event")
+        up = _up(dispatcher.get("/metrics").text)
+        assert "db00" not in up
+        assert up[f"db{COUNT:02d}"] == 1.0
+    finally:
+        _stop(dispatcher)
+
+
+def test_a_lone_dsn_labels_no_series_with_a_database(dsn: str, receiver: Receiver,
+                                                     conn: psycopg.Connection[Any]) -> None:
+    """With a lone --dsn, no metric series carries a database label."""
+    add_endpoint(conn, "hook", receiver.url)
+    event = str(publish(conn, "fleet.test", {}))
+    with Dispatcher(dsn) as dispatcher:
+        wait_until(lambda: _received(receiver, {event}), dispatcher=dispatcher,
+                   what="the event")
+        text = dispatcher.get("/metrics").text
+    assert "outbox_delivered_total{" in text
+    assert not any("database=" in line for line in _series(text))
+    assert "outbox_database_up" not in text
