@@ -48,10 +48,11 @@ class DispatcherConfig:
     Defaults to 20."""
     sweep_interval: float = 30.0
     """With ``--databases``: how often a database without recent work is looked at with
-    a short-lived connection, jittered, beside the hint of each server's
-    ``pg_stat_database`` and the due time of its next retry; 0 turns the sweep off (for
-    servers that scale to zero: they are then woken only by their own inserts and due
-    retries). Defaults to 30."""
+    a short-lived connection, jittered. Beside the sweep, such a database is looked at
+    when the hint (each server's ``pg_stat_database``, read every second through one
+    connection per server) shows rows inserted in it, and when a retry it holds comes
+    due. 0 turns the sweep off (hosts that bill or wake per connection). Defaults to
+    30."""
     traces_exporter: str = ""
     """OpenTelemetry's ``OTEL_TRACES_EXPORTER``, as the SDK reads it: the exporters of the
     attempt spans. Defaults to "" (no spans); the SDK reads the other OTEL_* itself."""
