@@ -36,7 +36,7 @@ class Site:
         own = dataclasses.replace(config, dsn=listed.dsn, listen_dsn=listed.listen_dsn or "",
                                   databases="")
         self.parts = build_site(own, control=Control(Heartbeat(float("inf"))), metrics=metrics,
-                                sender=sender, tracing=tracing, health=Health())
+                                sender=sender, tracing=tracing, health=Health(quiet=True))
         self.started = time.monotonic()
         self.last_busy = self.started
         self.last_ready = self.started

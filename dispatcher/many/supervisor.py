@@ -45,7 +45,7 @@ from dispatcher.many.site import Site
 from dispatcher.observe.by_database import FleetMetrics
 from dispatcher.observe.logs import tag_databases
 from dispatcher.observe.resources import quiet_resource_errors, raise_open_files_limit
-from dispatcher.observe.server import HealthServer
+from dispatcher.observe.server import HealthServer, dsn_connector
 from dispatcher.observe.tracing import configure as configure_tracing
 from outbox._shared import database_catalog
 from outbox._shared.database_catalog import Refreshed
@@ -74,6 +74,9 @@ LOOKS_AT_ONCE = 4
 """Short looks running at once (each holds one connection of the budget)."""
 CATALOG_RETRY = 5.0
 """Seconds between two reads of the list while the last read failed."""
+BACKLOG_EVERY = 15.0
+"""Seconds between two measurements of a pinned database's backlog gauges (a scrape opens
+no connection: with hundreds of databases it could not)."""
 
 State = Literal["cold", "pinned", "aside"]
 
@@ -390,6 +393,7 @@ class Supervisor:
                        asyncio.create_task(self._keep_members(), name="members"),
                        asyncio.create_task(self._hint(), name="activity hint"),
                        asyncio.create_task(self._metrics.loop_lag.run(), name="loop lag"),
+                       asyncio.create_task(self._measure(), name="backlog"),
                        asyncio.create_task(self._give_up_all(), name="give up")]
             while not self._control.stopping.is_set():
                 self._turn(time.monotonic())
@@ -409,6 +413,23 @@ class Supervisor:
                 self._tracing.shutdown()
         log.info("stopped")
         return 0
+
+    async def _measure(self) -> None:
+        """The backlog gauges of the databases with pinned connections, through a short-lived
+        connection each; the others' grow stale and are no longer reported."""
+        while not self._control.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._control.stopping.wait(), BACKLOG_EVERY)
+            for entry in list(self._entries.values()):
+                if entry.site is None or entry.site.stopping_for is not None:
+                    continue
+                try:
+                    async with self._budget.one(), asyncio.timeout(5.0), \
+                            dsn_connector(entry.listed.dsn)() as conn:
+                        await self._metrics.databases.of(entry.listed.name).refresh_backlog(
+                            conn)
+                except Exception:  # a gauge not refreshed is only stale
+                    log.debug("backlog not measured", exc_info=True)
 
     async def _give_up_all(self) -> None:
         await self._control.give_up.wait()
