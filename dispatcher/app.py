@@ -203,10 +203,21 @@ async def dispatch(parts: Parts, *, watch_loop: bool = True) -> bool:
         except TimeoutError:
             control.give_up.set()
     finally:
-        for task in (completer, *helpers):
-            task.cancel()
-        await asyncio.gather(completer, *helpers, return_exceptions=True)
+        await cancel_all([completer, *helpers])
     return True
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the tasks and wait for their end, cancelling again those still running each
+    second: on Python 3.11 a cancellation that meets a timeout's end (``wait_for``, a
+    connect's timeout) can be lost, and the task would run on for ever (a listener
+    stopped while it was connecting did, with --databases)."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=1.0)
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run(config: DispatcherConfig) -> int:

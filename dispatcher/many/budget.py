@@ -42,7 +42,17 @@ class Budget:
 
     async def give(self, count: int) -> None:
         """Give back what was taken (the connections are closed)."""
+        self.give_now(count)
+        async with self._freed:
+            self._freed.notify_all()
+
+    def give_now(self, count: int) -> None:
+        """Give back at once, for a caller that cannot wait: ``take`` sees it now; the
+        looks waiting for a connection hear of it at the next ``give`` (or
+        :meth:`wake_waiters`)."""
         self.used = max(0, self.used - count)
+
+    async def wake_waiters(self) -> None:
         async with self._freed:
             self._freed.notify_all()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 
 from dispatcher.app import build_site, dispatch
 from dispatcher.config import DispatcherConfig
@@ -44,12 +45,14 @@ class Site:
         self._written = 0
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    def start(self, on_done: Callable[[], None] = lambda: None) -> None:
+        """Run until stopped; ``on_done`` is called once its connections are closed."""
         token = DATABASE.set(self.name)  # its tasks' log lines name it
         try:
             self._task = asyncio.create_task(self._run(), name=f"database {self.name}")
         finally:
             DATABASE.reset(token)
+        self._task.add_done_callback(lambda _task: on_done())
 
     async def _run(self) -> None:
         try:
@@ -63,7 +66,8 @@ class Site:
         """Note whether it worked since the last look (results written, requests out) and
         whether its database answered."""
         written = self.parts.completer.written
-        if written != self._written or not self.parts.flights.idle():
+        if (written != self._written or not self.parts.flights.idle()
+                or self.parts.completer.pending() or not self.parts.claimer.claims):
             self._written = written
             self.last_busy = now
         if self.parts.health.ready:
@@ -91,6 +95,10 @@ class Site:
             return None
         exc = self._task.exception()
         return None if exc is None else first_line(exc)
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
     async def wait(self) -> None:
         if self._task is not None:

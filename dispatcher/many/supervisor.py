@@ -54,13 +54,16 @@ from outbox._shared.databases import load
 from outbox._shared.version import current as version
 
 log = logging.getLogger("dispatcher.many")
-TURN = 0.2
-"""Seconds between two turns of the supervisor."""
+TURN = 0.25
+"""Seconds between two turns of the supervisor, when nothing calls for one sooner (a look
+found work, a site ended)."""
+QUICK_TURN = 0.05
+"""Seconds between two turns while a database waits for connections."""
 RECENT = 60.0
 """Seconds without work after which a database gives its pinned connections back."""
-SETTLE = 1.0
-"""Seconds a site keeps its connections at least, before the budget may take them back
-(once it has been idle for half a second)."""
+SETTLE = 0.1
+"""Seconds a site keeps its connections at least, and is idle at least, before the budget
+may take them back for a database that waits."""
 TURN_OVER = 5.0
 """Seconds after which the budget may take a busy site's connections back, for a database
 that waits: when more databases have work than the budget can pin, they take turns."""
@@ -118,6 +121,7 @@ class Supervisor:
         self._sender = make_sender(config)
         self._tracing = configure_tracing(config.traces_exporter, version())
         self._looks: set[asyncio.Task[None]] = set()
+        self._nudge = asyncio.Event()  # something calls for a turn now
         self._sweep = config.sweep_interval
 
     # -- the list and the members -------------------------------------------------
@@ -232,7 +236,8 @@ class Supervisor:
         """A site drained and closed: its connections go back to the budget."""
         if not site.done:
             return False
-        task = asyncio.get_running_loop().create_task(self._budget.give(SITE_COST))
+        self._budget.give_now(SITE_COST)
+        task = asyncio.get_running_loop().create_task(self._budget.wake_waiters())
         self._looks.add(task)
         task.add_done_callback(self._looks.discard)
         return True
@@ -303,6 +308,7 @@ class Supervisor:
         entry.state, entry.why, entry.backoff, entry.answered = "cold", None, 0.0, True
         if found.due_now:
             entry.wanted_since = now
+            self._nudge.set()
             return
         wait = float("inf") if found.due_in is None else found.due_in
         if self._sweep > 0:
@@ -348,19 +354,22 @@ class Supervisor:
             if victim is None or victim.site is None:
                 return
             victim.site.stop("taken back")
+            log.debug("database %s gives its connections back for %s", victim.listed.name,
+                      entry.listed.name)
             return
 
     @staticmethod
     def _may_take_back(site: Site, now: float) -> bool:
         age = now - site.started
-        return age > TURN_OVER or (age > SETTLE and now - site.last_busy > 0.5)
+        return age > TURN_OVER or (age > SETTLE and now - site.last_busy > SETTLE)
 
     def _start(self, entry: _Entry, now: float) -> None:
         site = Site(entry.listed, self._config,
                     metrics=self._metrics.databases.of(entry.listed.name),
                     sender=self._sender, tracing=self._tracing)
         entry.site, entry.state, entry.wanted_since = site, "pinned", None
-        site.start()
+        site.start(self._nudge.set)
+        log.debug("database %s has work: connections pinned", entry.listed.name)
 
     def _ready(self) -> bool:
         return any(e.answered for e in self._entries.values())
@@ -396,9 +405,11 @@ class Supervisor:
                        asyncio.create_task(self._measure(), name="backlog"),
                        asyncio.create_task(self._give_up_all(), name="give up")]
             while not self._control.stopping.is_set():
+                self._nudge.clear()
                 self._turn(time.monotonic())
+                waiting = any(e.wanted_since is not None for e in self._entries.values())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._control.stopping.wait(), TURN)
+                    await asyncio.wait_for(self._nudge.wait(), QUICK_TURN if waiting else TURN)
             await self._stop_all()
         finally:
             for task in (*helpers, *self._looks):
@@ -441,12 +452,23 @@ class Supervisor:
                 *self._leaving]
 
     async def _stop_all(self) -> None:
+        """Every site drains as a lone dispatcher does; one that has not ended well after
+        the grace (its database hangs) is cut off."""
         sites = self._sites()
         for site in sites:
             site.stop("stopping")
             if self._control.give_up.is_set():
                 site.give_up()
-        await asyncio.gather(*(site.wait() for site in sites))
+        waits = [asyncio.ensure_future(site.wait()) for site in sites]
+        if not waits:
+            return
+        _done, late = await asyncio.wait(waits, timeout=self._config.shutdown_grace + 10)
+        if late:
+            log.warning("%d databases did not finish stopping in time: %s", len(late),
+                        ", ".join(sorted(s.name for s in sites if not s.done)))
+            for site in sites:
+                site.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
 
 async def run(config: DispatcherConfig, path: str, first: Refreshed,
