@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -101,6 +102,17 @@ def fleet(path: Path, count: int = 2, *, settle: bool = True,
     finally:
         for proc, _port in procs:
             throughput.stop(proc)
+
+
+def same_owner(procs: list[tuple[subprocess.Popen[bytes], int]], index: int) -> int:
+    """Another database served by the dispatcher that serves database ``index``."""
+    for _proc, port in procs:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        served = sorted(int(m.group(1)) for m in re.finditer(
+            r'^outbox_database_up\{database="db(\d+)"\} 1', text, re.M))
+        if index in served:
+            return next(i for i in served if i != index)
+    raise RuntimeError(f"no dispatcher serves db{index:03d}")
 
 
 def connections(admin_dsn: str) -> int:
@@ -195,18 +207,25 @@ def main() -> None:
                   f"p50 {pct(idle, 0.5) * 1000:.0f} ms, p99 {pct(idle, 0.99) * 1000:.0f} ms, "
                   f"max {max(idle) * 1000:.0f} ms")
 
+            # The quiet database is one the backlog's dispatcher serves too (the harder
+            # case: one process, one event loop), busy a moment ago (one event delivered).
+            quiet_dsn = dsns[same_owner(procs, 0)]
+            warm, _at = publish_one(quiet_dsn)
+            wait_ids(arrivals, {warm}, 60)
             backlog(dsns[0], args.backlog)
             quiet: dict[str, float] = {}
             end = time.monotonic() + args.quiet_seconds
             while time.monotonic() < end:
-                event, at = publish_one(dsns[1])
+                event, at = publish_one(quiet_dsn)
                 quiet[event] = at
                 time.sleep(0.1)
             wait_ids(arrivals, set(quiet), 60)
             behind = latencies(arrivals, quiet)
-            print(f"a quiet database behind a backlog of {args.backlog:,} in another: "
-                  f"p50 {pct(behind, 0.5) * 1000:.0f} ms, p99 {pct(behind, 0.99) * 1000:.0f} "
-                  f"ms over {len(behind)} events")
+            print(f"a quiet database behind a backlog of {args.backlog:,} in another served by "
+                  f"the same dispatcher: p50 {pct(behind, 0.5) * 1000:.0f} ms, p99 "
+                  f"{pct(behind, 0.99) * 1000:.0f} ms, max {max(behind) * 1000:.0f} ms over "
+                  f"{len(behind)} events")
+            sent[warm] = 0.0  # counted among the arrivals below
             arrivals.wait_for(args.backlog + len(quiet) + len(sent), [p for p, _ in procs], 600)
 
         per = args.backlog // args.databases

@@ -32,12 +32,15 @@ class Look:
     refused: bool = False
 
 
-async def look(dsn: str) -> Look:
-    """Look at the database once; never raises for the database's sake."""
+async def look(dsn: str, *, check: bool = True) -> Look:
+    """Look at the database once; never raises for the database's sake. ``check``: also
+    the role's privileges and the schema's version (a catalogue query: the caller skips
+    it for a database that passed it a short while ago)."""
     health = Health(quiet=True)
     db = Database(dsn, health, "probe")
     try:
-        problem = await SchemaGate(db, health, needed=SCHEMA_VERSION).problem()
+        problem = await SchemaGate(db, health, needed=SCHEMA_VERSION).problem() \
+            if check else None
         if problem is not None:
             return Look(problem=_masked(problem, dsn))
         rows = await db.fetch("database_due")

@@ -75,6 +75,9 @@ BACKOFF_MAX = 60.0
 """The longest wait before a database set aside is looked at again."""
 LOOKS_AT_ONCE = 4
 """Short looks running at once (each holds one connection of the budget)."""
+CHECK_EVERY = 300.0
+"""Seconds a database's privileges and schema, once found usable, are taken as they were
+by its looks (a site checks them again when it starts)."""
 CATALOG_RETRY = 5.0
 """Seconds between two reads of the list while the last read failed."""
 BACKLOG_EVERY = 15.0
@@ -97,6 +100,7 @@ class _Entry:
     answered: bool = False  # its last look (or its site) found it usable
     backoff: float = 0.0
     why: str | None = None  # why it is set aside, as last logged
+    checked_at: float | None = None  # when its privileges and schema last passed
 
 
 class Supervisor:
@@ -269,6 +273,7 @@ class Supervisor:
 
     def _aside(self, entry: _Entry, why: str, now: float) -> None:
         entry.state = "aside"
+        entry.checked_at = None
         entry.answered = False
         entry.wanted_since = None
         entry.backoff = min(BACKOFF_MAX, max(1.0, entry.backoff * 2))
@@ -291,8 +296,12 @@ class Supervisor:
 
     async def _look_at(self, entry: _Entry) -> None:
         try:
+            checked = entry.checked_at
+            check = checked is None or time.monotonic() - checked > CHECK_EVERY
             async with self._budget.one():
-                found = await look(entry.listed.dsn)
+                found = await look(entry.listed.dsn, check=check)
+            if check and found.problem is None:
+                entry.checked_at = time.monotonic()
         finally:
             entry.looking = False
         self._found(entry, found, time.monotonic())

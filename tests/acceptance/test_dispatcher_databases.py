@@ -267,3 +267,22 @@ def test_a_lone_dsn_labels_no_series_with_a_database(dsn: str, receiver: Receive
     assert "outbox_delivered_total{" in text
     assert not any("database=" in line for line in _series(text))
     assert "outbox_database_up" not in text
+
+
+def test_a_catalog_down_at_start_is_tried_again_and_the_files_databases_served(
+        fleet: Fleet, receiver_module: Receiver, tmp_path: Path) -> None:
+    """A catalog database down at start does not stop the dispatcher: the file's own
+    databases are served, and the log says the catalog is tried again, without a password."""
+    path = fleet.file(tmp_path / "databases.toml", ["db01"],
+                      extra=f'[catalog]\ndsn = "{BAD}"\nquery = "SELECT name, dsn FROM t"\n')
+    dispatcher = _many(path)
+    try:
+        dispatcher.wait_serving(timeout=60)
+        event = fleet.publish(["db01"])
+        wait_until(lambda: _received(receiver_module, event) == event, timeout=30,
+                   dispatcher=dispatcher, what="the file's database's event")
+        log = dispatcher.log()
+        assert "the catalog database is unreachable" in log
+        assert "sekret-word" not in log
+    finally:
+        _stop(dispatcher)
