@@ -4,8 +4,9 @@
 (``databases_activity`` in fleet.sql); a database whose count rose since the
 last read had a publish (or other writes) and deserves a look now, instead
 of at its next sweep. One connection per server, held, counted in the
-budget; when the budget has no room, that server goes without the hint (the
-sweep still comes round). The server's statistics lag its commits by up to
+budget, and only while one database could still pin its connections beside it;
+when the budget has no such room, that server goes without the hint (the sweep still
+comes round). The server's statistics lag its commits by up to
 a second or so (PostgreSQL flushes them at most once a second per session).
 """
 
@@ -19,7 +20,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from dispatcher.db import Database, DatabaseDown, Health
-from dispatcher.many.budget import KEEP, Budget
+from dispatcher.many.budget import KEEP, SITE_COST, Budget
 from outbox._shared.databases import Database as Listed
 
 log = logging.getLogger("dispatcher.many")
@@ -64,7 +65,7 @@ class Activity:
         for key, names in wanted.items():
             server = self._servers.get(key)
             if server is None:
-                if not self._budget.take(1, keep=KEEP):
+                if not self._budget.take(1, keep=KEEP + SITE_COST):  # a database can still pin
                     continue
                 server = self._servers[key] = _Server(
                     Database(dsn_of[key], Health(quiet=True), "activity"))
