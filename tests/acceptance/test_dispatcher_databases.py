@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+import outbox
 from outbox.testing import Receiver
 from tests.conftest import Cluster
 from tests.support.cli import clean_environment
@@ -283,3 +284,30 @@ def test_a_catalog_down_at_start_is_tried_again_and_the_files_databases_served(
         assert "sekret-word" not in log
     finally:
         _stop(dispatcher)
+
+
+def test_a_trickle_is_not_held_behind_a_busy_databases_backlog(
+        fleet: Fleet, receiver_module: Receiver, tmp_path: Path) -> None:
+    """A database's few events arrive while another database's backlog still drains."""
+    path = fleet.file(tmp_path / "databases.toml", ["db02", "db03"])
+    with psycopg.connect(fleet.dsns["db02"]) as conn:
+        for start in range(0, 20_000, 1000):
+            outbox.publish_many(conn, [outbox.Event("fleet.backlog", {"n": n})
+                                       for n in range(start, start + 1000)])
+            conn.commit()
+    dispatcher = _many(path)
+    try:
+        wait_until(lambda: len(receiver_module.requests) > 100, timeout=60,
+                   dispatcher=dispatcher, what="the backlog to flow")
+        trickle = fleet.publish(["db03"], per_database=3)
+        wait_until(lambda: _received(receiver_module, trickle) == trickle, timeout=60,
+                   dispatcher=dispatcher, what="the trickle")
+        with psycopg.connect(fleet.dsns["db02"]) as conn:
+            row = conn.execute("SELECT count(*) FROM outbox.deliveries "
+                               "WHERE state = 'pending'").fetchone()
+        assert row is not None
+        assert row[0] > 0  # the backlog was still draining when the trickle arrived
+    finally:
+        _stop(dispatcher)
+        with psycopg.connect(fleet.dsns["db02"]) as conn:
+            conn.execute("DELETE FROM outbox.deliveries WHERE state <> 'delivered'")
