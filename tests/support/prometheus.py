@@ -25,7 +25,7 @@ import httpx
 import yaml
 
 from outbox.testing import free_port
-from tests.support.contract import METRICS, PROJECT_METRICS
+from tests.support.contract import MANY_METRICS, METRICS, PROJECT_METRICS
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "outbox.json"
@@ -70,7 +70,7 @@ def metric_names(expr: str) -> set[str]:
 def allowed_series() -> set[str]:
     """Series a rule or panel may read: the dispatcher's (histograms' too) and EXTERNAL's."""
     allowed = set(EXTERNAL)
-    for name, (kind, _) in {**METRICS, **PROJECT_METRICS}.items():
+    for name, (kind, _) in {**METRICS, **PROJECT_METRICS, **MANY_METRICS}.items():
         allowed.add(name)
         if kind == "histogram":
             allowed |= {f"{name}_bucket", f"{name}_count", f"{name}_sum"}
