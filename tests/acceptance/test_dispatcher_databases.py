@@ -23,6 +23,7 @@ from outbox.testing import Receiver
 from tests.conftest import Cluster
 from tests.support.cli import clean_environment
 from tests.support.dispatcher import Dispatcher, add_endpoint, publish, wait_until
+from tests.support.pgbouncer import PgBouncer, find_pgbouncer
 
 COUNT = 50
 BUDGET = 20
@@ -39,10 +40,15 @@ class Fleet:
         self.dsns = {name: cluster.dsn_for(db) for name, db in names.items()}
 
     def file(self, path: Path, names: list[str], *, extra: str = "",
-             refresh: str = "60s") -> Path:
+             refresh: str = "60s", pooler: PgBouncer | None = None) -> Path:
+        """The databases file; with ``pooler``, each dsn goes through it and each
+        listen_dsn is direct."""
         lines = [f'refresh = "{refresh}"', ""]
         for name in names:
-            lines += ["[[database]]", f'name = "{name}"', f"dsn = {self.dsns[name]!r}", ""]
+            dsn = self.dsns[name]
+            lines += ["[[database]]", f'name = "{name}"',
+                      f"dsn = {pooler.dsn_for(dsn) if pooler else dsn!r}"]
+            lines += [f"listen_dsn = {dsn!r}", ""] if pooler else [""]
         path.write_text("\n".join(lines) + extra, encoding="utf-8")
         return path
 
@@ -311,3 +317,23 @@ def test_a_trickle_is_not_held_behind_a_busy_databases_backlog(
         _stop(dispatcher)
         with psycopg.connect(fleet.dsns["db02"]) as conn:
             conn.execute("DELETE FROM outbox.deliveries WHERE state <> 'delivered'")
+
+
+@pytest.mark.skipif(find_pgbouncer() is None, reason="pgbouncer is not installed")
+def test_databases_behind_a_transaction_pooler_are_served(
+        fleet: Fleet, receiver_module: Receiver, tmp_path: Path, cluster: Cluster) -> None:
+    """Databases reached through PgBouncer in transaction mode (LISTEN direct) are served."""
+    names = [f"db{i:02d}" for i in range(4, 12)]
+    with PgBouncer(cluster.admin_dsn, pool_size=4) as bouncer:
+        path = fleet.file(tmp_path / "databases.toml", names, pooler=bouncer)
+        dispatcher = _many(path)
+        try:
+            dispatcher.wait_serving(timeout=60)
+            ids = fleet.publish(names)
+            wait_until(lambda: _received(receiver_module, ids) == ids, timeout=60,
+                       dispatcher=dispatcher, what="events through the pooler")
+            log = dispatcher.log()
+            assert "goes through a transaction pooler" in log
+            assert "Traceback" not in log
+        finally:
+            _stop(dispatcher)
