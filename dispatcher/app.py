@@ -83,10 +83,12 @@ def build(config: DispatcherConfig) -> Parts:
                       tracing=tracing)
 
 
-def make_sender(config: DispatcherConfig) -> HttpSender:
-    """The HTTP client: one per process, shared by every database it serves."""
+def make_sender(config: DispatcherConfig, *, databases: int = 1) -> HttpSender:
+    """The HTTP client: one per process, shared by every database it serves, with room for
+    ``databases`` of them sending ``--concurrency`` requests each (a request waiting for a
+    connection would spend its own timeout waiting)."""
     proxies = config.proxies()
-    sender = HttpSender(max_connections=config.concurrency,
+    sender = HttpSender(max_connections=config.concurrency * databases,
                         block_private_networks=config.block_private_networks,
                         allow_networks=config.allow_networks,
                         user_agent=f"outbox-dispatcher/{installed()}", proxies=proxies)

@@ -61,7 +61,8 @@ class DispatcherConfig:
     metrics_port: int = 9464
     """Port of the metrics and health server (0: pick a free one). Defaults to 9464."""
     concurrency: int = 64
-    """HTTP requests in flight at once, over all endpoints. Defaults to 64."""
+    """HTTP requests in flight at once, over all endpoints (with ``--databases``: of each
+    database served with pinned connections). Defaults to 64."""
     batch_size: int = 1000
     """Most deliveries claimed by one claim statement. Defaults to 1000 (ten requests to an
     endpoint taking batches of 100; one-event requests stay within the free slots)."""

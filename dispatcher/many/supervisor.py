@@ -67,7 +67,7 @@ may take them back for a database that waits."""
 TURN_OVER = 5.0
 """Seconds after which the budget may take a busy site's connections back, for a database
 that waits: when more databases have work than the budget can pin, they take turns."""
-DOWN_AFTER = 5.0
+DOWN_AFTER = 15.0
 """Seconds a pinned database may go unanswered before it is set aside."""
 HINT_EVERY = 1.0
 """Seconds between two reads of the servers' activity (the hint)."""
@@ -122,7 +122,8 @@ class Supervisor:
         self._members: set[str] | None = None
         self._membership: Membership | None = None
         self._membership_said: bool = False
-        self._sender = make_sender(config)
+        pinned_at_once = max(1, (config.max_connections - HELD - KEEP) // SITE_COST)
+        self._sender = make_sender(config, databases=pinned_at_once)
         self._tracing = configure_tracing(config.traces_exporter, version())
         self._looks: set[asyncio.Task[None]] = set()
         self._nudge = asyncio.Event()  # something calls for a turn now
