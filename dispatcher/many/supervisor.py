@@ -51,6 +51,7 @@ from outbox._shared import database_catalog
 from outbox._shared.database_catalog import Refreshed
 from outbox._shared.databases import Database as Listed
 from outbox._shared.databases import load
+from outbox._shared.dsn import without_passwords
 from outbox._shared.version import current as version
 
 log = logging.getLogger("dispatcher.many")
@@ -273,6 +274,7 @@ class Supervisor:
             entry.answered = True
 
     def _aside(self, entry: _Entry, why: str, now: float) -> None:
+        why = without_passwords(why, [entry.listed.dsn, entry.listed.listen_dsn or ""])
         entry.state = "aside"
         entry.checked_at = None
         entry.answered = False
