@@ -153,8 +153,9 @@ class Supervisor:
                 await asyncio.wait_for(self._control.stopping.wait(), wait)
             if self._control.stopping.is_set():
                 return
-            fresh = await asyncio.to_thread(database_catalog.refresh, self._path, self._list,
-                                            self._environ)
+            async with self._budget.one():  # the catalog's connection, if it has one
+                fresh = await asyncio.to_thread(database_catalog.refresh, self._path,
+                                                self._list, self._environ)
             if fresh.problem != self._list_problem:
                 if fresh.problem is not None:
                     log.warning("the databases list was not read again: %s", fresh.problem)
