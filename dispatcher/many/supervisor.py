@@ -1,13 +1,11 @@
 """``outbox-dispatcher --databases FILE``: one process serving the databases it owns.
 
-Every turn (a fifth of a second) the supervisor:
+Every turn (every quarter of a second, sooner when something calls for it)
+the supervisor:
 
-- keeps the list: the file and its catalog, read again every ``refresh``
-  (more often while the catalog does not answer); a list that cannot be read
-  leaves the last good one in force, and the log says why once;
-- keeps the members (``membership``) and from them the databases this
-  process owns (``ownership``); a database it no longer owns, or no longer
-  listed, is let go: its site drains (requests finish or are handed back);
+- takes the databases this process owns from the ``roster`` (the list and
+  the fleet's members); a database it no longer owns, or no longer listed,
+  is let go: its site drains (requests finish or are handed back);
 - looks at each owned database without pinned connections (``probe``) when
   its next delivery comes due, when the hint says it had inserts
   (``activity``), at its sweep (jittered, ``--sweep-interval``), or at the
@@ -36,21 +34,18 @@ from typing import Literal
 from dispatcher.app import install_signals, make_sender
 from dispatcher.config import DispatcherConfig
 from dispatcher.control import Control, Heartbeat
-from dispatcher.many import ownership
 from dispatcher.many.activity import Activity
 from dispatcher.many.budget import HELD, KEEP, SITE_COST, Budget
-from dispatcher.many.membership import Membership, fleet_of
 from dispatcher.many.probe import Look, look
+from dispatcher.many.roster import Roster
 from dispatcher.many.site import Site
 from dispatcher.observe.by_database import FleetMetrics
 from dispatcher.observe.logs import tag_databases
 from dispatcher.observe.resources import quiet_resource_errors, raise_open_files_limit
 from dispatcher.observe.server import HealthServer, dsn_connector
 from dispatcher.observe.tracing import configure as configure_tracing
-from outbox._shared import database_catalog
 from outbox._shared.database_catalog import Refreshed
 from outbox._shared.databases import Database as Listed
-from outbox._shared.databases import load
 from outbox._shared.dsn import without_passwords
 from outbox._shared.version import current as version
 
@@ -79,8 +74,6 @@ LOOKS_AT_ONCE = 4
 CHECK_EVERY = 300.0
 """Seconds a database's privileges and schema, once found usable, are taken as they were
 by its looks (a site checks them again when it starts)."""
-CATALOG_RETRY = 5.0
-"""Seconds between two reads of the list while the last read failed."""
 BACKLOG_EVERY = 15.0
 """Seconds between two measurements of a pinned database's backlog gauges (a scrape opens
 no connection: with hundreds of databases it could not)."""
@@ -110,100 +103,20 @@ class Supervisor:
     def __init__(self, config: DispatcherConfig, path: str, first: Refreshed,
                  environ: Mapping[str, str]) -> None:
         self._config = config
-        self._path = path
-        self._environ = environ
-        self._list = first
-        self._list_problem = first.problem
         self._control = Control(Heartbeat(60.0))
         self._metrics = FleetMetrics()
         self._budget = Budget(config.max_connections)
+        self._roster = Roster(path, first, environ, lease=config.lease, budget=self._budget,
+                              stopping=self._control.stopping)
         self._activity = Activity(self._budget)
         self._entries: dict[str, _Entry] = {}
         self._leaving: list[Site] = []
-        self._members: set[str] | None = None
-        self._membership: Membership | None = None
-        self._membership_said: bool = False
         pinned_at_once = max(1, (config.max_connections - HELD - KEEP) // SITE_COST)
         self._sender = make_sender(config, databases=pinned_at_once)
         self._tracing = configure_tracing(config.traces_exporter, version())
         self._looks: set[asyncio.Task[None]] = set()
         self._nudge = asyncio.Event()  # something calls for a turn now
         self._sweep = config.sweep_interval
-
-    # -- the list and the members -------------------------------------------------
-
-    def _home(self) -> tuple[str, str] | None:
-        """The home database's direct DSN and the fleet's key: the catalog's, else the
-        first listed database's."""
-        try:
-            catalog = load(self._path, self._environ).catalog
-        except ValueError:
-            catalog = None
-        if catalog is not None:
-            return catalog.dsn, "catalog " + catalog.query
-        if not self._list.databases:
-            return None
-        home = self._list.databases[0]
-        return home.listen_dsn or home.dsn, "database " + home.name
-
-    async def _keep_list(self) -> None:
-        while not self._control.stopping.is_set():
-            wait = CATALOG_RETRY if self._list.problem else self._list.refresh
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._control.stopping.wait(), wait)
-            if self._control.stopping.is_set():
-                return
-            async with self._budget.one():  # the catalog's connection, if it has one
-                fresh = await asyncio.to_thread(database_catalog.refresh, self._path,
-                                                self._list, self._environ)
-            if fresh.problem != self._list_problem:
-                if fresh.problem is not None:
-                    log.warning("the databases list was not read again: %s", fresh.problem)
-                else:
-                    log.info("the databases list is read again (%d databases)",
-                             len(fresh.databases))
-                self._list_problem = fresh.problem
-            self._list = fresh
-
-    async def _keep_members(self) -> None:
-        while not self._control.stopping.is_set():
-            await self._beat()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._control.stopping.wait(), self._config.lease / 3)
-
-    async def _beat(self) -> None:
-        home = self._home()
-        if home is None:
-            return
-        dsn, key = home
-        if self._membership is None or self._membership.home_dsn != dsn:
-            me = None if self._membership is None else self._membership.me
-            if self._membership is not None:
-                await self._membership.close()
-            self._membership = Membership(dsn, fleet=fleet_of(key), lease=self._config.lease,
-                                          me=me)
-        members = await self._membership.beat()
-        if members is None:
-            if not self._membership_said:
-                log.warning("the fleet's members cannot be read in the home database (%s); "
-                            "keeping the last view (%s)", self._membership.problem,
-                            "this dispatcher serves every database" if self._members is None
-                            else f"{len(self._members)} members")
-                self._membership_said = True
-            return
-        if self._membership_said:
-            log.info("the fleet's members are read again")
-            self._membership_said = False
-        if members != self._members:
-            log.info("the fleet has %d member%s", len(members), "" if len(members) == 1 else "s")
-        self._members = members
-
-    def _owned(self) -> dict[str, Listed]:
-        listed = {d.name: d for d in self._list.databases}
-        if self._membership is None or self._members is None:
-            return listed
-        mine = ownership.owned(listed, self._members, self._membership.me)
-        return {name: d for name, d in listed.items() if name in mine}
 
     # -- one turn ---------------------------------------------------------------------
 
@@ -220,7 +133,7 @@ class Supervisor:
             self._metrics.databases.served(name, entry.state != "aside")
 
     def _reconcile(self, now: float) -> None:
-        owned = self._owned()
+        owned = self._roster.owned()
         for name in [n for n in self._entries if n not in owned]:
             entry = self._entries.pop(name)
             self._metrics.databases.left(name)
@@ -228,8 +141,8 @@ class Supervisor:
                 entry.site.stop("let go")
                 self._leaving.append(entry.site)
             log.info("database %s is let go (%s)", name,
-                     "another dispatcher serves it" if name in
-                     {d.name for d in self._list.databases} else "no longer listed")
+                     "another dispatcher serves it" if self._roster.listed(name)
+                     else "no longer listed")
         for name, listed in owned.items():
             known = self._entries.get(name)
             if known is None:
@@ -394,8 +307,7 @@ class Supervisor:
         quiet_resource_errors(asyncio.get_running_loop())
         tag_databases()
         install_signals(self._control)
-        if self._list_problem:
-            log.warning("%s", self._list_problem)
+        self._roster.say_problem()
         server = HealthServer(self._metrics, host=self._config.metrics_host,
                               port=self._config.metrics_port,
                               is_alive=self._control.heartbeat.alive, is_ready=self._ready)
@@ -407,12 +319,12 @@ class Supervisor:
             except OSError as exc:
                 log.error("%s", exc)
                 return 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._beat(), 10.0)  # the members before the first turn
+            with contextlib.suppress(TimeoutError):  # the members before the first turn
+                await asyncio.wait_for(self._roster.beat(), 10.0)
             log.info("dispatching for %d listed databases (at most %d connections)",
-                     len(self._list.databases), self._config.max_connections)
-            helpers = [asyncio.create_task(self._keep_list(), name="databases list"),
-                       asyncio.create_task(self._keep_members(), name="members"),
+                     self._roster.count(), self._config.max_connections)
+            helpers = [asyncio.create_task(self._roster.keep_list(), name="databases list"),
+                       asyncio.create_task(self._roster.keep_members(), name="members"),
                        asyncio.create_task(self._hint(), name="activity hint"),
                        asyncio.create_task(self._metrics.loop_lag.run(), name="loop lag"),
                        asyncio.create_task(self._measure(), name="backlog"),
@@ -428,8 +340,7 @@ class Supervisor:
             for task in (*helpers, *self._looks):
                 task.cancel()
             await asyncio.gather(*helpers, *self._looks, return_exceptions=True)
-            if self._membership is not None:
-                await self._membership.close()
+            await self._roster.close()
             await self._activity.close()
             await self._sender.aclose()
             await server.stop()
