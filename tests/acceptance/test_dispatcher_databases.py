@@ -337,3 +337,29 @@ def test_databases_behind_a_transaction_pooler_are_served(
             assert "Traceback" not in log
         finally:
             _stop(dispatcher)
+
+
+def test_a_frozen_dispatchers_databases_move_once_its_beat_is_older_than_the_lease(
+        fleet: Fleet, receiver_module: Receiver, tmp_path: Path) -> None:
+    """A frozen dispatcher (SIGSTOP) keeps its session, yet its databases move after --lease."""
+    names = [f"db{i:02d}" for i in range(20, 30)]
+    path = fleet.file(tmp_path / "databases.toml", names)
+    frozen, alive = _many(path), _many(path)
+    try:
+        for d in (frozen, alive):
+            d.wait_serving(timeout=60)
+        wait_until(lambda: "the fleet has 2 members" in alive.log(), timeout=30,
+                   dispatcher=alive, what="two members")
+        assert frozen.process is not None
+        alone = alive.log().count("the fleet has 1 member")
+        frozen.process.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: alive.log().count("the fleet has 1 member") > alone, timeout=30,
+                       dispatcher=alive, what="the frozen member to be dropped")
+            ids = fleet.publish(names)
+            wait_until(lambda: _received(receiver_module, ids) == ids, timeout=60,
+                       interval=0.2, dispatcher=alive, what="events while one is frozen")
+        finally:
+            frozen.process.send_signal(signal.SIGCONT)
+    finally:
+        _stop(frozen, alive)
