@@ -63,7 +63,7 @@ may take them back for a database that waits."""
 TURN_OVER = 5.0
 """Seconds after which the budget may take a busy site's connections back, for a database
 that waits: when more databases have work than the budget can pin, they take turns."""
-DOWN_AFTER = 15.0
+DOWN_AFTER = 10.0
 """Seconds a pinned database may go unanswered before it is set aside."""
 HINT_EVERY = 1.0
 """Seconds between two reads of the servers' activity (the hint)."""
