@@ -77,21 +77,38 @@ class Parts:
 def build(config: DispatcherConfig) -> Parts:
     """Make every part and give each the connections and neighbours it works with."""
     control = Control(Heartbeat(max(_ALIVE_AFTER, 3 * config.poll_interval)))
-    health, metrics = Health(), Metrics()
+    sender = make_sender(config)
+    tracing = configure_tracing(config.traces_exporter, version())
+    return build_site(config, control=control, metrics=Metrics(), sender=sender,
+                      tracing=tracing)
+
+
+def make_sender(config: DispatcherConfig, *, databases: int = 1) -> HttpSender:
+    """The HTTP client: one per process, shared by every database it serves, with room for
+    ``databases`` of them sending ``--concurrency`` requests each (a request waiting for a
+    connection would spend its own timeout waiting)."""
+    proxies = config.proxies()
+    sender = HttpSender(max_connections=config.concurrency * databases,
+                        block_private_networks=config.block_private_networks,
+                        allow_networks=config.allow_networks,
+                        user_agent=f"outbox-dispatcher/{installed()}", proxies=proxies)
+    _say_proxies(proxies, block_private=config.block_private_networks)
+    return sender
+
+
+def build_site(config: DispatcherConfig, *, control: Control, metrics: Metrics,
+               sender: HttpSender, tracing: Tracing | None,
+               health: Health | None = None) -> Parts:
+    """The parts of one database (``config.dsn``): its connections, claims, requests and
+    upkeep, around the process's HTTP client, metrics and tracing."""
+    health = Health() if health is None else health
     endpoints = EndpointView(config.environ)
     claim_db, complete_db, upkeep_db = (Database(config.dsn, health, role)
                                         for role in ("claim", "complete", "maintenance"))
     slots = SlotBook()
     leases = Leases(config.lease, endpoints.longest_timeout, slots.held)
-    proxies = config.proxies()
-    sender = HttpSender(max_connections=config.concurrency,
-                        block_private_networks=config.block_private_networks,
-                        allow_networks=config.allow_networks,
-                        user_agent=f"outbox-dispatcher/{installed()}", proxies=proxies)
-    _say_proxies(proxies, block_private=config.block_private_networks)
     completer = Completer(complete_db, leases, control.wake.set, control.give_up,
                           endpoints.describe, slots=slots)
-    tracing = configure_tracing(config.traces_exporter, version())
     deliverer = Deliverer(sender, completer, metrics, control.wake.set,
                           tracing=tracing)
     flights = Flights(deliverer, free_slot=completer.free, hand_back=completer.hand_back,
@@ -129,7 +146,7 @@ def _say_proxies(proxies: ProxyRoutes, *, block_private: bool) -> None:
                     "proxy; it still applies to the connections made directly (NO_PROXY)")
 
 
-def _install_signals(control: Control) -> None:
+def install_signals(control: Control) -> None:
     def on_signal() -> None:
         if control.stopping.is_set():
             log.warning("second signal: stopping now")
@@ -150,9 +167,10 @@ def _health_server(parts: Parts) -> HealthServer:
         connect=dsn_connector(config.dsn))
 
 
-async def _dispatch(parts: Parts) -> bool:
+async def dispatch(parts: Parts, *, watch_loop: bool = True) -> bool:
     """Wait for a usable schema, load endpoints, run the claimer until stopped, drain,
-    record what is left. False when it could not start (``--once`` only)."""
+    record what is left. False when it could not start (``--once`` only).
+    ``watch_loop``: also sample the event loop's lag (once per process)."""
     config, control = parts.config, parts.control
     verdict = await parts.gate.wait(control.stopping, once=parts.once is not None,
                                     interval=min(max(config.poll_interval, 0.1), 5.0),
@@ -168,8 +186,9 @@ async def _dispatch(parts: Parts) -> bool:
 
     await retry_until(load_endpoints, control.stopping, max_wait=10.0)
     completer = asyncio.create_task(parts.completer.run(), name="completer")
-    helpers = [asyncio.create_task(parts.maintenance.run(), name="maintenance"),
-               asyncio.create_task(parts.metrics.loop_lag.run(), name="loop lag")]
+    helpers = [asyncio.create_task(parts.maintenance.run(), name="maintenance")]
+    if watch_loop:
+        helpers.append(asyncio.create_task(parts.metrics.loop_lag.run(), name="loop lag"))
     if parts.once is not None:
         await parts.once.before()
     else:
@@ -186,10 +205,21 @@ async def _dispatch(parts: Parts) -> bool:
         except TimeoutError:
             control.give_up.set()
     finally:
-        for task in (completer, *helpers):
-            task.cancel()
-        await asyncio.gather(completer, *helpers, return_exceptions=True)
+        await cancel_all([completer, *helpers])
     return True
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the tasks and wait for their end, cancelling again those still running each
+    second: on Python 3.11 a cancellation that meets a timeout's end (``wait_for``, a
+    connect's timeout) can be lost, and the task would run on for ever (a listener
+    stopped while it was connecting did, with --databases)."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=1.0)
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run(config: DispatcherConfig) -> int:
@@ -197,7 +227,7 @@ async def run(config: DispatcherConfig) -> int:
     raise_open_files_limit()
     quiet_resource_errors(asyncio.get_running_loop())
     parts = build(config)
-    _install_signals(parts.control)
+    install_signals(parts.control)
     server = None if parts.once is not None else _health_server(parts)
     try:
         if server is not None:
@@ -206,7 +236,7 @@ async def run(config: DispatcherConfig) -> int:
             except OSError as exc:
                 log.error("%s", exc)
                 return 1
-        started = await _dispatch(parts)
+        started = await dispatch(parts)
         summary = await parts.once.summary() if parts.once is not None and started else None
     finally:
         await parts.maintenance.resign()

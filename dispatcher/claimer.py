@@ -95,6 +95,7 @@ class Claimer:
         self._ring = Ring()
         self._rate_turns = rate.Turns()
         self._throttled: float | None = None
+        self.claims = 0  # claim statements run (with --databases: has it looked yet?)
         self._lean = False  # the last claim took fewer than LEAN_CLAIM rows
         self._row_bytes = 0.0  # payload bytes per row of the last claim that took any
         self._may_skip_walk = True  # the next stale walk may wait one claim (_plan)
@@ -278,6 +279,7 @@ class Claimer:
             self._wake.clear()
             try:
                 more = await self.claim_once()
+                self.claims += 1
                 outage = 0.0
             except DatabaseDown:
                 # Capped, growing pauses while the database is away; wake-ups

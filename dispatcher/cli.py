@@ -35,6 +35,7 @@ _Parser = OneLineParser
 # The variables the dispatcher reads beside those of _spec(), by the setting they give
 # (see build_config); OTEL_TRACES_EXPORTER is OpenTelemetry's own, read as its SDK does.
 _OTHER_VARIABLES = {"dsn": "OUTBOX_DSN", "listen_dsn": "OUTBOX_LISTEN_DSN",
+                    "databases": "OUTBOX_DATABASES",
                     "allow_networks": "OUTBOX_ALLOW_NETWORK",
                     "traces_exporter": "OTEL_TRACES_EXPORTER",
                     "https_proxy": "HTTPS_PROXY", "http_proxy": "HTTP_PROXY",
@@ -57,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"outbox-dispatcher {version()}")
     p.add_argument("--dsn",
                    help="database URL (default: $OUTBOX_DSN, $DATABASE_URL, PG* variables)")
+    p.add_argument("--databases", metavar="FILE",
+                   help="serve every database this file lists (not with --dsn; "
+                        "default: $OUTBOX_DATABASES)")
+    p.add_argument("--max-connections", type=_int, metavar="N",
+                   help="with --databases: most connections to the database servers "
+                        "(default 20)")
+    p.add_argument("--sweep-interval", type=seconds, metavar="SECONDS",
+                   help="with --databases: how often a database without recent work is "
+                        "looked at (default 30; 0 = off)")
     p.add_argument("--listen-dsn", metavar="DSN",
                    help="a direct connection for LISTEN when --dsn goes through a "
                         "transaction pooler (default: $OUTBOX_LISTEN_DSN, else --dsn)")
@@ -107,6 +117,8 @@ def _from_env(environ: Mapping[str, str], name: str, convert: Callable[[str], An
 def _spec() -> dict[str, tuple[str, Callable[[str], Any]]]:
     """Per option: the variable it reads and how its text converts."""
     return {
+        "max_connections": ("OUTBOX_MAX_CONNECTIONS", _int),
+        "sweep_interval": ("OUTBOX_SWEEP_INTERVAL", seconds),
         "metrics_host": ("OUTBOX_METRICS_HOST", str),
         "metrics_port": ("OUTBOX_METRICS_PORT", _int),
         "concurrency": ("OUTBOX_CONCURRENCY", _int),
@@ -167,11 +179,26 @@ def build_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Disp
     if allow is None and environ.get("OUTBOX_ALLOW_NETWORK"):
         allow = environ["OUTBOX_ALLOW_NETWORK"].replace(",", " ").split()
     values["allow_networks"] = tuple(allow or ())
+    if args.dsn is not None and args.databases is not None:
+        raise ConfigError("--dsn and --databases cannot be used together: give one database "
+                          "with --dsn, or a file of them with --databases")
+    databases = args.databases or ("" if args.dsn is not None
+                                   else environ.get("OUTBOX_DATABASES", ""))
+    values["databases"] = databases
+    if databases:  # OUTBOX_DSN, DATABASE_URL and OUTBOX_LISTEN_DSN name one database only
+        return _finish(values, args.listen_dsn or "", environ)
     values["dsn"] = resolve_dsn(args.dsn, environ)
-    listen = args.listen_dsn or environ.get("OUTBOX_LISTEN_DSN") or ""
+    return _finish(values, args.listen_dsn or environ.get("OUTBOX_LISTEN_DSN") or "",
+                   environ)
+
+
+def _finish(values: dict[str, Any], listen: str, environ: Mapping[str, str]
+            ) -> DispatcherConfig:
+    """The DSNs checked, and the settings read from other variables."""
     values["listen_dsn"] = resolve_dsn(listen, {}) if listen else ""
     try:
-        check_dsn(values["dsn"])
+        if not values["databases"]:
+            check_dsn(values["dsn"])
         if values["listen_dsn"]:
             check_dsn(values["listen_dsn"])
     except InvalidDsn as exc:
@@ -196,13 +223,18 @@ def _either_case(environ: Mapping[str, str], name: str) -> str:
 
 
 def _warn_about_environment(environ: Mapping[str, str], dsn: str) -> None:
+    _warn_about_variables(environ)
+    hint = nothing_configured(dsn, environ)
+    if hint:
+        logging.getLogger("dispatcher").warning(
+            "%s; trying libpq's defaults (the local socket)", hint)
+
+
+def _warn_about_variables(environ: Mapping[str, str]) -> None:
     log = logging.getLogger("dispatcher")
     for name, close in unknown_variables(environ):
         log.warning("unknown environment variable %s ignored%s", name,
                     f" (did you mean {close}?)" if close else "")
-    hint = nothing_configured(dsn, environ)
-    if hint:
-        log.warning("%s; trying libpq's defaults (the local socket)", hint)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -222,6 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"outbox-dispatcher: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if config.databases:
+        return _many(config)
     setup_logging(config.log_format, config.log_level)
     _warn_about_environment(os.environ, config.dsn)
     from dispatcher.app import run
@@ -232,6 +266,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         with asyncio.Runner() as runner:
             return runner.run(run(config))
     except KeyboardInterrupt:  # a second Ctrl-C while shutting down
+        return 130
+
+
+def _many(config: DispatcherConfig) -> int:
+    """``--databases``: the file read (and its catalog) before anything starts; a bad one
+    exits 2, a catalog database that is down is tried again once running."""
+    from outbox._shared.database_catalog import first
+    from outbox._shared.databases import BadDatabasesFile
+
+    environ = dict(os.environ)
+    try:
+        listed = first(config.databases, environ)
+    except BadDatabasesFile as exc:
+        print(f"outbox-dispatcher: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(config.log_format, config.log_level)
+    _warn_about_variables(environ)
+    from dispatcher.many.supervisor import run
+
+    try:
+        with asyncio.Runner() as runner:
+            return runner.run(run(config, config.databases, listed, environ))
+    except KeyboardInterrupt:
         return 130
 
 

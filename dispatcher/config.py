@@ -19,6 +19,10 @@ from dispatcher.http.netguard import parse_allow_list
 from dispatcher.http.proxy import ProxyRoutes
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+SITE_CONNECTIONS = 5
+"""Connections one database served with pinned connections may hold (with --databases)."""
+MIN_CONNECTIONS = SITE_CONNECTIONS + 2
+"""The least --max-connections: one database pinned, the membership session, one look."""
 
 
 class ConfigError(ValueError):
@@ -32,6 +36,23 @@ class DispatcherConfig:
     listen_dsn: str = ""
     """A direct connection (not through a transaction pooler) for LISTEN. Defaults to ""
     (LISTEN on ``dsn``)."""
+    databases: str = ""
+    """A databases file (TOML: ``[[database]]`` entries, ``refresh``, an optional
+    ``[catalog]``): serve every database it lists, sharing them with the dispatchers
+    given the same file. Cannot be given with ``--dsn``; with it, OUTBOX_DSN and
+    DATABASE_URL are ignored. Defaults to none (one database, ``--dsn``)."""
+    max_connections: int = 20
+    """With ``--databases``: the most connections this dispatcher holds to the database
+    servers, however many databases it serves. Databases with recent work hold up to 5
+    each (and LISTEN); the others hold none and are looked at with a short-lived one.
+    Defaults to 20."""
+    sweep_interval: float = 30.0
+    """With ``--databases``: how often a database without recent work is looked at with
+    a short-lived connection, jittered. Beside the sweep, such a database is looked at
+    when the hint (each server's ``pg_stat_database``, read every second through one
+    connection per server) shows rows inserted in it, and when a retry it holds comes
+    due. 0 turns the sweep off (hosts that bill or wake per connection). Defaults to
+    30."""
     traces_exporter: str = ""
     """OpenTelemetry's ``OTEL_TRACES_EXPORTER``, as the SDK reads it: the exporters of the
     attempt spans. Defaults to "" (no spans); the SDK reads the other OTEL_* itself."""
@@ -40,7 +61,8 @@ class DispatcherConfig:
     metrics_port: int = 9464
     """Port of the metrics and health server (0: pick a free one). Defaults to 9464."""
     concurrency: int = 64
-    """HTTP requests in flight at once, over all endpoints. Defaults to 64."""
+    """HTTP requests in flight at once, over all endpoints (with ``--databases``: of each
+    database served with pinned connections). Defaults to 64."""
     batch_size: int = 1000
     """Most deliveries claimed by one claim statement. Defaults to 1000 (ten requests to an
     endpoint taking batches of 100; one-event requests stay within the free slots)."""
@@ -97,11 +119,24 @@ class DispatcherConfig:
             raise ConfigError(f"--log-format must be text or json, not {self.log_format!r}")
         if self.log_level.upper() not in LOG_LEVELS:
             raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}")
+        self._check_many()
         if self.retention < timedelta(0):
             raise ConfigError("--retention must not be negative")
         for item in self.allow_networks:
             _check_allow(item)
         self.proxies()  # raises ConfigError for a proxy it cannot use
+
+    def _check_many(self) -> None:
+        """The settings of --databases."""
+        if not MIN_CONNECTIONS <= self.max_connections <= 10_000:
+            raise ConfigError(f"--max-connections must be between {MIN_CONNECTIONS} and 10000, "
+                              f"not {self.max_connections}")
+        if self.sweep_interval != 0 and not 1 <= self.sweep_interval <= 86_400:
+            raise ConfigError("--sweep-interval must be 0 (off) or between 1 and 86400 seconds")
+        if self.databases and (self.dsn or self.listen_dsn or self.once):
+            raise ConfigError("--databases serves every database of its file: it cannot be "
+                              "given with --dsn, --listen-dsn (give listen_dsn in the file) "
+                              "or --once")
 
     def proxies(self) -> ProxyRoutes:
         """The proxies requests go through, and the hosts that skip them."""

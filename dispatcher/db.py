@@ -118,8 +118,13 @@ def refused(exc: BaseException) -> bool:
 class Health:
     """Whether the database answered the last statement anyone sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str | None = None, *, quiet: bool = False) -> None:
+        """``name``: the database's, in its log lines when there are several; ``quiet``:
+        log nothing (a short look whose caller says what it found)."""
+        self._name = f"database {name}" if name else "database"
+        self._quiet = quiet
         self.db_ok = False
+        self.why: str | None = None  # why the database is not usable, as last said
         self.schema_ok = False  # set by the schema gate once the schema is one we can use
         self._said: str | None = None  # the last state logged, so each change logs once
 
@@ -129,15 +134,16 @@ class Health:
         return self.db_ok and self.schema_ok
 
     def up(self) -> None:
-        if self._said != "up":
-            log.info("database is reachable")
+        if self._said != "up" and not self._quiet:
+            log.info("%s is reachable", self._name)
             self._said = "up"
         self.db_ok = True
 
     def down(self, why: str) -> None:
-        if self._said != why:
-            log.warning("database is not usable, retrying: %s", why)
+        if self._said != why and not self._quiet:
+            log.warning("%s is not usable, retrying: %s", self._name, why)
             self._said = why
+        self.why = why
         self.db_ok = False
 
 

@@ -9,9 +9,33 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from contextvars import ContextVar
 from datetime import UTC, datetime
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+DATABASE: ContextVar[str | None] = ContextVar("database", default=None)
+"""The database the running task serves, when the process serves several: its parts'
+log lines name it (:class:`DatabaseTag`). Tasks inherit it from the task that made them."""
+
+
+class DatabaseTag(logging.Filter):
+    """Names the database in each line logged on its behalf: ``database NAME: ...`` in
+    the text, and a ``database`` field in JSON."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = DATABASE.get()
+        if name is not None and not hasattr(record, "database"):
+            record.database = name
+            record.msg = f"database {name}: {record.msg}"
+        return True
+
+
+def tag_databases() -> None:
+    """From now on, lines logged for one database name it (see :class:`DatabaseTag`)."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(DatabaseTag())
 
 
 class JsonFormatter(logging.Formatter):

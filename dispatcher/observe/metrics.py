@@ -169,7 +169,7 @@ class _Backlog:
         return [pending, oldest, circuit, bound, tenants, largest, enabled]
 
 
-class _BuildInfo:
+class BuildInfo:
     """``outbox_build_info``: which build runs, for dashboards to join on (always 1)."""
 
     def describe(self) -> Iterable[Metric]:
@@ -181,6 +181,16 @@ class _BuildInfo:
             "version it is built for; always 1.", labels=["version", "schema_version"])
         info.add_metric([version(), str(SCHEMA_VERSION)], 1.0)
         return [info]
+
+
+def register_process_wide(registry: CollectorRegistry, loop_lag: LoopLag) -> None:
+    """The series of the process as a whole: the loop's lag, the process, the platform,
+    the garbage collector and the build."""
+    registry.register(LoopLagCollector(loop_lag))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    registry.register(BuildInfo())
 
 
 class _Series(NamedTuple):
@@ -195,7 +205,11 @@ class Metrics:
     """The dispatcher's metrics in a registry of their own; the loop calls the verbs."""
 
     def __init__(self, *, stale_after: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 process_wide: bool = True) -> None:
+        """``process_wide``: also the series of the process (``process_*``, ``python_*``,
+        the loop's lag, the build); False for one database's share of a process serving
+        several (:mod:`dispatcher.observe.by_database` labels and gathers them)."""
         self.registry = CollectorRegistry()
         self._stale_after = stale_after
         self._clock = clock
@@ -231,11 +245,8 @@ class Metrics:
         self.horizon = HorizonWatch(clock, stale_after)
         self.registry.register(HorizonCollector(self.horizon))
         self.loop_lag = LoopLag()
-        self.registry.register(LoopLagCollector(self.loop_lag))
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
-        self.registry.register(_BuildInfo())
+        if process_wide:
+            register_process_wide(self.registry, self.loop_lag)
 
     # -- what the delivery loop reports -------------------------------------
 

@@ -74,13 +74,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from dispatcher import db
-from dispatcher.observe.metrics import Metrics
 from outbox._shared.text import first_line
 
 log = logging.getLogger("dispatcher.observe.server")
@@ -100,6 +99,17 @@ _NO_LINGER = struct.pack("ii", 1, 0)  # struct linger {on, 0 s}: close() resets
 _TEXT = "text/plain; charset=utf-8"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             500: "Internal Server Error", 503: "Service Unavailable"}
+
+class Exposition(Protocol):
+    """What the server shows at /metrics: :class:`~dispatcher.observe.metrics.Metrics`,
+    or the metrics of many databases (:mod:`dispatcher.observe.by_database`)."""
+
+    def render(self) -> bytes: ...
+
+    def backlog_age(self) -> float | None: ...
+
+    async def refresh_backlog(self, conn: psycopg.AsyncConnection[Any]) -> None: ...
+
 
 Connector = Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]]
 """Opens a database connection for one backlog measurement, and closes it after."""
@@ -157,7 +167,7 @@ def _check(probe: Callable[[], bool], what: str) -> bool:
 class HealthServer:
     """Serves /metrics, /healthz and /readyz until stopped; ``port`` is the bound port."""
 
-    def __init__(self, metrics: Metrics, *, is_alive: Callable[[], bool],
+    def __init__(self, metrics: Exposition, *, is_alive: Callable[[], bool],
                  is_ready: Callable[[], bool], host: str, port: int,
                  connect: Connector | None = None, scrape_timeout: float = 2.0,
                  write_timeout: float = _WRITE_TIMEOUT) -> None:

@@ -25,6 +25,10 @@ PROJECT_METRICS = {
     "outbox_db_horizon_held_seconds": ("gauge", set()),
     "outbox_event_loop_lag_seconds": ("gauge", set()),
 }
+# With --databases only (docs/scaling.md): which databases the dispatcher serves.
+MANY_METRICS = {
+    "outbox_database_up": ("gauge", {"database"}),
+}
 # The standard collectors' series every Python exporter has (names' prefixes).
 STANDARD_PREFIXES = ("process_", "python_")
 FAILURE_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")

@@ -161,14 +161,15 @@ class Dispatcher:
     SIGTERM (SIGKILL if it overstays its deadline).
     """
 
-    def __init__(self, dsn: str, *args: str, env: Mapping[str, str] | None = None,
+    def __init__(self, dsn: str | None, *args: str, env: Mapping[str, str] | None = None,
                  once: bool = False, cwd: Path | None = None,
                  open_files: int | None = None) -> None:
         """``cwd``: where it runs (``python -m`` imports from there first: an old release);
-        ``open_files``: the process's RLIMIT_NOFILE, soft and hard (``ulimit -n``)."""
+        ``open_files``: the process's RLIMIT_NOFILE, soft and hard (``ulimit -n``);
+        ``dsn`` None: no ``--dsn`` (``--databases`` among ``args``)."""
         self.port = free_port()
         self.open_files = open_files
-        self.argv = [sys.executable, "-m", "dispatcher", "--dsn", dsn,
+        self.argv = [sys.executable, "-m", "dispatcher", *(["--dsn", dsn] if dsn else []),
                      "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port),
                      *FAST_ARGS, *(["--once"] if once else []), *args]
         self.env = clean_environment(env)

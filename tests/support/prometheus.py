@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.support.contract import METRICS, PROJECT_METRICS
+from tests.support.contract import MANY_METRICS, METRICS, PROJECT_METRICS
 from tests.support.process import LocalServer
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
@@ -66,7 +66,7 @@ def metric_names(expr: str) -> set[str]:
 def allowed_series() -> set[str]:
     """Series a rule or panel may read: the dispatcher's (histograms' too) and EXTERNAL's."""
     allowed = set(EXTERNAL)
-    for name, (kind, _) in {**METRICS, **PROJECT_METRICS}.items():
+    for name, (kind, _) in {**METRICS, **PROJECT_METRICS, **MANY_METRICS}.items():
         allowed.add(name)
         if kind == "histogram":
             allowed |= {f"{name}_bucket", f"{name}_count", f"{name}_sum"}

@@ -1,0 +1,90 @@
+"""The metrics of a dispatcher serving many databases: each series labelled ``database``.
+
+Each database keeps a :class:`~dispatcher.observe.metrics.Metrics` of its own
+(its counters survive the database's connections being given back and taken
+again), without the series of the process. At each scrape
+:class:`ByDatabase` collects them all, adds ``database="NAME"`` to every
+sample and gathers the samples of one name into one family, so that the text
+holds each name once, as Prometheus expects. ``outbox_database_up`` says which
+databases this dispatcher serves (1) and which it has set aside (0); those it
+leaves to other dispatchers have no series. With a lone ``--dsn`` none of this
+is built, and no series carries the label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from dispatcher.observe.loop_lag import LoopLag
+from dispatcher.observe.metrics import Metrics, register_process_wide
+
+
+class ByDatabase:
+    """Every database's metrics, labelled with its name; and whether each is served."""
+
+    def __init__(self) -> None:
+        self._sites: dict[str, Metrics] = {}
+        self._up: dict[str, bool] = {}
+
+    def of(self, name: str) -> Metrics:
+        """The database's metrics, made on first use and kept while the process runs."""
+        metrics = self._sites.get(name)
+        if metrics is None:
+            metrics = self._sites[name] = Metrics(process_wide=False)
+        return metrics
+
+    def served(self, name: str, up: bool) -> None:
+        """This dispatcher serves the database (up), or has set it aside (not up)."""
+        self._up[name] = up
+
+    def left(self, name: str) -> None:
+        """The database is another dispatcher's now, or no longer listed: no up series."""
+        self._up.pop(name, None)
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+    def collect(self) -> Iterable[Metric]:
+        merged: dict[str, Metric] = {}
+        for name, metrics in sorted(self._sites.items()):
+            for family in metrics.registry.collect():
+                into = merged.get(family.name)
+                if into is None:
+                    into = merged[family.name] = Metric(family.name, family.documentation,
+                                                        family.type, family.unit)
+                into.samples.extend(sample._replace(labels={**sample.labels, "database": name})
+                                    for sample in family.samples)
+        up = GaugeMetricFamily(
+            "outbox_database_up", "1 for each database this dispatcher serves, 0 for one it "
+            "has set aside (unreachable, refused, or without a schema it can use).",
+            labels=["database"])
+        for name, served in sorted(self._up.items()):
+            up.add_metric([name], 1.0 if served else 0.0)
+        return [*merged.values(), up]
+
+
+class FleetMetrics:
+    """The process's registry: its own series, and every database's, labelled."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.databases = ByDatabase()
+        self.registry.register(self.databases)
+        self.loop_lag = LoopLag()
+        register_process_wide(self.registry, self.loop_lag)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def backlog_age(self) -> float | None:
+        """Each database's backlog is measured by its own upkeep, not at the scrape."""
+        return None
+
+    async def refresh_backlog(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Nothing: the scrape opens no connection of its own (see :meth:`backlog_age`)."""

@@ -1,0 +1,50 @@
+-- name: database_due
+-- A database served by no pinned connection, looked at through a short-lived
+-- one: when its next delivery comes due (NULL: nothing waits; parked keys at
+-- 'infinity' and disabled or removed endpoints' rows do not count), whether a
+-- lease ran out (a dispatcher died holding it), and the database's clock. One
+-- look per endpoint down deliveries_pending, so a backlog costs no scan.
+SELECT (SELECT pg_catalog.min(n.next_attempt_at)
+        FROM outbox.endpoints e
+        CROSS JOIN LATERAL (
+            SELECT d.next_attempt_at
+            FROM outbox.deliveries d
+            WHERE d.endpoint_id = e.id AND d.state = 'pending'
+              AND d.next_attempt_at < 'infinity'
+            ORDER BY d.next_attempt_at
+            LIMIT 1
+        ) n
+        WHERE e.enabled AND e.removed_at IS NULL),
+       EXISTS (SELECT FROM outbox.deliveries d
+               WHERE d.state = 'in_flight' AND d.lease_expires_at < pg_catalog.now()),
+       pg_catalog.now();
+
+-- name: databases_activity
+-- The hint of a server's databases: rows inserted in each since the server
+-- started (publish() inserts, the dispatcher's looks do not). One read per
+-- server tells which of its databases had a commit worth a look.
+SELECT s.datname::text, s.tup_inserted
+FROM pg_catalog.pg_stat_database s
+WHERE s.datname IS NOT NULL;
+
+-- name: fleet_beat
+-- A dispatcher serving many databases is alive: its session in the home
+-- database carries its fleet, its id and the moment of its last beat (the
+-- database's clock) in application_name, which every role may read in
+-- pg_stat_activity. No table, no write; a session that ends takes it along.
+SELECT pg_catalog.set_config(
+    'application_name',
+    %(prefix)s::text
+        || pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.now()))::bigint::text,
+    false);
+
+-- name: fleet_members
+-- The members of a fleet whose last beat is younger than the lease: the ids
+-- to hash the databases over.
+SELECT DISTINCT pg_catalog.split_part(a.application_name, ' ', 4)
+FROM pg_catalog.pg_stat_activity a
+WHERE a.datname = pg_catalog.current_database()
+  AND a.application_name LIKE %(pattern)s::text
+  AND pg_catalog.split_part(a.application_name, ' ', 5) ~ '^[0-9]{1,12}$'
+  AND pg_catalog.split_part(a.application_name, ' ', 5)::bigint
+      > pg_catalog.date_part('epoch', pg_catalog.now())::float8 - %(lease)s::float8;

@@ -1,0 +1,31 @@
+"""With --databases every series carries its database, each name once in the text."""
+
+from __future__ import annotations
+
+from dispatcher.observe.by_database import FleetMetrics
+
+
+def test_each_databases_series_carries_its_name_and_families_come_once() -> None:
+    """Two databases' counters come labelled with their names, under one HELP and TYPE."""
+    metrics = FleetMetrics()
+    metrics.databases.of("tenant-a").delivered("hook", 0.2)
+    metrics.databases.of("tenant-b").delivered("hook", 0.3)
+    metrics.databases.of("tenant-b").delivered("hook", 0.3)
+    text = metrics.render().decode()
+    assert 'outbox_delivered_total{database="tenant-a",endpoint="hook"} 1.0' in text
+    assert 'outbox_delivered_total{database="tenant-b",endpoint="hook"} 2.0' in text
+    assert text.count("# TYPE outbox_delivered_total counter") == 1
+    assert text.count("# TYPE process_cpu_seconds_total counter") == 1
+
+
+def test_database_up_names_the_served_and_the_set_aside_only() -> None:
+    """outbox_database_up is 1 served, 0 set aside, and absent for a database let go."""
+    metrics = FleetMetrics()
+    metrics.databases.served("tenant-a", True)
+    metrics.databases.served("tenant-b", False)
+    metrics.databases.served("tenant-c", True)
+    metrics.databases.left("tenant-c")
+    text = metrics.render().decode()
+    assert 'outbox_database_up{database="tenant-a"} 1.0' in text
+    assert 'outbox_database_up{database="tenant-b"} 0.0' in text
+    assert "tenant-c" not in text
