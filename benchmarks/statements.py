@@ -1,7 +1,7 @@
 """What the database does per delivered event, statement by statement, for one or more trees.
 
     ./dev bench statements [--against REF ...] [--no-this] [--events N] [--max-batch N]
-                           [--dispatchers N] [--rounds N] [--top N] [--plans]
+                           [--dispatchers N] [--rounds N] [--top N]
 
 Each tree (this one, and every REF installed as the release guard installs
 it) drains the same backlog (``guard_side.py drain``) on one throwaway
@@ -15,9 +15,6 @@ the figures do not depend on how busy the machine is:
   almost none);
 * rows per call of the claim: the events one claim hands over;
 * lock waits the server logged during the drain.
-
-``--plans`` loads ``auto_explain`` as well and prints, per tree, the plan
-(ANALYZE, BUFFERS) of the slowest claim and completion of the drain.
 """
 
 from __future__ import annotations
@@ -36,11 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import guard  # the trees' installs, the receiver's reset
 import throughput  # the receiver
 
-NAMES = (  # the first words of a dispatcher statement, and what it is
+NAMES = (  # the first words of a statement, and its name (earlier trees' too)
     ("WITH wanted AS", "claim"),
+    ("WITH RECURSIVE wanted AS", "claim"),
     ("WITH RECURSIVE floors", "due_endpoints"),
-    ("WITH results AS", "complete"),
+    ("WITH RECURSIVE walk", "due_endpoints"),
     ("WITH r AS", "complete"),
+    ("WITH input AS", "publish_many"),
 )
 
 
@@ -97,7 +96,8 @@ def run_tree(tree: guard.Tree, pg: Any, url: str, args: argparse.Namespace,
           f"{answer['statements'] / events:.4f} transactions/event")
     print(f"  {'statement':<62} {'calls/ev':>9} {'rows/call':>9} {'hit/ev':>8} "
           f"{'read/ev':>8} {'ms/call':>8} {'ms/ev':>7} {'plans/c':>7} {'plan ms':>7}")
-    ranked = sorted(stats.items(), key=lambda kv: -kv[1][4])
+    ranked = sorted(((name, figures) for name, figures in stats.items() if figures[0] > 1),
+                    key=lambda kv: -kv[1][4])  # statements run once (the schema's) left out
     for name, (calls, rows, hit, read, total, plans, plan_ms) in ranked[:args.top]:
         print(f"  {name:<62} {calls / events:9.4f} {rows / max(calls, 1):9.1f} "
               f"{hit / events:8.2f} {read / events:8.3f} {total / max(calls, 1):8.3f} "
@@ -109,14 +109,6 @@ def run_tree(tree: guard.Tree, pg: Any, url: str, args: argparse.Namespace,
     print(f"  lock waits logged (> 5 ms): {len(waits)}")
     for line in waits[:5]:
         print("    " + line[:200])
-    if args.plans:
-        plans = [block for block in log.split("LOG:  duration:")[1:]
-                 if "Query Text" in block]
-        for wanted in ("claim", "complete"):
-            mine = [b for b in plans if name_of(b.split("Query Text:", 1)[1].strip()) == wanted]
-            if mine:
-                slowest = max(mine, key=lambda b: float(b.split(" ms", 1)[0]))
-                print(f"  slowest {wanted} of {len(mine)} logged: {slowest[:args.plan_chars]}")
 
 
 def main() -> None:
@@ -128,23 +120,20 @@ def main() -> None:
     parser.add_argument("--dispatchers", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--top", type=int, default=12)
-    parser.add_argument("--plans", action="store_true")
-    parser.add_argument("--plan-chars", type=int, default=6000)
     args = parser.parse_args()
     from outbox.testing import Receiver, TemporaryPostgres
 
-    trees = [] if args.no_this else [guard.this_tree()]
-    trees += [guard.install_ref(ref) for ref in args.against]
-    settings = {"shared_preload_libraries": "pg_stat_statements"
-                + (",auto_explain" if args.plans else ""),
+    try:
+        trees = [] if args.no_this else [guard.this_tree()]
+        trees += [guard.install_ref(ref) for ref in args.against]
+    except guard.BadRef as error:
+        parser.exit(2, f"statements: {error}\n")
+    except guard.GuardError as error:
+        parser.exit(1, f"statements: {error}\n")
+    settings = {"shared_preload_libraries": "pg_stat_statements",
                 "pg_stat_statements.track": "top", "pg_stat_statements.track_planning": "on",
                 "log_lock_waits": "on",
                 "deadlock_timeout": "5ms", "track_io_timing": "on"}
-    if args.plans:
-        settings.update({"auto_explain.log_min_duration": "0",
-                         "auto_explain.log_analyze": "on", "auto_explain.log_buffers": "on",
-                         "auto_explain.log_timing": "off",
-                         "auto_explain.sample_rate": "0.02"})
     made = [0]
     with (TemporaryPostgres(fsync=True, tmpfs=False, settings=settings) as pg,
           Receiver(throughput.Arrivals(), record=False) as rx):
