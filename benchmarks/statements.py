@@ -1,7 +1,7 @@
 """What the database does per delivered event, statement by statement, for one or more trees.
 
     ./dev bench statements [--against REF ...] [--no-this] [--events N] [--max-batch N]
-                           [--dispatchers N] [--rounds N] [--top N]
+                           [--dispatchers N] [--tenants N] [--rounds N] [--top N]
 
 Each tree (this one, and every REF installed as the release guard installs
 it) drains the same backlog (``guard_side.py drain``) on one throwaway
@@ -79,7 +79,8 @@ def run_tree(tree: guard.Tree, pg: Any, url: str, args: argparse.Namespace,
         done = subprocess.run(
             [str(tree.python), str(guard.ROOT / "benchmarks" / "guard_side.py"), "drain",
              "--dsn", pg.dsn_for(dbname), "--url", url, "--events", str(args.events),
-             "--max-batch", str(args.max_batch), "--dispatchers", str(args.dispatchers)],
+             "--max-batch", str(args.max_batch), "--dispatchers", str(args.dispatchers),
+             *(["--tenants", str(args.tenants)] if args.tenants else [])],
             cwd=tree.folder, env=guard.side_env(), capture_output=True, text=True,
             check=False, timeout=1200)
         if done.returncode != 0:
@@ -118,6 +119,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--max-batch", type=int, default=1)
     parser.add_argument("--dispatchers", type=int, default=1)
+    parser.add_argument("--tenants", type=int, default=0,
+                        help="the backlog spread over this many tenants (trees with tenants)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
