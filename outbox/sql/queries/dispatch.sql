@@ -158,26 +158,30 @@ limits AS MATERIALIZED (
                AS wanted_rows) z
 ),
 -- sole: the tenant of the endpoint's earliest pending row from its floor, and
--- whether no pending row of another tenant exists (a descent or three over
--- deliveries_turns, whose entries go by tenant, the untenanted last).
+-- whether no pending row of another tenant exists: one to three descents of
+-- deliveries_turns, whose entries go by tenant, the untenanted last. Each
+-- look is a scalar sub-select ordered as that index is, so that no plan can
+-- read the endpoint's rows instead (an EXISTS loses its ORDER BY and LIMIT,
+-- and its plan bets on an early match: a scan of every row when none is).
 sole AS MATERIALIZED (
     SELECT l.endpoint_id, f.tenant,
-           CASE WHEN f.tenant IS NULL THEN NOT EXISTS (
-                    SELECT FROM outbox.deliveries d
+           CASE WHEN f.tenant IS NULL THEN (
+                    SELECT true FROM outbox.deliveries d
                     WHERE d.endpoint_id = l.endpoint_id AND d.state = 'pending'
-                      AND d.tenant IS NOT NULL)
-                ELSE NOT EXISTS (
-                    SELECT FROM outbox.deliveries d
-                    WHERE d.endpoint_id = l.endpoint_id AND d.state = 'pending'
-                      AND d.tenant < f.tenant)
-                 AND NOT EXISTS (
-                    SELECT FROM outbox.deliveries d
-                    WHERE d.endpoint_id = l.endpoint_id AND d.state = 'pending'
-                      AND d.tenant > f.tenant)
-                 AND NOT EXISTS (
-                    SELECT FROM outbox.deliveries d
-                    WHERE d.endpoint_id = l.endpoint_id AND d.state = 'pending'
-                      AND d.tenant IS NULL)
+                      AND d.tenant IS NOT NULL
+                    ORDER BY d.tenant LIMIT 1) IS NULL
+                ELSE (SELECT true FROM outbox.deliveries d
+                      WHERE d.endpoint_id = l.endpoint_id AND d.state = 'pending'
+                        AND d.tenant IS NULL AND d.next_attempt_at >= l.floor
+                      ORDER BY d.tenant, d.next_attempt_at LIMIT 1) IS NULL
+                 AND (SELECT true FROM outbox.deliveries d
+                      WHERE d.endpoint_id = l.endpoint_id AND d.state = 'pending'
+                        AND d.tenant < f.tenant
+                      ORDER BY d.tenant LIMIT 1) IS NULL
+                 AND (SELECT true FROM outbox.deliveries d
+                      WHERE d.endpoint_id = l.endpoint_id AND d.state = 'pending'
+                        AND d.tenant > f.tenant
+                      ORDER BY d.tenant LIMIT 1) IS NULL
            END AS alone
     FROM limits l
     CROSS JOIN LATERAL (
