@@ -1,5 +1,6 @@
-"""The claim's plan on a real PostgreSQL: its cost follows the rows it takes, never their
-square (a nested loop that scans a CTE of the claimed rows once per claimed row)."""
+"""The claim's and the completion's plans on a real PostgreSQL: their cost follows the rows
+they take or finish, never their square (a nested loop that scans a CTE of the claimed rows
+once per claimed row), nor every row in flight in the table."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import outbox
 from dispatcher.limits.quota import HELD_BYTES
 from dispatcher.limits.rate import PACE
 from dispatcher.limits.ring import RING_STEPS
+from dispatcher.policy.model import ClaimRow, Record
 from outbox.sql import queries
+from tests.support.claiming import claim
 
 Conn = psycopg.Connection[Any]
 PER_ROW = {"locked", "sized", "grouped", "packed", "claimed"}
@@ -62,3 +65,30 @@ def test_the_claim_scans_its_claimed_rows_once_whatever_their_number(conn: Conn)
         loops = _scans(conn, endpoint, 400, max_batch)
         assert loops, "no CTE of the claimed rows in the plan"
         assert max(loops.values()) == 1, loops
+
+
+def test_a_completion_reads_its_own_rows_whatever_else_is_in_flight(conn: Conn) -> None:
+    """300 deliveries in flight, results for 5 of them: the complete statement's plan reads
+    no deliveries but those 5 to find and lock them (it read every row in flight in the
+    table, and every dead entry of the in-flight index, through that index)."""
+    row = conn.execute("INSERT INTO outbox.endpoints (name, url, max_in_flight) "
+                       "VALUES ('e', 'http://127.0.0.1:9/', 1000) RETURNING id").fetchone()
+    assert row is not None
+    outbox.publish_many(conn, [outbox.Event("t", {"n": n}) for n in range(300)])
+    conn.commit()
+    claimed = [ClaimRow._make(found) for found in claim(conn, [int(row[0])], rows=300)]
+    conn.execute("ANALYZE outbox.deliveries")
+    results = [Record(found.id, found.lease_token, "delivered", status=200).as_row()
+               for found in claimed[:5]]
+    with conn.transaction(force_rollback=True):
+        explained = conn.execute(
+            "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + queries["complete"],
+            {"results": json.dumps(results), "slots": "[]", "circuits": "[]"}).fetchone()
+    assert explained is not None
+    document = explained[0] if not isinstance(explained[0], str) else json.loads(explained[0])
+    read = [(node.get("Index Name"), node["Actual Rows"] * node["Actual Loops"])
+            for node in _nodes(document[0]["Plan"])
+            if node.get("Relation Name") == "deliveries" and "Scan" in node["Node Type"]]
+    assert read, "the plan reads no deliveries"
+    assert all(rows <= 5 for _, rows in read), read
+    assert "deliveries_in_flight" not in {index for index, _ in read}, read

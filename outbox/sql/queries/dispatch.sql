@@ -487,11 +487,17 @@ WITH r AS (
            (e->>6)::boolean AS refund, e->>7 AS reason, (e->>8)::float8 AS duration
     FROM jsonb_array_elements(%(results)s::jsonb) AS e
 ),
+-- locked finds its rows by primary key (the id array: a probe per result).
+-- Joined with the results alone, the plan read every row in flight in the
+-- table, all endpoints' (the in-flight index, estimated at a few rows), and
+-- the dead entries that index keeps until a vacuum: 2,940 entries and 174
+-- pages for 42 results.
 locked AS MATERIALIZED (
     SELECT r.*
     FROM r
     JOIN outbox.deliveries d ON d.id = r.id AND d.lease_token = r.token
                                 AND d.state = 'in_flight'
+    WHERE d.id = ANY (ARRAY(SELECT x.id FROM r x))
     ORDER BY d.id
     FOR NO KEY UPDATE OF d
 ),
