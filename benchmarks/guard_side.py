@@ -2,6 +2,7 @@
 
     REF_VENV/bin/python benchmarks/guard_side.py drain --dsn DSN --url URL [--events N]
                                                  [--max-batch N] [--dispatchers N]
+                                                 [--tenants N]
     REF_VENV/bin/python benchmarks/guard_side.py idle --dsn DSN --url URL [--samples N]
 
 Run by the Python of the tree under test (its own virtual environment), from
@@ -15,6 +16,8 @@ one endpoint pointing at URL, the guard's receiver, which answers ``GET
 while the dispatchers start and become ready; enabling it starts them;
 reported are the receiver's first and last arrival and the dispatchers' CPU
 (user + system, from /proc) from the start signal to the last arrival.
+``--tenants N`` spreads the backlog over N tenants in turn (trees that have
+tenants only).
 ``idle`` publishes one event per transaction to a running, idle dispatcher
 and reports each commit-to-arrival time (the receiver's last arrival, on the
 same monotonic clock).
@@ -63,12 +66,20 @@ def prepare(dsn: str, url: str, *, max_batch: int, max_in_flight: int, enabled: 
         conn.commit()
 
 
+def event(n: int, tenants: int) -> outbox.Event:
+    """The backlog's n-th event: of one of ``tenants`` tenants in turn (0: none, as any tree
+    can publish)."""
+    if not tenants:
+        return outbox.Event("bench.event", {"n": n})
+    return outbox.Event("bench.event", {"n": n}, tenant=f"t{n % tenants:05d}")
+
+
 def drain(args: argparse.Namespace) -> dict[str, Any]:
     prepare(args.dsn, args.url, max_batch=args.max_batch, max_in_flight=args.max_in_flight,
             enabled=False)
     with psycopg.connect(args.dsn) as conn:
         for first in range(0, args.events, 5000):
-            outbox.publish_many(conn, [outbox.Event("bench.event", {"n": i})
+            outbox.publish_many(conn, [event(i, args.tenants)
                                        for i in range(first, min(args.events, first + 5000))])
             conn.commit()
     stats = Stats(args.url)
@@ -134,6 +145,7 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=1)
     parser.add_argument("--max-in-flight", type=int, default=64)
     parser.add_argument("--dispatchers", type=int, default=1)
+    parser.add_argument("--tenants", type=int, default=0)
     parser.add_argument("--samples", type=int, default=60)
     args = parser.parse_args()
     print(json.dumps(drain(args) if args.task == "drain" else idle(args)))

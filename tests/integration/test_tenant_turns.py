@@ -172,6 +172,32 @@ def test_a_tenant_with_requests_in_flight_anywhere_waits_its_rounds(conn: Conn,
     assert tenants == ["b", "c", "b", "b", "a", "a", "a", "a"]
 
 
+def test_a_tenant_alone_takes_every_request_and_a_second_one_brings_the_rounds_back(
+        conn: Conn, dsn: str) -> None:
+    """A alone (its rows in flight elsewhere too, and the deliveries without a tenant alone
+    on another endpoint): a claim takes its due rows oldest first, batches of max_batch, as
+    many requests as asked; once B has a row pending, the next claim deals B a round."""
+    endpoint = _endpoint(conn, max_batch=2)
+    _publish(conn, "a", 30)
+    with psycopg.connect(dsn) as other:
+        claim(other, [endpoint], rows=4)
+    rows = [ClaimRow._make(row) for row in claim(conn, [endpoint], rows=10)]
+    assert [row.grp for row in rows] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert {row.tenant for row in rows} == {"a"}
+    ids = [row.id for row in rows]
+    assert ids == sorted(ids)  # published in one batch: due in id order
+    _publish(conn, "b", 2)
+    assert _groups(claim(conn, [endpoint], rows=6))[:2] == [(0, "b"), (1, "a")]
+    untenanted = conn.execute("INSERT INTO outbox.endpoints (name, url, max_batch, "
+                              "max_in_flight) VALUES ('u', 'http://127.0.0.1:9/', 1, 1000) "
+                              "RETURNING id").fetchone()
+    assert untenanted is not None
+    outbox.publish_many(conn, [outbox.Event("t", {"n": n}) for n in range(5)])
+    conn.commit()
+    rows = [ClaimRow._make(row) for row in claim(conn, [int(untenanted[0])], rows=5)]
+    assert [(row.grp, row.tenant) for row in rows] == [(n, None) for n in range(5)]
+
+
 def test_turns_go_within_the_rate_limit_and_the_circuits_probe(conn: Conn) -> None:
     """A rate-limited endpoint deals its turns of the claim's horizon between the tenants;
     an open circuit's one probe goes to one tenant."""
