@@ -43,8 +43,9 @@ SELECT pg_catalog.set_config(
 -- to hash the databases over.
 SELECT DISTINCT pg_catalog.split_part(a.application_name, ' ', 4)
 FROM pg_catalog.pg_stat_activity a
-WHERE a.datname = pg_catalog.current_database()
-  AND a.application_name LIKE %(pattern)s::text
-  AND pg_catalog.split_part(a.application_name, ' ', 5) ~ '^[0-9]{1,12}$'
-  AND pg_catalog.split_part(a.application_name, ' ', 5)::bigint
-      > pg_catalog.date_part('epoch', pg_catalog.now())::float8 - %(lease)s::float8;
+WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+  AND a.application_name OPERATOR(pg_catalog.~~) %(pattern)s::text
+  AND pg_catalog.split_part(a.application_name, ' ', 5) OPERATOR(pg_catalog.~) '^[0-9]{1,12}$'
+  AND pg_catalog.split_part(a.application_name, ' ', 5)::bigint::float8
+      OPERATOR(pg_catalog.>) (pg_catalog.date_part('epoch', pg_catalog.now())::float8
+                              OPERATOR(pg_catalog.-) %(lease)s::float8);
