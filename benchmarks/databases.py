@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -138,6 +138,19 @@ def wait_ids(arrivals: throughput.Arrivals, ids: set[str], timeout: float) -> No
         time.sleep(0.01)
 
 
+def sample(arrivals: throughput.Arrivals, pick: Callable[[], str], gap: float,
+           keep_going: Callable[[int], bool]) -> dict[str, float]:
+    """Events published one at a time, ``gap`` s apart, each into the database ``pick``
+    names, while ``keep_going(events so far)``; once all arrived, their commit moments."""
+    sent: dict[str, float] = {}
+    while keep_going(len(sent)):
+        event, at = publish_one(pick())
+        sent[event] = at
+        time.sleep(gap)
+    wait_ids(arrivals, set(sent), 60)
+    return sent
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -196,12 +209,8 @@ def main() -> None:
             print(f"idle: {held} connections held by 2 dispatchers; CPU {per_hour * 1000:.1f} "
                   f"ms per database per hour ({cpu:.2f} s over {args.idle_seconds:g} s)")
 
-            sent: dict[str, float] = {}
-            for _ in range(args.samples):
-                event, at = publish_one(random.choice(dsns))
-                sent[event] = at
-                time.sleep(0.5)
-            wait_ids(arrivals, set(sent), 60)
+            sent = sample(arrivals, lambda: random.choice(dsns), 0.5,
+                          lambda count: count < args.samples)
             idle = latencies(arrivals, sent)
             print(f"idle latency over {len(idle)} events into databases at random: "
                   f"p50 {pct(idle, 0.5) * 1000:.0f} ms, p99 {pct(idle, 0.99) * 1000:.0f} ms, "
@@ -213,13 +222,9 @@ def main() -> None:
             warm, _at = publish_one(quiet_dsn)
             wait_ids(arrivals, {warm}, 60)
             backlog(dsns[0], args.backlog)
-            quiet: dict[str, float] = {}
             end = time.monotonic() + args.quiet_seconds
-            while time.monotonic() < end:
-                event, at = publish_one(quiet_dsn)
-                quiet[event] = at
-                time.sleep(0.1)
-            wait_ids(arrivals, set(quiet), 60)
+            quiet = sample(arrivals, lambda: quiet_dsn, 0.1,
+                           lambda _count: time.monotonic() < end)
             behind = latencies(arrivals, quiet)
             print(f"a quiet database behind a backlog of {args.backlog:,} in another served by "
                   f"the same dispatcher: p50 {pct(behind, 0.5) * 1000:.0f} ms, p99 "
