@@ -187,7 +187,16 @@ async def connect(dsn: str, role: str) -> psycopg.AsyncConnection[Any]:
 
 
 class Database:
-    """One autocommit connection, reopened on demand after a failure."""
+    """One autocommit connection, reopened on demand after a failure.
+
+    One statement at a time: tasks that share a Database (the maintainer's
+    lease beside ``--once``'s count, say) wait their turn. Behind a pooler a
+    statement is a pipeline of BEGIN, SET LOCAL, the statement and COMMIT, and
+    psycopg lets a second task's statements join a pipeline under way, where
+    they ran after its COMMIT, outside any pinned transaction: with the
+    database's own search_path (``search_path.py``). Waiting for the turn does
+    not count against the answer timeout.
+    """
 
     def __init__(self, dsn: str, health: Health, role: str, *,
                  answer_timeout: float = ANSWER_TIMEOUT) -> None:
@@ -196,10 +205,16 @@ class Database:
         self._role = role
         self._answer_timeout = answer_timeout
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._turn = asyncio.Lock()
 
     async def fetch(self, name: QueryName, params: dict[str, Any] | None = None,
                     ) -> Sequence[tuple[Any, ...]]:
         """Run the named query; its rows (empty for statements without RETURNING)."""
+        async with self._turn:
+            return await self._fetch(name, params)
+
+    async def _fetch(self, name: QueryName, params: dict[str, Any] | None,
+                     ) -> Sequence[tuple[Any, ...]]:
         try:
             async with asyncio.timeout(self._answer_timeout):
                 rows = await self._run(name, params)

@@ -58,6 +58,7 @@ class Listener:
         self._setup_timeout = setup_timeout
         self._warned = False
         self.connected = False
+        self._unset: str | None = None  # why the last setup failed, as logged
         self.working: bool | None = None  # the last round trip's verdict; None: not yet
 
     async def run(self) -> None:
@@ -74,6 +75,8 @@ class Listener:
                     works = await self._round_trip(conn)
                 if works:
                     self.connected = True
+                    self._unset = None
+                    log.info("listening for notifications")
                     delay = 0.2
                     self._endpoints_changed()  # changes made while it was away
                     self._wake()
@@ -87,6 +90,10 @@ class Listener:
                 elif setup.expired():
                     log.warning("listener connection lost while it was set up (not listening "
                                 "within %gs), polling meanwhile", self._setup_timeout)
+                elif first_line(exc) != self._unset:  # each new reason once, not each retry
+                    self._unset = first_line(exc)
+                    log.warning("listener connection could not be set up, polling "
+                                "meanwhile: %s", self._unset)
             finally:
                 self.connected = False
                 if conn is not None:

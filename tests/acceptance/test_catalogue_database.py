@@ -71,6 +71,7 @@ def test_listen_connection_blackholed(dsn: str, receiver: Receiver, fleet: Fleet
     with FaultProxy(pg_port) as proxy:
         dispatcher = fleet.start(dsn=proxy.dsn(dsn), poll_interval=1.0)
         dispatcher.wait_status("/readyz", 200)
+        dispatcher.wait_log("listening for notifications")  # set up: not one about to retry
         [listener] = wait_until(lambda: backends(dsn, "listener"), 10, "the listener")
         cut = listener["client_port"]
         assert proxy.blackhole(lambda link: link.upstream_port == cut) == 1

@@ -139,13 +139,42 @@ def test_nothing_planted_runs_through_the_pooler(dsn: str, bouncer: PgBouncer,
     code, log = run_once(bouncer.dsn_for(dsn), "--retention", "1s")
     assert code == 0, log
     ran = planted.runs(conn)
-    assert ran == [], f"planted code ran: {ran}\n{log}"  # all of it, and the dispatcher's log
+    assert ran == [], f"planted code ran:\n{planted.details(conn)}\n{log}"  # and the log
     # (this session began before the path changed: it meets nothing planted either)
     assert conn.execute("SELECT count(*) FROM outbox.deliveries "
                         "WHERE state = 'delivered'").fetchone() == (7,)
     with psycopg.connect(dsn, autocommit=True) as plain:  # the control
         plain.execute("SELECT 2::numeric * 1.5::float8")
     assert planted.runs(conn) != []
+
+
+def test_statements_sharing_a_pooled_connection_each_keep_their_path(
+        dsn: str, bouncer: PgBouncer, conn: psycopg.Connection[Any]) -> None:
+    """Tasks that share one connection through the pooler (the once pass's count beside the
+    maintainer's lease, say) run their statements one whole transaction after another:
+    none runs between another's SET LOCAL and COMMIT, outside any pinned transaction."""
+    from dispatcher.db import Database, Health
+
+    conn.autocommit = True
+    planted.prepare(conn)
+    planted.plant(conn, "public")
+    conn.execute(sql.SQL("ALTER DATABASE {} SET search_path = public, pg_catalog").format(
+        sql.Identifier(conn.info.dbname)))
+    me = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+
+    async def scenario() -> None:
+        database = Database(bouncer.dsn_for(dsn), Health(), "test")
+        try:
+            await database.fetch("ping")  # connected: the tasks below share its connection
+            await asyncio.gather(*(database.fetch(name, params) for _ in range(10)
+                                   for name, params in (("pending_count", {}),
+                                                        ("maintainer_resign", {"me": me}),
+                                                        ("heartbeat_sweep", None))))
+        finally:
+            await database.close()
+
+    asyncio.run(scenario())
+    assert planted.runs(conn) == [], planted.details(conn)
 
 
 def test_a_failed_statement_leaves_the_pooled_connection_usable(

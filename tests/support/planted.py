@@ -47,7 +47,10 @@ _RECORD = ("BEGIN INSERT INTO public.planted_runs (who, what) VALUES (current_us
 
 def prepare(conn: psycopg.Connection[Any]) -> None:
     """The record of runs, which every role may write."""
-    conn.execute("CREATE TABLE public.planted_runs (who text NOT NULL, what text NOT NULL)")
+    conn.execute("CREATE TABLE public.planted_runs (who text NOT NULL, what text NOT NULL,"
+                 " app text DEFAULT pg_catalog.current_setting('application_name'),"
+                 " pid integer DEFAULT pg_catalog.pg_backend_pid(),"
+                 " query text DEFAULT pg_catalog.current_query())")
     conn.execute("GRANT INSERT, SELECT ON public.planted_runs TO PUBLIC")
 
 
@@ -123,6 +126,14 @@ def runs(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
     """Who ran what of the planted code, in the order they did."""
     return [(str(who), str(what)) for who, what in conn.execute(
         "SELECT who, what FROM public.planted_runs").fetchall()]
+
+
+def details(conn: psycopg.Connection[Any]) -> str:
+    """Each planted run with the session that made it (application_name, backend pid) and
+    the statement it was running, a line each: what a failing test prints."""
+    return "\n".join(f"{who} ran {what} in {app!r} (pid {pid}): {query}" for who, what, app, pid,
+                     query in conn.execute("SELECT who, what, app, pid, query"
+                                           " FROM public.planted_runs").fetchall())
 
 
 def calls(conn: psycopg.Connection[Any], schemas: list[str]) -> int:
