@@ -95,7 +95,12 @@ class Connection(asyncio.Protocol):
         self.closed = True
         parser = self.parser
         if parser is not None and not parser.done and self.error is None:
-            text = f"connection lost: {exc}" if exc else "connection closed mid-response"
+            if exc is None:
+                text = "connection closed mid-response"
+            elif parser.received == 0:  # a TLS 1.3 refusal may arrive as a reset
+                text = f"connection lost without a response: {exc}"
+            else:
+                text = f"connection lost: {exc}"
             self.error = httpx.ReadError(text)
             self.error.__cause__ = exc
         self._wake()

@@ -207,8 +207,8 @@ def _classified(exc: Exception, url: str) -> tuple[ErrorKind, str]:
 
 # What a server that requires a client certificate does to a client without one: TLS
 # 1.3 sends the alert certificate_required (116) once the handshake is over, or
-# just closes before answering; TLS 1.2 fails the handshake (handshake_failure,
-# or a reset or close mid-handshake).
+# closes or resets before answering (a reset can overtake the alert); TLS 1.2
+# fails the handshake (handshake_failure, or a reset or close mid-handshake).
 _CERTIFICATE_REFUSALS = ("without a response", "during the TLS handshake",
                          "certificate required", "handshake failure", "EOF occurred")
 

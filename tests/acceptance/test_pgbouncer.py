@@ -162,19 +162,21 @@ def test_statements_sharing_a_pooled_connection_each_keep_their_path(
         sql.Identifier(conn.info.dbname)))
     me = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
 
-    async def scenario() -> None:
+    async def scenario() -> list[Any]:
         database = Database(bouncer.dsn_for(dsn), Health(), "test")
         try:
             await database.fetch("ping")  # connected: the tasks below share its connection
-            await asyncio.gather(*(database.fetch(name, params) for _ in range(10)
-                                   for name, params in (("pending_count", {}),
-                                                        ("maintainer_resign", {"me": me}),
-                                                        ("heartbeat_sweep", None))))
+            return await asyncio.gather(*(database.fetch(name, params) for _ in range(10)
+                                          for name, params in (("pending_count", {}),
+                                                               ("maintainer_resign", {"me": me}),
+                                                               ("heartbeat_sweep", None))),
+                                        return_exceptions=True)
         finally:
             await database.close()
 
-    asyncio.run(scenario())
+    answers = asyncio.run(scenario())
     assert planted.runs(conn) == [], planted.details(conn)
+    assert [a for a in answers if isinstance(a, BaseException)] == []
 
 
 def test_a_failed_statement_leaves_the_pooled_connection_usable(

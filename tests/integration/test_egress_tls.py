@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import struct
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -93,6 +96,45 @@ def test_a_missing_client_certificate_is_hinted_at(pki: Pki, version: ssl.TLSVer
     closed = run(lambda sender: post(sender, f"https://127.0.0.1:{_closed_port()}/", None))
     assert closed.error_kind == "connect"
     assert "client certificate" not in closed.error
+
+
+def test_a_reset_before_any_answer_is_hinted_at_as_a_refusal(pki: Pki) -> None:
+    """A TLS 1.3 server's certificate_required alert can be overtaken by the reset of the
+    request it never read: a reset after the handshake, before any byte of answer, gets
+    the same hint; a reset after part of an answer does not."""
+    results = [_reset_after(pki, b""), _reset_after(pki, b"HTTP/1.1 200 OK\r\n")]
+    assert [r.error_kind for r in results] == ["connect", "connect"]
+    assert results[0].error.startswith("connection lost without a response: "), results[0]
+    assert results[0].error.endswith("give the endpoint --client-cert and --client-key")
+    assert "client certificate" not in results[1].error, results[1]
+
+
+def _reset_after(pki: Pki, answered: bytes) -> AttemptResult:
+    """One attempt at a server that handshakes (TLS 1.3), reads the request, writes
+    ``answered``, and closes with a reset (SO_LINGER 0)."""
+    context = server_context(pki)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            raw, _ = listener.accept()
+            with context.wrap_socket(raw, server_side=True) as conn:
+                conn.recv(65536)
+                if answered:
+                    conn.sendall(answered)
+                    time.sleep(0.2)  # the partial answer is read before the reset
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                struct.pack("ii", 1, 0))
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        result = run(lambda sender: post(sender, f"https://127.0.0.1:{port}/",
+                                         TlsFiles(ca_file=pki.ca_file)))
+        server.join(10)
+    return result
 
 
 def _closed_port() -> int:
