@@ -2,7 +2,7 @@
 
     python benchmarks/hotpath.py [--events 60000] [--seconds 5] [--rate 200] [--top 15]
                                  [--max-in-flight 64] [--event-loop asyncio|uvloop]
-                                 [--flamegraph docs/images/hotpath.svg]
+                                 [--flamegraph docs/images/hotpath.svg] [--tenants N]
 
 The set-up of ``throughput.py`` (one throwaway PostgreSQL with fsync on, the
 lean local receiver, one endpoint, one event per request): a backlog is
@@ -18,8 +18,10 @@ path by the share of busy samples whose stack matches each stage's frames
 turn walk, request building and signing, HTTP write and parse, the
 completion statement, metrics, logs, the event loop itself, the rest.
 ``--flamegraph PATH`` samples as long again and writes py-spy's flame graph
-(SVG) there. Needs py-spy (``pip install -e '.[bench]'``); as a normal user,
-``kernel.yama.ptrace_scope`` may have to be 0.
+(SVG) there. ``--tenants N`` spreads the backlog over N tenants in turn, so
+that each claim deals its requests in rounds between them. Needs py-spy
+(``pip install -e '.[bench]'``); as a normal user, ``kernel.yama.ptrace_scope``
+may have to be 0.
 """
 
 from __future__ import annotations
@@ -177,6 +179,8 @@ def main() -> None:
                         help="also sample --seconds more into a flame graph written here")
     parser.add_argument("--raw", type=Path, metavar="FILE",
                         help="keep the samples (py-spy's collapsed stacks) in FILE")
+    parser.add_argument("--tenants", type=int, default=0,
+                        help="spread the backlog over N tenants in turn (0: none)")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -192,8 +196,10 @@ def main() -> None:
                          "VALUES ('bench', %s, %s)", (rx.url, args.max_in_flight))
             conn.commit()
             for start in range(0, args.events, 5000):
-                outbox.publish_many(conn, [outbox.Event("bench.event", {"n": i})
-                                           for i in range(start, min(args.events, start + 5000))])
+                outbox.publish_many(conn, [
+                    outbox.Event("bench.event", {"n": i},
+                                 tenant=f"t{i % args.tenants:05d}" if args.tenants else None)
+                    for i in range(start, min(args.events, start + 5000))])
                 conn.commit()
         proc = throughput.start_dispatcher(pg.dsn)
         raw = Path(tmp) / "profile.txt"
