@@ -249,7 +249,8 @@ class Claimer:
                 current = (endpoint_id, row.grp)
                 claimed.groups.append(Group(
                     endpoint, [], Slot(endpoint_id, row.slot, row.slot_token)
-                    if row.slot is not None and row.slot_token is not None else None))
+                    if row.slot is not None and row.slot_token is not None else None,
+                    tenant=row.tenant))
                 if row.turn_at is not None and row.slot is not None:
                     claimed.groups[-1].turn = received + float(row.send_in)
                     claimed.groups[-1].last_moment = self._rate_turns.last_moment(
@@ -259,7 +260,7 @@ class Claimer:
                         and (claimed.throttled is None or turn < claimed.throttled)):
                     claimed.throttled = turn
             elif claimed.groups[-1].size + row.size > BATCH_BYTES:
-                claimed.groups.append(Group(endpoint, []))
+                claimed.groups.append(Group(endpoint, [], tenant=row.tenant))
             group = claimed.groups[-1]
             group.size += row.size
             group.deliveries.append(delivery)

@@ -52,11 +52,10 @@ class Group:
     last_moment: float | None = None  # after this, its turn is missed (limits.rate.Turns)
     sending: bool = False  # past its rate-limit wait: it may have reached the endpoint
     size: int = 0  # its payloads' bytes (``limits.quota.HELD_BYTES`` counts them)
-
-    @property
-    def tenant(self) -> str | None:
-        """Its events' tenant (a claim puts one tenant's events in a request)."""
-        return self.deliveries[0].event.tenant if self.deliveries else None
+    # Its events' tenant (a claim puts one tenant's events in a request); a field, not
+    # read from the first delivery each time: ``limits.ring.place`` reads every waiting
+    # group's on each group queued behind others.
+    tenant: str | None = None
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ tenants that already have more waiting (:func:`place`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -93,11 +94,14 @@ def place(waiting: Sequence[_Tenanted], tenant: str | None) -> int:
     waits behind at most one group of each other tenant, however many
     another has waiting.
     """
-    mine = sum(1 for group in waiting if group.tenant == tenant)
+    tenants = [group.tenant for group in waiting]
+    mine = tenants.count(tenant)
+    if not tenants or mine + 1 >= max(Counter(tenants).values()):
+        return len(tenants)  # no round after its own has begun: the end (counted in C)
     seen: dict[str | None, int] = {}
-    for index, group in enumerate(waiting):
-        round_ = seen.get(group.tenant, 0)
-        seen[group.tenant] = round_ + 1
+    for index, other in enumerate(tenants):
+        round_ = seen.get(other, 0)
+        seen[other] = round_ + 1
         if round_ > mine:
             return index
-    return len(waiting)
+    return len(tenants)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from dispatcher.limits.ring import RING_STEPS, Ring, place
 
 
@@ -61,3 +64,28 @@ def test_one_tenants_groups_keep_their_order() -> None:
         waiting.insert(place(waiting, group.tenant), group)
     a_groups = [g for g in waiting if g.tenant == "a"]
     assert [id(g) for g in a_groups] == [id(g) for g in groups if g.tenant == "a"]
+
+
+def _rounds_walk(waiting: list[_Group], tenant: str | None) -> int:
+    """The rule as written: the first group in a round after the new group's own."""
+    mine = sum(1 for group in waiting if group.tenant == tenant)
+    seen: dict[str | None, int] = {}
+    for index, group in enumerate(waiting):
+        seen[group.tenant] = seen.get(group.tenant, 0) + 1
+        if seen[group.tenant] - 1 > mine:
+            return index
+    return len(waiting)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", None]), st.booleans()),
+                max_size=60))
+def test_the_place_is_the_rules_whatever_waits(steps: list[tuple[str | None, bool]]) -> None:
+    """Over any history of groups queued and started (the first one leaving), place
+    (which skips the walk when no round after the new group's has begun) puts each group
+    where the rule's walk does."""
+    waiting: list[_Group] = []
+    for tenant, starts in steps:
+        if starts and waiting:
+            waiting.pop(0)
+        assert place(waiting, tenant) == _rounds_walk(waiting, tenant)
+        waiting.insert(place(waiting, tenant), _Group(tenant))
