@@ -46,6 +46,7 @@ from outbox.migrate import migrate
 from outbox.testing import Receiver, TemporaryPostgres
 
 sys.path.insert(0, str(Path(__file__).parent))
+import guard_side  # the backlog's events, spread over tenants as the guard's are
 import throughput  # the shared set-up: receiver, dispatcher start and stop
 
 FRAME = re.compile(r"^(?P<name>.+?) \((?P<file>[^:()]+)(?::\d+)?\)$")
@@ -196,10 +197,8 @@ def main() -> None:
                          "VALUES ('bench', %s, %s)", (rx.url, args.max_in_flight))
             conn.commit()
             for start in range(0, args.events, 5000):
-                outbox.publish_many(conn, [
-                    outbox.Event("bench.event", {"n": i},
-                                 tenant=f"t{i % args.tenants:05d}" if args.tenants else None)
-                    for i in range(start, min(args.events, start + 5000))])
+                outbox.publish_many(conn, [guard_side.event(i, args.tenants)
+                                           for i in range(start, min(args.events, start + 5000))])
                 conn.commit()
         proc = throughput.start_dispatcher(pg.dsn)
         raw = Path(tmp) / "profile.txt"

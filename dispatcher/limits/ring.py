@@ -95,9 +95,10 @@ def place(waiting: Sequence[_Tenanted], tenant: str | None) -> int:
     another has waiting.
     """
     tenants = [group.tenant for group in waiting]
-    mine = tenants.count(tenant)
-    if not tenants or mine + 1 >= max(Counter(tenants).values()):
-        return len(tenants)  # no round after its own has begun: the end (counted in C)
+    counts = Counter(tenants)  # counted in C
+    mine = counts[tenant]
+    if not tenants or mine + 1 >= max(counts.values()):
+        return len(tenants)  # no round after its own has begun: the end
     seen: dict[str | None, int] = {}
     for index, other in enumerate(tenants):
         round_ = seen.get(other, 0)
