@@ -7,17 +7,22 @@ Prometheus and the kubelet ask every few seconds, so keep-alive would buy
 nothing. Requests are small and bounded (8 KiB of head, 5 s to send it).
 
 Connections are bounded too: at most ``MAX_CLIENTS`` at once, decided as
-each is accepted. A client that connects beyond them closes, oldest first,
-an answer overdue (still not taken after ``_OVERDUE``: its request was
-served, its reader does not read), else a connection that has sent nothing
-yet, else one still sending its head; it is itself closed when every one is
-an answer in time. So a flood of idle connections holds a few dozen
-descriptors, not all of the process's: it once took every descriptor and
-with them every delivery. A scraper that sends its request as it connects,
-as Prometheus and the kubelet do, has spoken before many newer idle
-connections can push it out, and is answered during such a flood. The
-listen backlog is small for the same reason: few connections are accepted
-per turn of the loop.
+each is accepted. A client that connects beyond them closes another: an
+answer overdue (still not taken after ``_OVERDUE``: its request was served,
+its reader does not read), oldest first; else a connection silent for more
+than ``_IDLE``; else one of its own kind, oldest first: silent if the
+newcomer has sent nothing yet, speaking if it has (a byte of its request has
+arrived, read or still in the kernel's buffer); else one of the other kind.
+It is itself closed when every one is an answer in time. So a flood of idle
+connections holds a few dozen descriptors, not all of the process's: it once
+took every descriptor and with them every delivery. And a flood pushes out
+its own kind: idle newcomers close idle connections, not a scrape whose
+request has arrived, and a burst of scrapes closes scrapes, not a kubelet
+probe in the instant between its connect and its request. (Ranking the
+silent ones first, oldest first, once closed such a probe: accepted in one
+turn with seven scrapes whose requests had arrived, it was the oldest that
+had said nothing.) The listen backlog is small so that few connections are
+accepted per turn of the loop.
 
 Answers are bounded in time: each must leave the server, at its reader's
 pace, within ``_WRITE_TIMEOUT`` (5 s, as long as a request may take to
@@ -90,6 +95,7 @@ MAX_CLIENTS = 32
 MAX_SCRAPES = MAX_CLIENTS - 4  # /metrics answers at once; four slots stay for the probes
 _WRITE_TIMEOUT = 5.0  # seconds for an answer to leave at its reader's pace; then a reset
 _OVERDUE = 1.0  # an answer not taken after this many seconds may be dropped for a newcomer
+_IDLE = 1.0  # a connection silent this long goes before any other that is not overdue
 _BACKLOG = 8  # also how many connections one turn of the loop accepts
 # Two scrapes within this many seconds (say, two Prometheus replicas) share a measurement.
 _MIN_REFRESH_INTERVAL = 1.0
@@ -255,25 +261,40 @@ class HealthServer:
                 await self._metrics.refresh_backlog(conn)
 
     def _admit(self, protocol: _Protocol, transport: asyncio.Transport) -> bool:
-        """Whether a connection just accepted is served; at the limit, another makes room.
-
-        An overdue answer goes first (it had its turn), then the oldest
-        connection that has sent nothing, then the oldest still sending its
-        head; an answer still in time is never closed for another.
-        """
+        """Whether a connection just accepted is served; at the limit, another makes room
+        (see :meth:`_victim`), or none can and it is refused."""
         if len(self._open) >= MAX_CLIENTS:
-            now = asyncio.get_running_loop().time()
-            ranked = sorted((rank, age, p) for age, p in enumerate(self._open)  # oldest first
-                            if (rank := p.rank(now)) is not None)
-            # A probe whose whole request has arrived is answered within a turn or two, a
-            # few hundred bytes: it is not the one to go, whoever came after it.
-            victim = next((p for rank, _, p in ranked
-                           if rank == 0 or not p.holds_probe(self._open[p])), None)
+            victim = self._victim(protocol.speaks(transport) is not False)
             if victim is None:
                 return False
             _reset(self._open.pop(victim))  # its task fails; its descriptor is freed
         self._open[protocol] = transport
         return True
+
+    def _victim(self, newcomer_speaks: bool) -> _Protocol | None:
+        """Who is closed for a newcomer: an overdue answer (it had its turn), then a
+        connection silent for more than _IDLE, then one of the newcomer's kind (silent or
+        speaking), then one of the other kind; oldest first in each. None: every one is
+        an answer in time or a probe whose request has arrived.
+
+        Like closes like: whether a connection a few milliseconds old is idle or about
+        to send its request cannot be told, so a burst of scrapes must not be able to
+        close a probe that has not spoken yet, nor a burst of idle connections a scrape
+        that has.
+        """
+        now = asyncio.get_running_loop().time()
+        overdue = next((p for p in self._open if p.overdue(now)), None)  # oldest first
+        if overdue is not None:
+            return overdue
+        kinds: dict[bool, list[_Protocol]] = {False: [], True: []}
+        for p, transport in self._open.items():
+            speaks = p.speaks(transport)
+            if speaks is None:
+                continue
+            if not speaks and now - p.accepted > _IDLE:
+                return p  # the oldest idle one: nothing ranks before it
+            kinds[speaks].append(p)
+        return next(iter(kinds[newcomer_speaks] or kinds[not newcomer_speaks]), None)
 
     def _take_scrape_slot(self, protocol: _Protocol) -> bool:
         """Whether this connection may be answered /metrics; at MAX_SCRAPES the oldest
@@ -400,6 +421,7 @@ class _Protocol(asyncio.StreamReaderProtocol):
         self.answering = False
         self.scrape = False  # holds one of the MAX_SCRAPES slots
         self.writing_since: float | None = None  # the loop's clock
+        self.accepted = loop.time()
         self._start = b""  # the first bytes of its request
         self._complete = False  # its whole head has arrived
 
@@ -407,22 +429,19 @@ class _Protocol(asyncio.StreamReaderProtocol):
         """Whether its answer has waited more than _OVERDUE for its reader."""
         return self.writing_since is not None and now - self.writing_since > _OVERDUE
 
-    def holds_probe(self, transport: asyncio.Transport) -> bool:
-        """Whether its whole request has arrived and asks /healthz or /readyz: as read so
-        far, or else still in the kernel's buffer (peeked, not taken)."""
+    def speaks(self, transport: asyncio.Transport) -> bool | None:
+        """Whether any of its request has arrived, as read so far or else still in the
+        kernel's buffer (peeked, not taken); None when it is not to be closed for a
+        newcomer: it is being answered, or its whole request asks for a probe."""
+        if self.answering:
+            return None
         head, complete = self._start, self._complete
         if not self.spoke:
             head = _peek(transport)
             complete = b"\r\n\r\n" in head
-        return complete and head.startswith(_PROBE_LINES)
-
-    def rank(self, now: float) -> int | None:
-        """Its turn to be closed for a newcomer (lowest first); None: not to be closed."""
-        if self.overdue(now):
-            return 0
-        if not self.answering:
-            return 1 if not self.spoke else 2
-        return None
+        if complete and head.startswith(_PROBE_LINES):
+            return None  # answered within a turn or two, a few hundred bytes
+        return bool(head)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -433,7 +452,7 @@ class _Protocol(asyncio.StreamReaderProtocol):
 
     def data_received(self, data: bytes) -> None:
         self.spoke = True
-        if not self._complete:  # what holds_probe needs: how it starts, whether it ended
+        if not self._complete:  # what speaks needs: how it starts, whether it ended
             seen = self._start[-3:] + data
             self._complete = b"\r\n\r\n" in seen
             if len(self._start) < _PROBE_PREFIX:

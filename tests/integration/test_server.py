@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import httpx
 import psycopg
+import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -481,28 +482,41 @@ def test_slow_scrapes_leave_room_for_the_probes_and_overdue_ones_go_first() -> N
     assert not any(seen["silent closed"])
 
 
-def test_a_probe_already_arrived_is_not_closed_for_newcomers() -> None:
-    """With every scrape slot held by an answer in time, a /healthz whose request has
-    arrived but is not yet read, followed by a burst of scrapes that fills the other
-    slots and more, is answered 200: the newcomers close each other, not the probe."""
+async def burst_after(port: int, first: bytes, then: bytes) -> tuple[socket.socket,
+                                                                      list[socket.socket]]:
+    """One connection that sends ``first`` (maybe nothing), then seven that send ``then``
+    (maybe nothing), all made while the loop does not turn: the kernel queues them in
+    this order (no more than the listen backlog) and the server accepts them together."""
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+    for sock, data in zip(socks, [first] + [then] * 7, strict=True):
+        if data:
+            sock.sendall(data)
+        sock.setblocking(False)
+    await asyncio.sleep(0.2)  # all accepted; the loop has read what arrived
+    return socks[0], socks[1:]
+
+
+@pytest.mark.parametrize("sent", ["before the burst", "after the burst"])
+def test_a_probe_is_not_closed_for_a_burst_of_scrapes(sent: str) -> None:
+    """With every scrape slot held by an answer in time, a kubelet accepted in one turn
+    with seven scrapes whose requests have arrived is answered 200, whether its own
+    request arrived before them or only after they were accepted: the scrapes close
+    each other. (Closing the oldest silent connection first once chose a kubelet that
+    had connected but not yet sent.)"""
+    healthz = b"GET /healthz HTTP/1.1\r\n\r\n"
+    early = sent == "before the burst"
+
     async def probe() -> tuple[bytes, int]:
         server = HealthServer(big_metrics(), is_alive=lambda: True, is_ready=lambda: True,
                               host="127.0.0.1", port=0)
         async with server:
             stuck = [await slow_reader(server.port) for _ in range(MAX_SCRAPES)]
-            # Blocking calls, the loop not turning: the kernel queues them in this order
-            # (no more than the listen backlog), and the server accepts them together.
-            kubelet = socket.create_connection(("127.0.0.1", server.port))
-            kubelet.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
-            burst = []
-            for _ in range(7):
-                sock = socket.create_connection(("127.0.0.1", server.port))
-                sock.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-                burst.append(sock)
-            kubelet.setblocking(False)
+            kubelet, burst = await burst_after(server.port, healthz if early else b"",
+                                               b"GET /metrics HTTP/1.1\r\n\r\n")
             loop = asyncio.get_running_loop()
+            if not early:
+                await loop.sock_sendall(kubelet, healthz)
             answer = await asyncio.wait_for(loop.sock_recv(kubelet, 1024), 5)
-            await asyncio.sleep(0.2)
             dropped = sum(map(was_reset, burst))
             for sock in [*stuck, *burst, kubelet]:
                 sock.close()
@@ -510,7 +524,35 @@ def test_a_probe_already_arrived_is_not_closed_for_newcomers() -> None:
 
     answer, dropped = run(probe())
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
-    assert dropped >= 3  # the burst was past the limit: newcomers made room among themselves
+    assert dropped >= 3  # past the limit: the scrapes made room among themselves
+
+
+def test_a_scrape_arrived_is_not_closed_for_a_burst_of_idle_connections() -> None:
+    """With all but one scrape slot held by answers in time, a scrape whose request has
+    arrived, accepted in one turn with seven connections that say nothing, is answered:
+    the idle newcomers close each other."""
+    async def probe() -> tuple[bytes, list[bool]]:
+        server = HealthServer(big_metrics(), is_alive=lambda: True, is_ready=lambda: True,
+                              host="127.0.0.1", port=0)
+        async with server:
+            stuck = [await slow_reader(server.port) for _ in range(MAX_SCRAPES - 1)]
+            scraper, idle = await burst_after(server.port,
+                                              b"GET /metrics HTTP/1.1\r\n\r\n", b"")
+            loop = asyncio.get_running_loop()
+            answer = b""
+            async with asyncio.timeout(5):
+                while chunk := await loop.sock_recv(scraper, 65536):
+                    answer += chunk
+            closed = [bool(select.select([sock], [], [], 0)[0]) for sock in idle]  # EOF
+            for sock in [*stuck, *idle, scraper]:
+                sock.close()
+        return answer, closed
+
+    answer, closed = run(probe())
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:100]
+    assert answer.endswith(b"\n")
+    assert len(answer) > 100_000
+    assert closed == [True] * 3 + [False] * 4  # the oldest idle ones
 
 
 def test_scrapes_share_a_render_only_while_another_answer_is_on_its_way() -> None:
