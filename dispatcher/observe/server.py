@@ -286,15 +286,19 @@ class HealthServer:
         overdue = next((p for p in self._open if p.overdue(now)), None)  # oldest first
         if overdue is not None:
             return overdue
-        kinds: dict[bool, list[_Protocol]] = {False: [], True: []}
-        for p, transport in self._open.items():
-            speaks = p.speaks(transport)
-            if speaks is None:
+        oldest: dict[bool, _Protocol] = {}  # of each kind (speaking or not)
+        for p, transport in self._open.items():  # oldest first
+            speaks = p.speaks(transport)  # a peek, for one the loop has not read yet
+            if speaks is None or speaks in oldest:
                 continue
             if not speaks and now - p.accepted > _IDLE:
-                return p  # the oldest idle one: nothing ranks before it
-            kinds[speaks].append(p)
-        return next(iter(kinds[newcomer_speaks] or kinds[not newcomer_speaks]), None)
+                return p
+            oldest[speaks] = p
+            # Every silent one after the first is younger still, so none is idle: once
+            # the newcomer's kind is found too, the rest need no peek.
+            if newcomer_speaks in oldest and False in oldest:
+                break
+        return oldest.get(newcomer_speaks) or oldest.get(not newcomer_speaks)
 
     def _take_scrape_slot(self, protocol: _Protocol) -> bool:
         """Whether this connection may be answered /metrics; at MAX_SCRAPES the oldest
