@@ -22,6 +22,7 @@ from typing import Any, cast
 import psycopg
 from psycopg.rows import tuple_row
 
+from outbox._shared.pinned import pinned
 from outbox._shared.times import rfc3339
 from outbox._shared.tls_files import HEARTBEAT_PREFIX
 from outbox.endpoints import check_patterns, glob_to_like
@@ -99,7 +100,7 @@ def tenant_backlogs(conn: psycopg.Connection[Any], *,
                     endpoint: str | None = None) -> list[TenantBacklog]:
     """Per live endpoint (``endpoint``'s only, with it), the tenants with the largest
     backlogs (pending plus in flight)."""
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         rows = cur.execute(queries["admin_tenant_backlogs"],
                            {"per_endpoint": per_endpoint, "endpoint": endpoint}).fetchall()
     return [TenantBacklog(str(name), str(tenant), int(pending), int(in_flight),
@@ -137,7 +138,7 @@ class HorizonHolder:
 
 def key_waits(conn: psycopg.Connection[Any]) -> KeyWaits:
     """Publishers queued behind an open transaction of the same key (docs/concepts.md)."""
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         waiting, longest, holder = _row(cur.execute(queries["admin_key_waits"]))
     return KeyWaits(int(waiting), round(float(longest), 3), round(float(holder), 3))
 
@@ -146,7 +147,7 @@ def horizon(conn: psycopg.Connection[Any], *, min_age_xids: int = HORIZON_MIN_AG
             min_seconds: float = HORIZON_MIN_SECONDS) -> HorizonHolder | None:
     """Who holds back vacuum of the outbox tables (the ``horizon`` query), when it is old
     enough to matter: ``min_age_xids`` transaction ids, or open ``min_seconds``."""
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         row = cur.execute(queries["horizon"]).fetchone()
     if row is None:
         return None
@@ -238,7 +239,7 @@ class ReplayResult:
 
 def status(conn: psycopg.Connection[Any]) -> Status:
     """Per live endpoint: delivery counts by state and the oldest pending age; unrouted events."""
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         rows = cur.execute(queries["admin_status"]).fetchall()
         beating, maintained, problems = _row(cur.execute(queries["admin_dispatchers"]))
     reported: dict[str, str] = json.loads(problems)
@@ -291,7 +292,7 @@ def dead_letters(conn: psycopg.Connection[Any], *, endpoint: str | None = None,
     """
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         params = {"endpoint": endpoint, "limit": limit, **_filter_params(cur, where),
                   "failed_since": _moment(cur, failed_since),
                   "before_at": before.failed_at if before else None,
@@ -324,7 +325,7 @@ def events(conn: psycopg.Connection[Any], *, where: EventFilter = EventFilter(),
     one ordering ``key`` and to ``event_ids``: how an operator finds an event without SQL."""
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         params = {"key": key, "limit": limit, **_filter_params(cur, where),
                   "event_ids": list(event_ids) if event_ids is not None else None}
         params["since_id"] = _since_id(params["since"]) if params["since"] else None
@@ -347,7 +348,7 @@ def retry_dead(conn: psycopg.Connection[Any], *, event_ids: Sequence[uuid.UUID] 
     change nothing.
     """
     _one_selector(event_ids, endpoint, everything)
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         endpoint_id = None
         if endpoint is not None:
             endpoint_id, _ = _live_endpoint(cur, endpoint)
@@ -372,7 +373,7 @@ def discard_dead(conn: psycopg.Connection[Any], *,
     leaves). Returns how many were deleted (with ``dry_run``: would be).
     """
     _one_selector(event_ids, endpoint, everything)
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         if endpoint is not None:
             known = _row(cur.execute(queries["admin_endpoint_ever_existed"], {"name": endpoint}))
             if not known[0]:
@@ -405,7 +406,7 @@ def replay(conn: psycopg.Connection[Any], endpoint: str, *,
         raise ValueError("until goes with since")
     params: dict[str, Any] = {"since_id": None, "dry_run": dry_run,
                               "event_ids": list(event_ids) if event_ids is not None else None}
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(queries["admin_replay_lock"])
         params["endpoint_id"], _ = _live_endpoint(cur, endpoint)
         params.update(_filter_params(cur, EventFilter(types, since, until, tenant)))

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from outbox._shared.pinned import pinned
 from outbox.errors import EventsNotFound
 from outbox.sql import queries
 
@@ -84,7 +85,7 @@ def trace_id(traceparent: str | None) -> str | None:
 
 def show(conn: psycopg.Connection[Any], event_id: uuid.UUID) -> EventStory:
     """The event's story; an unknown id raises :class:`~outbox.errors.EventsNotFound`."""
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         event = cur.execute(queries["show_event"], {"event_id": event_id}).fetchone()
         if event is None:
             raise EventsNotFound([str(event_id)])

@@ -36,6 +36,7 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg.rows import tuple_row
 
+from outbox._shared.pinned import pinned
 from outbox._shared.schema import MISSING
 from outbox._shared.search_path import SET_LOCAL
 from outbox.errors import OutboxError, SchemaMissing
@@ -115,8 +116,7 @@ def would_purge(conn: psycopg.Connection[Any], older_than: timedelta, *,
     (``outbox purge --dry-run``): one read-only transaction."""
     _check(older_than, DEFAULT_BATCH_SIZE)
     deliveries = events = records = 0
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(SET_LOCAL)
+    with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         row = cur.execute(queries["purge_tables"], {"older_than": older_than}).fetchone()
         assert row is not None
         has_events, has_inbox, cutoff = row

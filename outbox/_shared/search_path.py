@@ -28,3 +28,20 @@ STARTUP_OPTION: LiteralString = "-c search_path=pg_catalog,pg_temp"
 SET_LOCAL: LiteralString = "SET LOCAL search_path = pg_catalog, pg_temp"
 """The first statement of a transaction on a connection that cannot take
 :data:`STARTUP_OPTION` (a transaction pooler's), or that is not our own."""
+
+PIN: LiteralString = ("SELECT pg_catalog.current_setting('search_path'), "
+                      "pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)")
+"""Pins the path for the rest of the transaction and returns the one it replaces."""
+
+RESTORE: LiteralString = "SELECT pg_catalog.set_config('search_path', %s, true)"
+"""Gives the caller's transaction its own path back (the value :data:`PIN` returned)."""
+
+APPLIED: LiteralString = "SELECT pg_catalog.current_setting('search_path')"
+"""The path a session runs on: whether :data:`STARTUP_OPTION` reached the server."""
+
+
+def arrived(path: str) -> bool:
+    """Whether ``path`` (as :data:`APPLIED` reads it) is the pinned one: a pooler that drops
+    startup parameters (PgBouncer's ``ignore_startup_parameters = options``) leaves the
+    database's own."""
+    return path.replace(" ", "") == "pg_catalog,pg_temp"

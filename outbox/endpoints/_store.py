@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from outbox._shared.pinned import apinned, pinned
 from outbox.endpoints._options import OPTIONS, STORED_COLUMNS
 from outbox.endpoints._spec import EndpointSpec
 from outbox.endpoints._sync import SyncPlan, changed_options, plan_sync
@@ -66,29 +67,32 @@ class SyncReport:
 
 
 def run(conn: Conn, plan: Plan[T]) -> T:
-    """Carry out a plan on a psycopg connection, in its current transaction."""
-    try:
-        step = next(plan)
-        while True:
-            with conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(step[0], step[1])
-                rows = cur.fetchall() if cur.description is not None else []
-            step = plan.send(rows)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    """Carry out a plan on a psycopg connection, in its current transaction, on the pinned
+    search_path (:mod:`outbox._shared.pinned`)."""
+    with pinned(conn):
+        try:
+            step = next(plan)
+            while True:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(step[0], step[1])
+                    rows = cur.fetchall() if cur.description is not None else []
+                step = plan.send(rows)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 async def arun(conn: AsyncConn, plan: Plan[T]) -> T:
-    """Carry out a plan on a psycopg AsyncConnection, in its current transaction."""
-    try:
-        step = next(plan)
-        while True:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(step[0], step[1])
-                rows = await cur.fetchall() if cur.description is not None else []
-            step = plan.send(rows)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    """Carry out a plan on a psycopg AsyncConnection, as :func:`run` does."""
+    async with apinned(conn):
+        try:
+            step = next(plan)
+            while True:
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(step[0], step[1])
+                    rows = await cur.fetchall() if cur.description is not None else []
+                step = plan.send(rows)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 def _lock() -> Plan[None]:
