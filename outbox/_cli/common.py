@@ -28,6 +28,7 @@ from outbox._shared.dsn import (
     server_options,
 )
 from outbox._shared.schema import MISSING, is_missing, outbox_problem
+from outbox._shared.search_path import APPLIED, arrived
 from outbox._shared.text import first_line, printable
 from outbox.sql import SCHEMA_VERSION
 
@@ -140,6 +141,7 @@ def connect(args: argparse.Namespace, *, needs: Literal["outbox", "outbox or inb
                             + (f"; {hint}" if hint else "")) from exc
     try:
         with conn:
+            _check_settings(conn)
             if needs is not None:
                 _check_schema(conn, inbox_will_do=needs == "outbox or inbox")
             yield conn
@@ -147,6 +149,23 @@ def connect(args: argparse.Namespace, *, needs: Literal["outbox", "outbox or inb
         if is_missing(exc):
             raise CommandFailed(MISSING) from exc
         raise
+
+
+def _check_settings(conn: psycopg.Connection[Any]) -> None:
+    """The pinned search_path reached the server, else exit 1 before any other statement.
+
+    A pooler that drops startup parameters (PgBouncer's ``ignore_startup_parameters =
+    options``) would leave the database's own path, where code planted in ``public`` could
+    run with the operator's rights."""
+    with conn.transaction(), conn.cursor() as cur:
+        row = cur.execute(APPLIED).fetchone()
+    path = str(row[0]) if row else ""
+    if not arrived(path):
+        raise CommandFailed(
+            f"the server did not apply this connection's settings (its search_path is "
+            f"{path!r}, not 'pg_catalog, pg_temp'): a connection pooler in between drops "
+            "startup parameters (PgBouncer's ignore_startup_parameters = options); run the "
+            "outbox command against PostgreSQL directly")
 
 
 def _check_schema(conn: psycopg.Connection[Any], *, inbox_will_do: bool) -> None:

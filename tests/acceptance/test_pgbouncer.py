@@ -21,6 +21,7 @@ import outbox
 from outbox.testing import Receiver
 from tests.conftest import Cluster
 from tests.support import planted
+from tests.support.cli import run_outbox
 from tests.support.dispatcher import (
     Dispatcher,
     add_endpoint,
@@ -213,6 +214,23 @@ def test_a_pooler_that_ignores_options_is_noticed(
     assert "settings per transaction, no prepared statements" in log
     assert committed(dsn, "SELECT count(*) FROM outbox.deliveries "
                      "WHERE state = 'delivered'") == [(12,)]
+
+
+def test_the_command_refuses_a_pooler_that_drops_its_settings(
+        cluster: Cluster, dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """With ignore_startup_parameters = options the command's pinned search_path never
+    arrives: every command exits 1 saying so, before any statement of its own (the
+    endpoint is not added); directly, the same command works."""
+    with PgBouncer(cluster.admin_dsn, ignore_startup_parameters="options") as lenient:
+        for args in (("status",), ("endpoints", "add", "hook", "--url", "http://127.0.0.1:9/"),
+                     ("migrate", "--check")):
+            result = run_outbox(lenient.dsn_for(dsn), *args)
+            assert result.returncode == 1, (args, result.stdout, result.stderr)
+            assert "did not apply this connection's settings" in result.stderr
+            assert "ignore_startup_parameters" in result.stderr
+            assert "Traceback" not in result.stderr
+    assert committed(dsn, "SELECT count(*) FROM outbox.endpoints") == [(0,)]
+    assert run_outbox(dsn, "status").returncode == 0
 
 
 def test_apublish_through_the_pooler_with_psycopgs_defaults(dsn: str,
