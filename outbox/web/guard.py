@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import re
 import secrets
 
 from starlette.datastructures import Headers
@@ -63,11 +64,16 @@ class Tokens:
         return hmac.compare_digest(self.token(cookie).encode(), token.encode())
 
 
+_HOST_HEADER = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::[0-9]{1,5})?")
+"""What RFC 9110 lets ``Host`` hold here: a bracketed IPv6 address or a name (an IPv4
+address among them), then at most a numeric port; anything else matches no host."""
+
+
 def request_host(header: str) -> str:
-    """The host of a ``Host`` header, without its port: ``[::1]:8080`` -> ``[::1]``."""
-    if header.startswith("["):
-        return header.partition("]")[0] + "]"
-    return header.rpartition(":")[0] if header.count(":") == 1 else header
+    """The host of a ``Host`` header, without its port: ``[::1]:8080`` -> ``[::1]``; the
+    empty string for a malformed one (``localhost:80:x``, ``[::1]junk``, ``a b``)."""
+    found = _HOST_HEADER.fullmatch(header)
+    return found.group(1) if found else ""
 
 
 def authorised(header: str | None, password: str) -> bool:

@@ -109,8 +109,13 @@ def test_basic_authentication(header: str | None, ok: bool) -> None:
 @pytest.mark.parametrize(("header", "host"), [
     ("127.0.0.1:8080", "127.0.0.1"), ("localhost", "localhost"), ("[::1]:8080", "[::1]"),
     ("[::1]", "[::1]"), ("evil.example:80", "evil.example"), ("", ""),
+    ("localhost:notaport", ""), ("localhost:80:81", ""), ("[::1]junk", ""),
+    ("[::1]:8080x", ""), ("local host", ""), ("localhost/x", ""), ("localhost:", ""),
+    ("127.0.0.1:123456", ""), ("[::1", ""),
 ])
 def test_the_host_of_a_host_header(header: str, host: str) -> None:
+    """A well-formed Host gives its host; a malformed one gives none (so it matches no
+    allowed host and is answered 421)."""
     assert request_host(header) == host
 
 
