@@ -6,9 +6,13 @@ third of ``--lease``, and reads the sessions of its fleet whose beat is
 younger than ``--lease`` (``fleet_beat`` and ``fleet_members`` in
 fleet.sql). Nothing is written to any table, so no migration is needed and
 the previous release is untouched; every role may read ``application_name``
-in ``pg_stat_activity``. A member that dies takes its session along (at
-once for a process killed, within the lease for one frozen or cut off), so
-its databases move to the others within twice ``--lease``.
+in ``pg_stat_activity``. Every role may set its own too, so only the
+sessions logged in as this member's own role count (the home DSN's: every
+member of a fleet logs in with it), and a beat ahead of the database's
+clock (beyond :data:`SKEW`) does not: a session of another role that copies
+a member's name moves no database. A member that dies takes its session
+along (at once for a process killed, within the lease for one frozen or cut
+off), so its databases move to the others within twice ``--lease``.
 
 The home database is the catalog's when the file has one, else the first
 database the file lists; its session must be a direct one (a transaction
@@ -26,6 +30,10 @@ import psycopg
 from dispatcher.db import APPLICATION_NAME, Database, DatabaseDown, Health
 from outbox._shared.dsn import without_passwords
 from outbox._shared.text import first_line
+
+SKEW = 5.0
+"""Seconds a beat may stand ahead of the home database's clock and still count: every beat
+is read from that same clock, so only the time between two statements is allowed for."""
 
 
 def fleet_of(home_key: str) -> str:
@@ -52,7 +60,8 @@ class Membership:
         try:
             await self._db.fetch("fleet_beat", {"prefix": self._prefix})
             rows = await self._db.fetch("fleet_members", {"pattern": self._pattern,
-                                                          "lease": self._lease})
+                                                          "lease": self._lease,
+                                                          "skew": SKEW})
         except (DatabaseDown, psycopg.Error) as exc:
             await self._db.close()
             self.problem = without_passwords(first_line(exc), [self.home_dsn])

@@ -56,6 +56,10 @@ class Roster:
     def listed(self, name: str) -> bool:
         return any(d.name == name for d in self._list.databases)
 
+    def names(self) -> list[str]:
+        """Every database of the list in force, whoever serves it."""
+        return [d.name for d in self._list.databases]
+
     def owned(self) -> dict[str, Listed]:
         """The listed databases this member serves, by name."""
         listed = {d.name: d for d in self._list.databases}

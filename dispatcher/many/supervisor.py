@@ -16,8 +16,9 @@ the supervisor:
   back by itself, and its next due time is looked up once it has;
 - sets aside, with capped backoff, a database that does not answer, refuses
   the role, or has no schema (or one too old), and says so once per change;
-- reports ``outbox_database_up``, and ``/readyz`` ready while any database
-  answers.
+- reports ``outbox_database_up`` for the databases it owns and
+  ``outbox_database_listed`` for every listed one, and ``/readyz`` ready while
+  any database answers.
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ class Supervisor:
         self._pin(now)
         for name, entry in self._entries.items():
             self._metrics.databases.served(name, entry.state != "aside")
+        self._metrics.databases.listed(self._roster.names())
 
     def _reconcile(self, now: float) -> None:
         owned = self._roster.owned()

@@ -7,8 +7,11 @@ again), without the series of the process. At each scrape
 sample and gathers the samples of one name into one family, so that the text
 holds each name once, as Prometheus expects. ``outbox_database_up`` says which
 databases this dispatcher serves (1) and which it has set aside (0); those it
-leaves to other dispatchers have no series. With a lone ``--dsn`` none of this
-is built, and no series carries the label.
+leaves to other dispatchers have no series. ``outbox_database_listed`` is 1
+for every database its list holds, served here or not: a listed database
+with no ``outbox_database_up`` series on any dispatcher is served by none
+(``OutboxDatabaseUnserved``). With a lone ``--dsn`` none of this is built, and
+no series carries the label.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class ByDatabase:
     def __init__(self) -> None:
         self._sites: dict[str, Metrics] = {}
         self._up: dict[str, bool] = {}
+        self._listed: frozenset[str] = frozenset()
 
     def of(self, name: str) -> Metrics:
         """The database's metrics, made on first use and kept while the process runs."""
@@ -46,6 +50,10 @@ class ByDatabase:
     def left(self, name: str) -> None:
         """The database is another dispatcher's now, or no longer listed: no up series."""
         self._up.pop(name, None)
+
+    def listed(self, names: Iterable[str]) -> None:
+        """The databases the list in force holds, whoever serves them."""
+        self._listed = frozenset(names)
 
     def describe(self) -> Iterable[Metric]:
         return ()
@@ -66,7 +74,12 @@ class ByDatabase:
             labels=["database"])
         for name, served in sorted(self._up.items()):
             up.add_metric([name], 1.0 if served else 0.0)
-        return [*merged.values(), up]
+        listed = GaugeMetricFamily(
+            "outbox_database_listed", "1 for each database the databases list holds, served "
+            "by this dispatcher or by another.", labels=["database"])
+        for name in sorted(self._listed):
+            listed.add_metric([name], 1.0)
+        return [*merged.values(), up, listed]
 
 
 class FleetMetrics:

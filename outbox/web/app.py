@@ -34,7 +34,7 @@ from outbox.web.guard import Guard, Tokens
 from outbox.web.params import BadParameter
 from outbox.web.render import problem
 from outbox.web.sites import CONNECTIONS, IDLE_SECONDS, Sites, UnknownDatabase, close
-from outbox.web.state import Parts
+from outbox.web.state import Hold, Parts
 
 log = logging.getLogger("outbox.web")
 
@@ -94,7 +94,8 @@ def create_app(config: WebConfig) -> Starlette:
     ]
     guard = Middleware(Guard, password=config.password, hosts=config.hosts,
                        read_only=None if config.allow_actions else actions.READ_ONLY)
-    app = Starlette(routes=routes, middleware=[guard], lifespan=lifespan,
+    app = Starlette(routes=routes, middleware=[guard, Middleware(Hold, sites=sites)],
+                    lifespan=lifespan,
                     exception_handlers={BadParameter: _bad, EndpointNotFound: _unknown,
                                         NoConnection: _busy, psycopg.Error: _database,
                                         UnknownDatabase: _no_database})

@@ -66,6 +66,11 @@ class Snapshot(Generic[T]):
         fresh = self._run()
         return fresh.value, self._clock() - fresh.at
 
+    @property
+    def running(self) -> bool:
+        """Whether an answer is being computed now (for a request, or behind a page)."""
+        return self._running
+
     def warm(self) -> None:
         """Start a computation behind the page now (at start-up: the first visitor's)."""
         with self._changed:

@@ -62,5 +62,11 @@ class Pool:
             raise NoConnection(f"every database connection was busy for {self._wait:g} s"
                                ) from None
 
+    def busy(self) -> bool:
+        """Whether a connection is lent out, or asked for, right now."""
+        stats = self._pool.get_stats()
+        return (stats.get("pool_size", 0) > stats.get("pool_available", 0)
+                or stats.get("requests_waiting", 0) > 0)
+
     def close(self) -> None:
         self._pool.close()

@@ -4,20 +4,29 @@ A file may list hundreds of databases; the view must not hold a pool for
 each. So a database's pools (and its counts' cache) are made when a page of
 it is first asked for, small (:data:`CONNECTIONS` readers), with idle
 connections closed after :data:`IDLE_SECONDS`; and at most :data:`MOST_OPEN`
-databases are kept open at once: past that, the one used longest ago (and
-not in the last :data:`GRACE_SECONDS`, so a page still reading keeps its
-pool) is closed, to be opened again when asked for.
+databases are open at once, however recently each was read: past that, the
+one used longest ago among those nothing reads right now (no request holds
+it, no connection of its pools is lent, its counts are not being computed)
+is closed, to be opened again when asked for. When every open one is being
+read, the request is answered 503, the view busy: a client walking ``?db=``
+over every name makes the server hold the view's connections to at most
+:data:`MOST_OPEN` databases, never one per name.
+
+A request holds its database from :meth:`Sites.hold` until
+:meth:`Sites.release` (``state.Hold`` does both around each request), so
+that its pools are never closed under it.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from outbox._shared.databases import BadDatabasesFile, Database, choose
+from outbox.web.db import NoConnection
 
 if TYPE_CHECKING:
     from outbox.web.state import Parts
@@ -27,9 +36,8 @@ CONNECTIONS = 2
 IDLE_SECONDS = 60.0
 """A connection unused this long is closed."""
 MOST_OPEN = 8
-"""Databases whose pools are kept open at once."""
-GRACE_SECONDS = 60.0
-"""A database used this recently is never closed to make room."""
+"""Databases whose pools are open at once: at most 16 reading connections (and 8 writing
+ones with ``--allow-actions``) for the whole view, whatever the file lists."""
 
 
 class UnknownDatabase(LookupError):
@@ -40,46 +48,72 @@ class UnknownDatabase(LookupError):
         self.missing = missing
 
 
+@dataclass(slots=True)
+class _Open:
+    parts: Parts
+    held: int = 0
+    """Requests holding it now."""
+
+
 class Sites:
-    """Each database's :class:`Parts`, made by ``build`` on first use, closed when idle."""
+    """Each database's :class:`Parts`, made by ``build`` on first use, closed to make room."""
 
     def __init__(self, databases: tuple[Database, ...], build: Callable[[Database], Parts],
                  *, most_open: int = MOST_OPEN) -> None:
         self.databases = databases
         self._build = build
         self._most = most_open
-        self._open: OrderedDict[str, tuple[Parts, float]] = OrderedDict()
+        self._open: OrderedDict[str, _Open] = OrderedDict()  # the least recently used first
         self._lock = threading.Lock()
 
-    def get(self, name: str | None) -> Parts:
-        """The parts of the database ``name``; an unknown or missing name is UnknownDatabase."""
+    def hold(self, name: str | None) -> Parts:
+        """The parts of the database ``name``, held until :meth:`release`; an unknown or
+        missing name is UnknownDatabase, a view whose open databases are all being read is
+        NoConnection (503)."""
         try:
             database = choose(self.databases, name)
         except BadDatabasesFile as exc:
             raise UnknownDatabase(f"{exc.args[0].replace('--db NAME', '?db=NAME')}",
                                   missing=name is None) from None
-        now = time.monotonic()
-        closing: list[Parts] = []
+        closing: Parts | None = None
         with self._lock:
             found = self._open.pop(database.name, None)
-            part = found[0] if found is not None else self._build(database)
-            self._open[database.name] = (part, now)
-            while len(self._open) > self._most:
-                oldest, (old, used) = next(iter(self._open.items()))
-                if now - used < GRACE_SECONDS:
-                    break
-                del self._open[oldest]
-                closing.append(old)
-        for old in closing:
-            close(old)
-        return part
+            if found is None:
+                if len(self._open) >= self._most:
+                    spare = next((n for n, o in self._open.items()
+                                  if o.held == 0 and not busy(o.parts)), None)
+                    if spare is None:
+                        raise NoConnection(f"the view is busy: the {self._most} databases it "
+                                           "keeps open at once are all being read")
+                    closing = self._open.pop(spare).parts
+                found = _Open(self._build(database))
+            found.held += 1
+            self._open[database.name] = found
+        if closing is not None:
+            close(closing)
+        return found.parts
+
+    def release(self, part: Parts) -> None:
+        """A request that held these parts (from :meth:`hold`) is done with them."""
+        with self._lock:
+            for found in self._open.values():
+                if found.parts is part:
+                    found.held -= 1
+                    return
 
     def close(self) -> None:
         with self._lock:
-            parts = [p for p, _ in self._open.values()]
+            parts = [o.parts for o in self._open.values()]
             self._open.clear()
         for part in parts:
             close(part)
+
+
+def busy(part: Parts) -> bool:
+    """Something reads the database now without a request holding it: a connection is lent
+    or asked for, or its counts are computed behind a page."""
+    return (part.readers.busy() or (part.writer is not None and part.writer.busy())
+            or part.counts.running)
 
 
 def close(part: Parts) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from outbox.web.cache import Snapshot
 from outbox.web.config import WebConfig
@@ -15,6 +16,10 @@ from outbox.web.guard import Tokens
 
 if TYPE_CHECKING:
     from outbox.web.pages import Overview
+    from outbox.web.sites import Sites
+
+_HELD = "outbox.held"
+"""The request scope's key for the parts of the database it holds (``?db=``'s), if any."""
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,35 @@ class Parts:
 
 
 def parts(request: Request) -> Parts:
-    """The parts of the database the request is about: the one database, or ``?db=``'s."""
+    """The parts of the database the request is about: the one database, or ``?db=``'s,
+    held for the rest of the request (:class:`Hold` lets it go)."""
     app: Any = request.app
     sites = app.state.sites
     if sites is None:
         return cast(Parts, app.state.parts)
-    return cast(Parts, sites.get(request.query_params.get("db") or None))
+    held: list[Parts] = request.scope[_HELD]
+    if not held:
+        held.append(sites.hold(request.query_params.get("db") or None))
+    return held[0]
+
+
+class Hold:
+    """Around each request with ``--databases``: the database a page holds (through
+    :func:`parts`) is let go once its answer is sent, so that its pools are never closed
+    under a page still reading."""
+
+    def __init__(self, app: ASGIApp, *, sites: Sites | None) -> None:
+        self._app = app
+        self._sites = sites
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._sites is None or scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        held: list[Parts] = []
+        scope[_HELD] = held
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            for part in held:
+                self._sites.release(part)

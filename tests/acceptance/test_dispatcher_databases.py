@@ -19,11 +19,13 @@ import pytest
 from psycopg import sql
 
 import outbox
+from dispatcher.many import ownership
 from outbox.testing import Receiver
 from tests.conftest import Cluster
 from tests.support.cli import clean_environment
 from tests.support.dispatcher import Dispatcher, add_endpoint, publish, wait_until
 from tests.support.pgbouncer import PgBouncer, find_pgbouncer
+from tests.support.roles import login_role, role_dsn
 
 COUNT = 50
 BUDGET = 20
@@ -399,3 +401,61 @@ def test_a_database_that_stops_answering_is_set_aside_and_served_again(
                    dispatcher=dispatcher, what="db30's event once back")
     finally:
         _stop(dispatcher)
+
+
+def _beats(fleet: Fleet, home: str) -> dict[str, tuple[str, int]]:
+    """The members' sessions in the home database: id -> (fleet, beat), as anyone reads them."""
+    with psycopg.connect(fleet.dsns[home], autocommit=True) as conn:
+        rows = conn.execute("SELECT application_name FROM pg_stat_activity "
+                            "WHERE datname = current_database() "
+                            "AND application_name LIKE 'outbox-dispatcher member %'").fetchall()
+    found = {}
+    for (name,) in rows:
+        _, _, fleet_name, member, beat = name.split(" ")
+        found[member] = (fleet_name, int(beat))
+    return found
+
+
+def test_a_session_of_another_role_posing_as_a_member_moves_no_database(
+        fleet: Fleet, receiver_module: Receiver, tmp_path: Path, cluster: Cluster) -> None:
+    """A role with no grants copies a member's application_name, with an id that wins every
+    database and a beat from the future: the real dispatchers go on serving every one."""
+    names = [f"db{i:02d}" for i in range(40, 46)]
+    path = fleet.file(tmp_path / "databases.toml", names)
+    dispatchers = [_many(path), _many(path)]
+    try:
+        for d in dispatchers:
+            d.wait_serving(timeout=60)
+        wait_until(lambda: len(_beats(fleet, names[0])) == 2, timeout=30,
+                   dispatcher=dispatchers[0], what="two members")
+        real = _beats(fleet, names[0])
+        fleet_name = next(iter(real.values()))[0]
+        forged = next(candidate for candidate in (uuid.uuid4().hex[:12] for _ in range(100_000))
+                      if all(ownership.owner(name, {candidate, *real}) == candidate
+                             for name in names))
+        with login_role(cluster) as stranger, \
+                psycopg.connect(role_dsn(fleet.dsns[names[0]], stranger),
+                                autocommit=True) as poser:
+            row = poser.execute(
+                "SELECT set_config('application_name', %s || (extract(epoch FROM now())::bigint "
+                "+ 3600)::text, false), extract(epoch FROM now())::bigint",
+                (f"outbox-dispatcher member {fleet_name} {forged} ",)).fetchone()
+            assert row is not None
+            posed = int(row[1]) + 1  # a beat past this one was read after the poser's name
+            wait_until(lambda: all(_beats(fleet, names[0])[member][1] > posed
+                                   for member in real), timeout=30,
+                       dispatcher=dispatchers[0], what="both members to beat past the poser")
+            ids = fleet.publish(names)
+            wait_until(lambda: _received(receiver_module, ids) == ids, timeout=60,
+                       interval=0.2, dispatcher=dispatchers[0],
+                       what="every database's event beside the poser")
+            texts = [d.get("/metrics").text for d in dispatchers]
+        served = [name for text in texts for name, v in _up(text).items() if v == 1.0]
+        assert sorted(served) == names
+        for text in texts:  # each lists them all, for the alert on a database none serves
+            assert re.findall(r'^outbox_database_listed\{database="([^"]+)"\} 1', text,
+                              re.M) == names
+        logs = "".join(d.log() for d in dispatchers)
+        assert "the fleet has 3 members" not in logs
+    finally:
+        _stop(*dispatchers)

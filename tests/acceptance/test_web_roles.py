@@ -3,35 +3,24 @@ commands, and nothing more: no secret, URL or header value, no write."""
 
 from __future__ import annotations
 
-import itertools
-import os
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from outbox.testing import Receiver
 from tests.conftest import Cluster
 from tests.support.cli import run_outbox
-from tests.support.roles import Roles, create_role, ok, setup
+from tests.support.roles import Roles, login_role, ok, setup
 from tests.support.web import dead_scene, web_client
-
-_counter = itertools.count()
 
 
 @pytest.fixture
 def viewer(cluster: Cluster) -> Any:
     """A login role of its own; asked for before ``roles``, so that it is dropped after the
     database its grants are in."""
-    name = f"viewer_{os.getpid()}_{next(_counter)}"
-    with cluster.admin() as admin:
-        create_role(admin, name)
-    try:
+    with login_role(cluster, "viewer") as name:
         yield name
-    finally:
-        with cluster.admin() as admin:
-            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
 def test_the_viewer_reads_every_page_and_nothing_secret(viewer: str, roles: Roles,

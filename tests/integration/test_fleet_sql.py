@@ -1,9 +1,10 @@
-"""The fleet's limits in the claim and complete statements, run by hand as dispatchers would.
+"""The fleet's limits in the claim and complete statements, and its membership, run by hand as
+dispatchers would.
 
-Slots, rate-limit turns and the circuit breaker live in PostgreSQL, so each
-promise is checked here on the statements themselves, with several
-connections standing for several dispatchers and time moved by back-dating
-rows, never by sleeping.
+Slots, rate-limit turns, the circuit breaker and who is a member live in
+PostgreSQL, so each promise is checked here on the statements themselves,
+with several connections standing for several dispatchers and time moved by
+back-dating rows (or beats), never by sleeping.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from typing import Any
 import psycopg
 
 import outbox
+from dispatcher.db import APPLICATION_NAME
+from dispatcher.many.membership import SKEW
 from dispatcher.policy.model import ClaimRow, Record
+from outbox.sql import queries
+from tests.conftest import Cluster
 from tests.support.claiming import (
     ENDPOINT,
     PAYLOAD,
@@ -27,6 +32,7 @@ from tests.support.claiming import (
     finish,
 )
 from tests.support.dispatcher import add_endpoint
+from tests.support.roles import login_role, role_dsn
 
 Conn = psycopg.Connection[Any]
 
@@ -353,3 +359,39 @@ def test_disabled_endpoints_are_not_claimed_but_keep_their_deliveries(conn: Conn
     count = conn.execute("SELECT count(*) FROM outbox.deliveries WHERE state = 'pending'")
     assert count.fetchone() == (2,)
     conn.commit()
+
+
+_MEMBER = f"{APPLICATION_NAME} member 0a1b2c3d "
+"""The start of a member's application_name in one fleet; its id and beat follow."""
+
+
+def _members(conn: Conn) -> set[str]:
+    rows = conn.execute(queries["fleet_members"], {"pattern": _MEMBER + "%", "lease": 30.0,
+                                                   "skew": SKEW}).fetchall()
+    return {str(row[0]) for row in rows}
+
+
+def _pose(conn: Conn, member: str, *, ahead: float = 0.0) -> None:
+    """The session names itself the member ``member``, its beat ``ahead`` seconds past the
+    database's clock: what anyone who reads pg_stat_activity can copy."""
+    conn.execute("SELECT pg_catalog.set_config('application_name', %s || pg_catalog.floor("
+                 "extract(epoch FROM now()) + %s)::bigint::text, false)",
+                 (f"{_MEMBER}{member} ", ahead))
+
+
+def test_only_the_members_own_role_with_a_beat_not_ahead_is_a_member(cluster: Cluster,
+                                                                    dsn: str) -> None:
+    """A session of another role posing as a member, or one whose beat is from the future,
+    is no member; a session of the members' own role with a current beat is one."""
+    with login_role(cluster) as stranger, \
+            psycopg.connect(dsn, autocommit=True) as member, \
+            psycopg.connect(role_dsn(dsn, stranger), autocommit=True) as poser, \
+            psycopg.connect(dsn, autocommit=True) as twin:
+        member.execute(queries["fleet_beat"], {"prefix": f"{_MEMBER}real "})
+        assert _members(member) == {"real"}
+        _pose(poser, "forged")
+        _pose(twin, "future", ahead=3600)
+        assert _members(member) == {"real"}
+        assert _members(poser) == {"forged"}  # the poser sees only its own role's sessions
+        _pose(twin, "twin", ahead=1)
+        assert _members(member) == {"real", "twin"}

@@ -25,9 +25,11 @@ PROJECT_METRICS = {
     "outbox_db_horizon_held_seconds": ("gauge", set()),
     "outbox_event_loop_lag_seconds": ("gauge", set()),
 }
-# With --databases only (docs/scaling.md): which databases the dispatcher serves.
+# With --databases only (docs/scaling.md): which databases the dispatcher serves, and which
+# its list holds (added by this project).
 MANY_METRICS = {
     "outbox_database_up": ("gauge", {"database"}),
+    "outbox_database_listed": ("gauge", {"database"}),
 }
 # The standard collectors' series every Python exporter has (names' prefixes).
 STANDARD_PREFIXES = ("process_", "python_")

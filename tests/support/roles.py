@@ -13,6 +13,7 @@ import itertools
 import os
 import secrets
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -45,6 +46,19 @@ def create_role(admin: psycopg.Connection[Any], role: str) -> None:
 def role_dsn(dsn: str, role: str) -> str:
     """``dsn`` (the cluster's, for some database) as ``role``, with its password."""
     return psycopg.conninfo.make_conninfo(dsn, user=role, password=role_password(role))
+
+
+@contextmanager
+def login_role(cluster: Cluster, prefix: str = "stranger") -> Iterator[str]:
+    """A new role that may log in and holds nothing but PUBLIC's rights; dropped afterwards."""
+    role = f"{prefix}_{os.getpid()}_{next(_counter)}"
+    with cluster.admin() as admin:
+        create_role(admin, role)
+    try:
+        yield role
+    finally:
+        with cluster.admin() as admin:
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
 class Roles:

@@ -29,3 +29,18 @@ def test_database_up_names_the_served_and_the_set_aside_only() -> None:
     assert 'outbox_database_up{database="tenant-a"} 1.0' in text
     assert 'outbox_database_up{database="tenant-b"} 0.0' in text
     assert "tenant-c" not in text
+
+
+def test_database_listed_names_every_listed_database_whoever_serves_it() -> None:
+    """outbox_database_listed is 1 for each database of the list, served here, set aside or
+    left to another dispatcher; a database no longer listed has no series."""
+    metrics = FleetMetrics()
+    metrics.databases.served("tenant-a", True)
+    metrics.databases.served("tenant-b", False)
+    metrics.databases.listed(["tenant-a", "tenant-b", "tenant-c", "tenant-d"])
+    metrics.databases.listed(["tenant-a", "tenant-b", "tenant-c"])
+    text = metrics.render().decode()
+    for name in ("tenant-a", "tenant-b", "tenant-c"):
+        assert f'outbox_database_listed{{database="{name}"}} 1.0' in text
+    assert "tenant-d" not in text
+    assert 'outbox_database_up{database="tenant-c"}' not in text

@@ -40,12 +40,24 @@ SELECT pg_catalog.set_config(
 
 -- name: fleet_members
 -- The members of a fleet whose last beat is younger than the lease: the ids
--- to hash the databases over.
+-- to hash the databases over. Only sessions logged in as this session's own
+-- role count: application_name is anyone's to set, and a session of another
+-- role that copied a member's (with an id that wins the databases it wants
+-- starved) would move them away from every real member. usesysid is the
+-- role a session logged in as, which SET ROLE does not change: session_user,
+-- not current_user, is the one to compare it with. A beat from the future,
+-- beyond a small skew (every beat is read from this same clock), counts
+-- neither: it would keep a member alive long after its last beat.
 SELECT DISTINCT pg_catalog.split_part(a.application_name, ' ', 4)
 FROM pg_catalog.pg_stat_activity a
 WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+  AND a.usesysid OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r
+                                         WHERE r.rolname OPERATOR(pg_catalog.=) session_user)
   AND a.application_name OPERATOR(pg_catalog.~~) %(pattern)s::text
   AND pg_catalog.split_part(a.application_name, ' ', 5) OPERATOR(pg_catalog.~) '^[0-9]{1,12}$'
   AND pg_catalog.split_part(a.application_name, ' ', 5)::bigint::float8
       OPERATOR(pg_catalog.>) (pg_catalog.date_part('epoch', pg_catalog.now())::float8
-                              OPERATOR(pg_catalog.-) %(lease)s::float8);
+                              OPERATOR(pg_catalog.-) %(lease)s::float8)
+  AND pg_catalog.split_part(a.application_name, ' ', 5)::bigint::float8
+      OPERATOR(pg_catalog.<=) (pg_catalog.date_part('epoch', pg_catalog.now())::float8
+                               OPERATOR(pg_catalog.+) %(skew)s::float8);
