@@ -19,16 +19,31 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from outbox._shared.dsn import KEEPALIVES, server_options
+from outbox._shared.search_path import arrived
 
 
 class NoConnection(Exception):
-    """Every connection was busy for longer than a request may wait."""
+    """Every connection was busy for longer than a request may wait (or none could be
+    made with the view's settings)."""
+
+
+class SettingsIgnored(Exception):
+    """A new connection runs without the settings its startup packet asked for."""
+
+
+# Each statement's settings as the server applied them; every name qualified, since the
+# path may be the database's own when they did not arrive.
+_APPLIED: LiteralString = (
+    "SELECT pg_catalog.current_setting('search_path'),"
+    " (SELECT s.setting FROM pg_catalog.pg_settings s"
+    "  WHERE s.name OPERATOR(pg_catalog.=) 'statement_timeout'),"
+    " pg_catalog.current_setting('default_transaction_read_only')")
 
 
 class Pool:
@@ -46,21 +61,50 @@ class Pool:
         else:
             settings.append(f"-c lock_timeout={min(millis, 2000)}")
         self._wait = wait
+        self._expected = (millis, read_only)
+        self._ignored: str | None = None
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn, min_size=0, max_size=size, open=True, name="outbox-web", max_idle=max_idle,
+            configure=self._check,
             kwargs={"autocommit": True, "connect_timeout": 10, "prepare_threshold": None,
                     "application_name": "outbox-web", **KEEPALIVES,
                     "options": server_options(dsn, " ".join(settings))})
 
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a new connection whose settings did not reach the server.
+
+        A pooler that drops startup parameters (PgBouncer's
+        ``ignore_startup_parameters = options``) would leave the database's own
+        search_path, where planted code could run as the viewer's role, and the
+        readers without read-only and without their statement timeout. The pool
+        discards the connection; a page then says why instead of waiting.
+        """
+        row = conn.execute(_APPLIED).fetchone()
+        path, millis, read_only = (str(v) for v in row) if row else ("", "", "")
+        if arrived(path) and millis == str(self._expected[0]) and (
+                read_only == "on" or not self._expected[1]):
+            self._ignored = None
+            return
+        self._ignored = (
+            f"the server did not apply the view's connection settings (search_path "
+            f"{path!r}, statement_timeout {millis} ms, read-only {read_only}): a connection "
+            "pooler in between drops startup parameters (PgBouncer's "
+            "ignore_startup_parameters = options); point the view at PostgreSQL directly")
+        raise SettingsIgnored(self._ignored)
+
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A healthy connection for the block; a broken one is closed, not given back."""
+        """A healthy connection for the block; a broken one is closed, not given back.
+        Once a new connection was refused for its settings, pages fail at once (the pool
+        goes on trying in the background, and the first that passes clears it)."""
+        if self._ignored:
+            raise NoConnection(self._ignored)
         try:
             with self._pool.connection(timeout=self._wait) as conn:
                 yield conn
         except PoolTimeout:
-            raise NoConnection(f"every database connection was busy for {self._wait:g} s"
-                               ) from None
+            raise NoConnection(self._ignored or f"every database connection was busy for "
+                               f"{self._wait:g} s") from None
 
     def busy(self) -> bool:
         """Whether a connection is lent out, or asked for, right now."""

@@ -32,6 +32,7 @@ from tests.support.dispatcher import (
 )
 from tests.support.pgbouncer import PgBouncer, find_pgbouncer
 from tests.support.publishing import committed
+from tests.support.web import web_client
 
 pytestmark = pytest.mark.skipif(find_pgbouncer() is None, reason="pgbouncer is not installed "
                                 "(Debian: apt-get install pgbouncer)")
@@ -231,6 +232,21 @@ def test_the_command_refuses_a_pooler_that_drops_its_settings(
             assert "Traceback" not in result.stderr
     assert committed(dsn, "SELECT count(*) FROM outbox.endpoints") == [(0,)]
     assert run_outbox(dsn, "status").returncode == 0
+
+
+def test_the_web_view_refuses_a_pooler_that_drops_its_settings(
+        cluster: Cluster, dsn: str) -> None:
+    """Through a pooler that drops startup parameters the view's readers would run on the
+    database's own path, writable and without a timeout: every page says why it cannot
+    read (503) and runs nothing; directly, the same page is served."""
+    with PgBouncer(cluster.admin_dsn, ignore_startup_parameters="options") as lenient, \
+            web_client(lenient.dsn_for(dsn)) as client:
+        for path in ("/", "/dead", "/tenants"):
+            page = client.get(path)
+            assert page.status_code == 503, (path, page.text)
+            assert "ignore_startup_parameters" in page.text
+    with web_client(dsn) as client:
+        assert client.get("/").status_code == 200
 
 
 def test_apublish_through_the_pooler_with_psycopgs_defaults(dsn: str,
