@@ -48,16 +48,21 @@ SELECT pg_catalog.set_config(
 -- not current_user, is the one to compare it with. A beat from the future,
 -- beyond a small skew (every beat is read from this same clock), counts
 -- neither: it would keep a member alive long after its last beat.
-SELECT DISTINCT pg_catalog.split_part(a.application_name, ' ', 4)
-FROM pg_catalog.pg_stat_activity a
-WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
-  AND a.usesysid OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r
-                                         WHERE r.rolname OPERATOR(pg_catalog.=) session_user)
-  AND a.application_name OPERATOR(pg_catalog.~~) %(pattern)s::text
-  AND pg_catalog.split_part(a.application_name, ' ', 5) OPERATOR(pg_catalog.~) '^[0-9]{1,12}$'
-  AND pg_catalog.split_part(a.application_name, ' ', 5)::bigint::float8
-      OPERATOR(pg_catalog.>) (pg_catalog.date_part('epoch', pg_catalog.now())::float8
-                              OPERATOR(pg_catalog.-) %(lease)s::float8)
-  AND pg_catalog.split_part(a.application_name, ' ', 5)::bigint::float8
-      OPERATOR(pg_catalog.<=) (pg_catalog.date_part('epoch', pg_catalog.now())::float8
-                               OPERATOR(pg_catalog.+) %(skew)s::float8);
+-- The beat is read through a CASE: the planner may order a WHERE's conditions
+-- as it likes, so a cast guarded only by a sibling condition could meet a
+-- name that is not a number (and fail the whole read).
+SELECT DISTINCT m.id
+FROM (SELECT pg_catalog.split_part(a.application_name, ' ', 4) AS id,
+             CASE WHEN pg_catalog.split_part(a.application_name, ' ', 5)
+                       OPERATOR(pg_catalog.~) '^[0-9]{1,12}$'
+                  THEN pg_catalog.split_part(a.application_name, ' ', 5)::bigint::float8
+             END AS beat
+      FROM pg_catalog.pg_stat_activity a
+      WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+        AND a.usesysid OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r
+                                               WHERE r.rolname OPERATOR(pg_catalog.=) session_user)
+        AND a.application_name OPERATOR(pg_catalog.~~) %(pattern)s::text) m
+WHERE m.beat OPERATOR(pg_catalog.>) (pg_catalog.date_part('epoch', pg_catalog.now())::float8
+                                     OPERATOR(pg_catalog.-) %(lease)s::float8)
+  AND m.beat OPERATOR(pg_catalog.<=) (pg_catalog.date_part('epoch', pg_catalog.now())::float8
+                                      OPERATOR(pg_catalog.+) %(skew)s::float8);
