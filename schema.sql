@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 15.
+-- outbox-dispatcher schema: the current shape, version 19.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -51,7 +51,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 16 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 19 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -125,7 +125,37 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     -- tenant's events): publish routes it only its tenant's events, and the
     -- dispatcher sends it no other (version 16).
     tenant               text,
-    CONSTRAINT endpoints_tenant_printable CHECK (tenant ~ '^[ -~]{1,200}$')
+    CONSTRAINT endpoints_tenant_printable CHECK (tenant ~ '^[ -~]{1,200}$'),
+    -- The customer's own label for the endpoint (version 18).
+    description          text
+        CONSTRAINT endpoints_description_length
+        CHECK (pg_catalog.char_length(description) OPERATOR(pg_catalog.<=) 200),
+    -- What a full backlog does: 'refuse' (publish() raises BacklogFull) or
+    -- 'drop-oldest' (the dispatcher discards the oldest pending deliveries
+    -- past the bound); dead letters older than keep_dead_seconds are
+    -- discarded by the retention (NULL: kept) (version 18).
+    when_full            text NOT NULL DEFAULT 'refuse'
+        CONSTRAINT endpoints_when_full
+        CHECK (when_full OPERATOR(pg_catalog.=) 'refuse'::text
+               OR when_full OPERATOR(pg_catalog.=) 'drop-oldest'::text),
+    keep_dead_seconds    double precision
+        CONSTRAINT endpoints_keep_dead
+        CHECK (keep_dead_seconds OPERATOR(pg_catalog.>) 0::double precision),
+    -- false: neither traceparent nor tracestate is sent (version 18).
+    trace_context        boolean NOT NULL DEFAULT true,
+    -- Saved with its URL checked: the private-network guard applies to it at
+    -- connect time whatever the dispatcher's flags (version 18).
+    guarded              boolean NOT NULL DEFAULT false,
+    -- Disabled with `disable --drop`: its undelivered deliveries, and those
+    -- made for it while it stays so, are discarded (version 18).
+    dropping             boolean NOT NULL DEFAULT false,
+    -- Who disabled it: 'operator', 'application' or 'gone' (a 410); NULL
+    -- while enabled (version 18).
+    disabled_by          text
+        CONSTRAINT endpoints_disabled_by
+        CHECK (disabled_by OPERATOR(pg_catalog.=) 'operator'::text
+               OR disabled_by OPERATOR(pg_catalog.=) 'application'::text
+               OR disabled_by OPERATOR(pg_catalog.=) 'gone'::text)
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS endpoints_name_live
@@ -278,8 +308,13 @@ CREATE TABLE IF NOT EXISTS outbox.deliveries (
     -- Copies of the event's seq and key, so that the ordering check reads one index.
     seq               bigint NOT NULL,
     key               text,
+    -- 'discarded': by the endpoint's policy (version 18): finished, like
+    -- delivered and dead, and kept until retention removes it.
     state             text NOT NULL DEFAULT 'pending'
-                      CHECK (state IN ('pending', 'in_flight', 'delivered', 'dead')),
+                      CONSTRAINT deliveries_state_check
+                      CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['pending'::text,
+                             'in_flight'::text, 'delivered'::text, 'dead'::text,
+                             'discarded'::text])),
     attempts          integer NOT NULL DEFAULT 0,
     next_attempt_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
     lease_token       uuid,
@@ -340,6 +375,11 @@ CREATE INDEX IF NOT EXISTS deliveries_finished
 -- rows here (version 11).
 CREATE INDEX IF NOT EXISTS deliveries_turns
     ON outbox.deliveries (endpoint_id, tenant, next_attempt_at) WHERE state = 'pending';
+-- Discarded rows (by the endpoint's policy): retention, as deliveries_finished
+-- serves it for delivered ones (version 19).
+CREATE INDEX IF NOT EXISTS deliveries_discarded
+    ON outbox.deliveries (endpoint_id, finished_at)
+    WHERE state OPERATOR(pg_catalog.=) 'discarded'::text;
 -- Deliveries by event id: replay, dead retry, show, and retention deleting events.
 CREATE INDEX IF NOT EXISTS deliveries_event
     ON outbox.deliveries (event_id);
@@ -883,4 +923,20 @@ GRANT EXECUTE ON FUNCTION
     outbox.event_matches_v1(text, timestamptz, text, text[], timestamptz, timestamptz, text)
     TO PUBLIC;
 
-INSERT INTO outbox.schema_version (version) VALUES (16) ON CONFLICT DO NOTHING;
+-- The delivery log, for the application's own pages: one row per delivery,
+-- joined with its endpoint's name and its event's type. No payload, no
+-- secret: what the endpoint manager and the viewer may read (version 18).
+CREATE OR REPLACE VIEW outbox.delivery_log AS
+SELECT d.event_id, e.name AS endpoint, d.tenant, ev.type, d.key, d.state,
+       d.attempts_before OPERATOR(pg_catalog.+) d.attempts AS attempts, d.created_at,
+       CASE WHEN d.state OPERATOR(pg_catalog.=) 'pending'::text
+                 AND d.next_attempt_at OPERATOR(pg_catalog.<) 'infinity'::timestamptz
+            THEN d.next_attempt_at END AS next_attempt_at,
+       CASE WHEN d.state OPERATOR(pg_catalog.=) 'delivered'::text
+            THEN d.finished_at END AS delivered_at,
+       d.last_status, d.last_error
+FROM outbox.deliveries d
+JOIN outbox.endpoints e ON e.id OPERATOR(pg_catalog.=) d.endpoint_id
+JOIN outbox.events ev ON ev.id OPERATOR(pg_catalog.=) d.event_id;
+
+INSERT INTO outbox.schema_version (version) VALUES (19) ON CONFLICT DO NOTHING;

@@ -14,7 +14,7 @@ from outbox._cli import common
 from outbox._shared.text import counted
 from outbox._shared.urls import shown_url
 from outbox.admin import status
-from outbox.endpoints import OPTIONS, check_tenant, signing_label
+from outbox.endpoints import OPTIONS, check_tenant
 from outbox.errors import InvalidEndpoint
 
 
@@ -70,7 +70,7 @@ def list_endpoints(args: argparse.Namespace) -> int:
         c = e.columns
         state = "yes" if e.enabled else f"no ({e.disabled_reason})" if e.disabled_reason else "no"
         rows.append((c["name"], state, shown_url(c["url"]), ",".join(c["events"]),
-                     signing_label(c["secret"]) or "-", c["format"], c["max_in_flight"],
+                     e.signing or "-", c["format"], c["max_in_flight"],
                      f"{c['rate_limit']:g}/s" if c["rate_limit"] else "-", c["max_batch"],
                      c["max_pending"] or "-", c["max_pending_per_tenant"] or "-",
                      c["max_attempts"], c["tenant"] or "-"))

@@ -20,3 +20,7 @@ DEFAULT_BREAKER_FAILURES = 10
 DEFAULT_BREAKER_COOLDOWN = 30.0
 DEFAULT_BREAKER_WINDOW = 30.0
 DEFAULT_BREAKER_RATE = 50.0
+
+WhenFull = Literal["refuse", "drop-oldest"]
+WHEN_FULL: tuple[WhenFull, ...] = ("refuse", "drop-oldest")
+"""What a full backlog does: publish() refuses (the default), or the oldest go."""

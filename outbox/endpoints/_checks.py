@@ -250,6 +250,23 @@ def check_tenant(tenant: object) -> str | None:
         raise InvalidEndpoint(str(exc).removeprefix("tenant "), "tenant") from None
 
 
+MAX_DESCRIPTION = 200
+"""Characters a description may hold: a label, not a document."""
+
+
+def check_description(description: object) -> str | None:
+    """The customer's own label for an endpoint (None: none): printable text (letters of
+    any script, no control characters or line breaks), at most 200 characters."""
+    if description is None:
+        return None
+    if not isinstance(description, str):
+        raise InvalidEndpoint(f"must be text, not {type(description).__name__}", "description")
+    if len(description) > MAX_DESCRIPTION or not description.isprintable():
+        raise InvalidEndpoint(f"must be at most {MAX_DESCRIPTION} printable characters, on "
+                              "one line", "description")
+    return description
+
+
 def parse_header(text: str) -> tuple[str, str]:
     """``NAME:VALUE`` (as ``--header`` takes it) -> (name, value), surrounding spaces dropped."""
     name, sep, value = text.partition(":")

@@ -42,6 +42,7 @@ MAX_BREAKER_FAILURES = 1000
 MAX_PENDING = 1_000_000_000
 MAX_BREAKER_COOLDOWN = 86400.0
 MAX_BREAKER_WINDOW = 86400.0
+MAX_KEEP_DEAD = 366 * 86400.0
 
 Check = Callable[[Any, str], Any]
 """(value, field) -> the clean value; InvalidEndpoint naming the field for a bad one."""
@@ -176,6 +177,13 @@ def _format(value: object, field: str) -> object:
     return value
 
 
+def _when_full(value: object, field: str) -> object:
+    if value not in defaults.WHEN_FULL:
+        raise InvalidEndpoint(f"must be {' or '.join(defaults.WHEN_FULL)}, not {value!r}",
+                              field)
+    return value
+
+
 def _boolean(value: object, field: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidEndpoint(f"must be true or false, not {value!r}", field)
@@ -301,6 +309,28 @@ OPTIONS: tuple[Option, ...] = (
                        "receives the matching events of every tenant published from now on "
                        "(as --unset tenant)")),
            lambda value, field: checks.check_tenant(value), None),
+    Option("description", "description",
+           Flag("--description", "the endpoint's own label, free text shown beside its name "
+                "(at most 200 printable characters); default: none", "TEXT",
+                clear=("--no-description", "the endpoint has no label any more")),
+           lambda value, field: checks.check_description(value), None),
+    Option("when_full", "when_full",
+           Flag("--when-full", "what a full backlog (--max-pending, "
+                "--max-pending-per-tenant) does: refuse (publish() raises BacklogFull; the "
+                "default) or drop-oldest (publish() never refuses; the oldest pending "
+                "deliveries past the bound are discarded)", "refuse|drop-oldest"),
+           _when_full, "refuse"),
+    Option("keep_dead", "keep_dead_seconds",
+           Flag("--keep-dead", "dead letters older than this are discarded by the "
+                "retention; default: kept until retried or discarded", "DURATION",
+                clear=("--no-keep-dead", "dead letters are kept until retried or "
+                       "discarded")),
+           _optional(_seconds(MAX_KEEP_DEAD)), None, SECONDS, unit="s"),
+    Option("trace_context", "trace_context",
+           Switch("--trace-context", "send the event's traceparent and tracestate (the "
+                  "default)", "--no-trace-context", "send neither traceparent nor "
+                  "tracestate, whatever span publish() ran in"),
+           _boolean, True),
 )
 
 BY_FIELD: Mapping[str, Option] = {option.field: option for option in OPTIONS}

@@ -14,10 +14,9 @@ from typing import Any
 
 from outbox._shared.urls import shown_url
 from outbox.endpoints._options import OPTIONS, Option
-from outbox.endpoints._spec import signing_label
 from outbox.endpoints._store import StoredEndpoint
 
-_FIRST = ("url", "events", "tenant", "secret")
+_FIRST = ("url", "events", "tenant", "description", "secret")
 """What the endpoint is and whom it serves, right after its name; then the other options
 in the table's order, then those shown by name only (header names)."""
 
@@ -29,16 +28,20 @@ def _order(option: Option) -> tuple[int, int]:
 
 
 _SHOWN_ORDER = sorted(OPTIONS, key=_order)  # stable: the table's order within each part
-_STATE = ("enabled", "disabled_reason", "created_at", "updated_at")
+_STATE = ("enabled", "disabled_reason", "disabled_by", "dropping", "guarded", "created_at",
+          "updated_at")
 """The columns of an endpoint's state that follow its options."""
 
 
 def as_json(e: StoredEndpoint) -> dict[str, Any]:
     """Every option of an endpoint; the secret reduced to its kind, header values hidden."""
-    rotation_ends = max((str(p.get("expires_at")) for p in e.previous_secrets), default=None)
     state = {"enabled": e.enabled, "disabled_reason": e.disabled_reason,
+             "disabled_by": e.disabled_by, "dropping": e.dropping, "guarded": e.guarded,
              "created_at": e.created_at, "updated_at": e.updated_at}
-    return _shaped({**e.columns, **state}, rotation_ends, viewer=False)
+    until = e.signing_previous_until
+    shown = {**e.columns, "secret": e.signing, "headers": e.header_names, **state}
+    return _shaped(shown, until if until is None or isinstance(until, str) else
+                   until.isoformat(), viewer=False)
 
 
 def as_viewer_json(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,7 +56,8 @@ def _shaped(row: Mapping[str, Any], rotation_ends: str | None, *,
     for option in _SHOWN_ORDER:
         value = None if viewer and not option.viewer else row[option.column]
         if option.shown == "kind":
-            doc["signing"] = None if value is None else signing_label(value)
+            # A kind already (whsec, env:NAME): the secret itself is never read to show it.
+            doc["signing"] = value
             doc["signing_previous_until"] = rotation_ends
         elif value is None:
             doc[option.field] = None
@@ -66,7 +70,7 @@ def _shaped(row: Mapping[str, Any], rotation_ends: str | None, *,
         else:
             # TLS options are paths on the dispatcher's filesystem; never read here.
             doc[option.field] = value
-    doc.update({key: row[key] for key in _STATE})
+    doc.update({key: row.get(key) for key in _STATE})
     doc["created_at"] = doc["created_at"].isoformat()
     doc["updated_at"] = doc["updated_at"].isoformat()
     return doc

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from outbox._shared.endpoint_defaults import Format
+from outbox._shared.endpoint_defaults import Format, WhenFull
 from outbox.endpoints import _checks as checks
 from outbox.endpoints._options import BY_FIELD, KEY_COLUMN, OPTIONS, default
 from outbox.errors import InvalidEndpoint
@@ -108,6 +108,21 @@ class EndpointSpec:
     """The tenant the endpoint belongs to: it receives only the events published with that
     tenant (among those its patterns match), so that one customer's endpoint never sees
     another's; None: the matching events of every tenant, and those without one."""
+    description: str | None = default("description")
+    """The endpoint's own label (the customer's, in a portal): free text of at most 200
+    printable characters, shown beside its name; None for none."""
+    when_full: WhenFull = default("when_full")  # noqa: RUF009 (a str)
+    """What a full backlog does (``max_pending``, ``max_pending_per_tenant``): ``refuse``,
+    publish() raises BacklogFull; ``drop-oldest``, publish() never refuses for it, and the
+    dispatcher discards the endpoint's (or the tenant's) oldest pending deliveries until it
+    holds the bound again, never one in flight. ``drop-oldest`` needs ``max_pending``."""
+    keep_dead: float | None = default("keep_dead")
+    """Seconds a dead letter is kept before the retention discards it; None: kept until
+    retried or discarded."""
+    trace_context: bool = default("trace_context")
+    """Whether requests carry the event's W3C trace context (``traceparent``, and
+    ``tracestate`` as ``send_tracestate`` says); false sends neither, whatever span
+    publish() ran in (a customer's endpoint need not learn the sender's traces)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", checks.check_name(self.name))
@@ -170,10 +185,17 @@ def _cert_with_its_key(spec: EndpointSpec) -> None:
                               "certificate and the key that belongs to it")
 
 
+def _dropping_needs_a_bound(spec: EndpointSpec) -> None:
+    if spec.when_full == "drop-oldest" and spec.max_pending is None:
+        raise InvalidEndpoint("drop-oldest needs max_pending: the bound past which the "
+                              "oldest pending deliveries are discarded", "when_full")
+
+
 _RULES: dict[str, tuple[Callable[[EndpointSpec], None], ...]] = {
     "max_backoff": (_backoffs_in_order,),
     "client_key": (_tls_is_for_https,),
     "tenant": (_cert_with_its_key,),
+    "when_full": (_dropping_needs_a_bound,),
 }
 """Rules between options, each run once the option it is filed under is checked (the
 options are checked in the table's order)."""

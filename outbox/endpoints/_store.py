@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from outbox._shared.pinned import apinned, pinned
 from outbox.endpoints._options import OPTIONS, STORED_COLUMNS
-from outbox.endpoints._spec import EndpointSpec
+from outbox.endpoints._spec import EndpointSpec, signing_label
 from outbox.endpoints._sync import SyncPlan, changed_options, plan_sync
 from outbox.errors import EndpointBusy, EndpointExists, EndpointNotFound
 from outbox.sql import queries
@@ -40,7 +40,13 @@ Plan = Generator[Step, list[Row], T]
 
 @dataclass(frozen=True, slots=True)
 class StoredEndpoint:
-    """One live endpoint row, as ``endpoints list`` shows it and sync compares it."""
+    """One live endpoint row, as ``endpoints list`` shows it and sync compares it.
+
+    Read to be shown (``endpoints_live``), its ``columns`` hold every option but
+    the secret and the headers, which are known only by ``signing`` (the
+    secret's kind) and ``header_names``; read whole for a sync
+    (``endpoints_full``), they hold those too.
+    """
 
     id: int
     enabled: bool
@@ -50,6 +56,17 @@ class StoredEndpoint:
     columns: dict[str, Any]
     """Option columns, keyed and typed like :meth:`EndpointSpec.columns`."""
     previous_secrets: list[dict[str, Any]] = field(default_factory=list)
+    signing: str | None = None
+    """The secret's kind: ``whsec``, the ``env:NAME`` it names, or None (unsigned)."""
+    signing_previous_until: datetime | str | None = None
+    """Until when a secret it replaced by rotation still signs; None: none does."""
+    header_names: list[str] = field(default_factory=list)
+    guarded: bool = False
+    """Saved with its URL checked: the private-network guard applies to it at connect."""
+    dropping: bool = False
+    """Disabled with ``drop``: what is made for it is discarded until it is enabled."""
+    disabled_by: str | None = None
+    """``operator``, ``application`` or ``gone`` (a 410) while disabled; None enabled."""
 
     @property
     def name(self) -> str:
@@ -107,10 +124,18 @@ def _params(spec: EndpointSpec) -> dict[str, Any]:
 
 def _stored(row: Row) -> StoredEndpoint:
     columns = {key: row[key] for key in STORED_COLUMNS if key in row}
+    whole = "secret" in row
+    previous = list(row["previous_secrets"] or []) if whole else []
     return StoredEndpoint(
         id=row["id"], enabled=row["enabled"], disabled_reason=row["disabled_reason"],
         created_at=row["created_at"], updated_at=row["updated_at"], columns=columns,
-        previous_secrets=list(row["previous_secrets"] or []))
+        previous_secrets=previous,
+        signing=signing_label(row["secret"]) if whole else row["signing"],
+        signing_previous_until=(max((str(p.get("expires_at")) for p in previous), default=None)
+                                if whole else row["signing_previous_until"]),
+        header_names=list(row["headers"] if whole else row["header_names"] or []),
+        guarded=bool(row["guarded"]), dropping=bool(row["dropping"]),
+        disabled_by=row["disabled_by"])
 
 
 def listing(tenant: str | None = None) -> Plan[list[StoredEndpoint]]:
@@ -274,19 +299,37 @@ def sync_endpoints(conn: Conn, specs: Sequence[EndpointSpec], *, force: bool) ->
     return run(conn, _syncing(specs, force=force))
 
 
+def _whole() -> Plan[list[StoredEndpoint]]:
+    """Every live endpoint with its secret and header values: what a sync compares."""
+    rows = yield queries["endpoints_full"], {}
+    return [_stored(row) for row in rows]
+
+
 def _syncing(specs: Sequence[EndpointSpec], *, force: bool) -> Plan[SyncReport]:
     yield from _lock()
-    stored = yield from listing()
+    stored = yield from _whole()
     plan: SyncPlan = plan_sync(stored, specs)
     ids = {s.name: s.id for s in stored}
     removed = yield from _remove({name: ids[name] for name in plan.remove}, force=force,
                                  reason="the endpoint was removed (missing from the sync file)")
     for spec in plan.add:
         yield queries["endpoint_insert"], _params(spec)
+    secrets = {s.name: s.columns.get("secret") for s in stored}
     for spec in _specs_named(specs, plan.change):
-        yield queries["endpoint_replace"], {**_params(spec), "id": ids[spec.name]}
+        yield from _replacing(spec, ids[spec.name], secret_changed=secrets[spec.name]
+                              != spec.secret)
     return SyncReport(added=[s.name for s in plan.add], changed=dict(plan.change),
                       removed=removed, unchanged=list(plan.unchanged))
+
+
+def _replacing(spec: EndpointSpec, endpoint_id: int, *, secret_changed: bool) -> Plan[None]:
+    """Write a sync file's whole definition over a stored endpoint: every option, the
+    headers, and the secret when it changed (an unchanged one keeps its rotation)."""
+    yield queries["endpoint_update"], {**_params(spec), "id": endpoint_id}
+    yield queries["endpoint_set_headers"], {"headers": Jsonb(dict(spec.headers)),
+                                            "id": endpoint_id}
+    if secret_changed:
+        yield queries["endpoint_set_secret"], {"secret": spec.secret, "id": endpoint_id}
 
 
 def _specs_named(specs: Iterable[EndpointSpec], names: Iterable[str]) -> list[EndpointSpec]:
@@ -304,13 +347,18 @@ def plan_endpoints_sync(conn: Conn, specs: Sequence[EndpointSpec]) -> SyncReport
 
 
 def _planning(specs: Sequence[EndpointSpec]) -> Plan[SyncReport]:
-    stored = yield from listing()
+    stored = yield from _whole()
     plan: SyncPlan = plan_sync(stored, specs)
     ids = {s.name: s.id for s in stored if s.name in set(plan.remove)}
     undelivered = (yield from _undelivered(ids.values())) if ids else {}
     return SyncReport(added=[s.name for s in plan.add], changed=dict(plan.change),
                       removed={name: undelivered.get(ids[name], 0) for name in plan.remove},
                       unchanged=list(plan.unchanged))
+
+
+_UNREAD = ("secret", "headers")
+"""The options an update neither reads nor writes unless it is given them: a change of URL
+needs no right to read a secret or a header value."""
 
 
 def updating(name: str, options: Mapping[str, object],
@@ -321,6 +369,8 @@ def updating(name: str, options: Mapping[str, object],
     names options to return to their default. The whole new definition is
     checked first. Returns the options that changed (none: nothing written).
     A new secret replaces the old one at once (``rotate-secret`` keeps both).
+    The stored secret and headers are never read: given, they are written
+    (and counted as changed); not given, they stay.
     """
     yield from _lock()
     current = yield from _live(name)
@@ -329,10 +379,19 @@ def updating(name: str, options: Mapping[str, object],
         merged.pop(option, None)
     merged.update(options)
     spec = EndpointSpec.from_options(name, merged)
-    changed = changed_options(current.columns, spec.columns())
-    if changed:
-        yield queries["endpoint_replace"], {**_params(spec), "id": current.id}
-    return changed
+    wanted = spec.columns()
+    changed = [option for option in changed_options(current.columns, wanted)
+               if option not in _UNREAD]
+    changed += [option for option in _UNREAD if option in options or option in set(unset)]
+    if not changed:
+        return changed
+    yield queries["endpoint_update"], {**_params(spec), "id": current.id}
+    if "secret" in changed:
+        yield queries["endpoint_set_secret"], {"secret": wanted["secret"], "id": current.id}
+    if "headers" in changed:
+        yield queries["endpoint_set_headers"], {"headers": Jsonb(wanted["headers"]),
+                                                "id": current.id}
+    return [option.field for option in OPTIONS if option.field in changed]
 
 
 def update_endpoint(conn: Conn, name: str, options: Mapping[str, object],

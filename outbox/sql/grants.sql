@@ -55,7 +55,7 @@ $rules$;
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM {application};
 GRANT USAGE ON SCHEMA outbox TO {application};
 GRANT SELECT (id, name, events_like, max_pending, max_pending_per_tenant, enabled,
-               removed_at, tenant)
+               removed_at, tenant, when_full)
     ON outbox.endpoints TO {application};
 GRANT SELECT ON outbox.events TO {application};
 GRANT INSERT (id, type, key, payload, headers, idempotency_key, created_at, deliver_after,

@@ -11,7 +11,9 @@ GRANT SELECT (id, name, enabled, max_pending, disabled_reason, removed_at, event
               max_attempts, timeout_seconds, min_backoff_seconds, max_backoff_seconds,
               max_in_flight, rate_limit, max_batch, format, breaker_failures,
               breaker_cooldown_seconds, breaker_window_seconds, breaker_rate,
-              max_pending_per_tenant, send_tracestate, created_at, updated_at)
+              max_pending_per_tenant, send_tracestate, created_at, updated_at,
+              description, when_full, keep_dead_seconds, trace_context, guarded, dropping,
+              disabled_by)
     ON outbox.endpoints TO {viewer};
 GRANT SELECT (id, type, key, payload, idempotency_key, created_at, unrouted, traceparent,
               tenant) ON outbox.events TO {viewer};

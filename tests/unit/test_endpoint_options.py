@@ -44,23 +44,36 @@ def test_insert_names_every_stored_column_and_nothing_else() -> None:
     assert values == [[column] for column in columns]
 
 
-def test_replace_sets_every_option_column_and_nothing_else() -> None:
-    """endpoint_replace sets each option column from its own parameter, the name never."""
-    sql = queries["endpoint_replace"]
+UNREAD = {"secret", "headers"}
+"""The options that showing an endpoint never reads (but by kind and by name)."""
+SHOWN_STATE = {"signing", "signing_previous_until", "header_names", "guarded", "dropping",
+               "disabled_by"}
+
+
+def test_live_reads_every_stored_column_but_the_secrets() -> None:
+    """endpoints_live reads each option column but the secret and the headers, which it
+    names by kind and by name; endpoints_full, a sync's, reads every column."""
+    sql = queries["endpoints_live"]
+    selected = _listed(sql[sql.index("SELECT") + 6:sql.index("FROM outbox.endpoints_shown")])
+    assert set(selected) - NOT_OPTIONS - SHOWN_STATE == set(STORED_COLUMNS) - UNREAD
+    assert len(selected) == len(set(selected))
+    sql = queries["endpoints_full"]
+    selected = _listed(sql[sql.index("SELECT") + 6:sql.index("FROM outbox.endpoints")])
+    assert set(selected) - NOT_OPTIONS - SHOWN_STATE == set(STORED_COLUMNS)
+
+
+def test_update_sets_every_option_column_but_the_secrets() -> None:
+    """endpoint_update sets each option column from its own parameter but the secret and the
+    headers, which it neither reads nor writes (endpoint_set_secret, _headers do)."""
+    sql = queries["endpoint_update"]
     body = sql[sql.index(" SET") + 4:sql.index("WHERE id")]
     assigned = dict(re.findall(r"^\s*(\w+) = (.*?),?$", body, re.MULTILINE))
-    options = set(STORED_COLUMNS) - {KEY_COLUMN}
+    options = set(STORED_COLUMNS) - {KEY_COLUMN} - UNREAD
     assert set(assigned) - NOT_OPTIONS == options
+    assert "secret" not in body
+    assert "headers" not in body
     for column in options:
         assert PLACEHOLDER.findall(assigned[column]) == [column], column
-
-
-def test_live_reads_every_stored_column() -> None:
-    """endpoints_live reads each column of the table, besides the endpoint's identity and state."""
-    sql = queries["endpoints_live"]
-    selected = _listed(sql[sql.index("SELECT") + 6:sql.index("FROM outbox.endpoints")])
-    assert set(selected) - NOT_OPTIONS == set(STORED_COLUMNS)
-    assert len(selected) == len(set(selected))
 
 
 def test_spec_fields_are_the_table_rows() -> None:
@@ -92,7 +105,8 @@ def test_the_viewer_reads_exactly_the_options_it_may() -> None:
     sql = queries["web_endpoint_options"]
     selected = {name.strip().removeprefix("e.") for name in _listed(
         sql[sql.index("SELECT") + 6:sql.index("FROM outbox.endpoints")])}
-    state = {"enabled", "disabled_reason", "created_at", "updated_at"}
+    state = {"enabled", "disabled_reason", "created_at", "updated_at", "guarded", "dropping",
+             "disabled_by"}
     assert selected - state == set(VIEWER_COLUMNS)
     grants = (Path(outbox.sql.__file__).parent / "grants_viewer.sql").read_text("utf-8")
     match = re.search(r"GRANT SELECT \((.*?)\)\s*ON outbox\.endpoints TO", grants, re.DOTALL)
@@ -106,13 +120,15 @@ def test_the_viewers_object_is_list_json_with_nulls() -> None:
     """The web view's object for the viewer has list --json's keys in its order, null for what
     the viewer may not read and the same values for the rest."""
     spec = EndpointSpec(name="a", url="https://h.test/?token=t", secret=SECRET,
-                        headers={"authorization": "x"}, tenant="acme", max_pending=9)
+                        headers={"authorization": "x"}, tenant="acme", max_pending=9,
+                        description="Acme's hook", keep_dead=86400)
     now = datetime(2026, 1, 2, tzinfo=UTC)
     stored = StoredEndpoint(id=1, enabled=False, disabled_reason="why", created_at=now,
-                            updated_at=now, columns=spec.columns())
+                            updated_at=now, columns=spec.columns(), disabled_by="operator")
     shown = as_json(stored)
     row = {column: spec.columns()[column] for column in VIEWER_COLUMNS}
     seen = as_viewer_json({**row, "enabled": False, "disabled_reason": "why",
+                           "disabled_by": "operator", "dropping": False, "guarded": False,
                            "created_at": now, "updated_at": now})
     assert list(seen) == list(shown)
     hidden = {key for key, value in seen.items() if value is None}

@@ -9,15 +9,33 @@
 SELECT pg_advisory_xact_lock(7469813520412), pg_notify('outbox_endpoints', '');
 
 -- name: endpoints_live
-SELECT id, name, url, events, events_like, secret, previous_secrets, max_attempts, timeout_seconds,
-       min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
-       format, headers, breaker_failures, breaker_cooldown_seconds, max_pending,
+-- What shows an endpoint (list, get, update's merge) reads endpoints_shown:
+-- every option but the secret and the header values, which it names only by
+-- kind and by name. Only sync, the operator's, reads them (endpoints_full).
+SELECT id, name, url, events, events_like, signing, signing_previous_until, header_names,
+       max_attempts, timeout_seconds, min_backoff_seconds, max_backoff_seconds, max_in_flight,
+       rate_limit, max_batch, format, breaker_failures, breaker_cooldown_seconds, max_pending,
        breaker_window_seconds, breaker_rate, max_pending_per_tenant, send_tracestate, ca_file,
-       client_cert, client_key, tenant,
-       enabled, disabled_reason, created_at, updated_at
-FROM outbox.endpoints
+       client_cert, client_key, tenant, description, when_full, keep_dead_seconds,
+       trace_context,
+       enabled, disabled_reason, created_at, updated_at, guarded, dropping, disabled_by
+FROM outbox.endpoints_shown
 WHERE removed_at IS NULL
   AND (%(tenant)s::text IS NULL OR tenant OPERATOR(pg_catalog.=) %(tenant)s::text)
+ORDER BY name;
+
+-- name: endpoints_full
+-- Every live endpoint whole, its secret and header values included: what a
+-- sync compares with its file (the operator's command; the file holds them).
+SELECT id, name, url, events, events_like, secret, previous_secrets, max_attempts,
+       timeout_seconds, min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit,
+       max_batch, format, headers, breaker_failures, breaker_cooldown_seconds, max_pending,
+       breaker_window_seconds, breaker_rate, max_pending_per_tenant, send_tracestate, ca_file,
+       client_cert, client_key, tenant, description, when_full, keep_dead_seconds,
+       trace_context,
+       enabled, disabled_reason, created_at, updated_at, guarded, dropping, disabled_by
+FROM outbox.endpoints
+WHERE removed_at IS NULL
 ORDER BY name;
 
 -- name: endpoint_id_by_name
@@ -33,7 +51,7 @@ INSERT INTO outbox.endpoints
      min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
      format, headers, breaker_failures, breaker_cooldown_seconds, max_pending,
      breaker_window_seconds, breaker_rate, max_pending_per_tenant, send_tracestate, ca_file,
-     client_cert, client_key, tenant)
+     client_cert, client_key, tenant, description, when_full, keep_dead_seconds, trace_context)
 VALUES
     (%(name)s, %(url)s, %(events)s::text[], %(events_like)s::text[], %(secret)s::text,
      %(max_attempts)s, %(timeout_seconds)s, %(min_backoff_seconds)s,
@@ -42,23 +60,23 @@ VALUES
      %(max_pending)s::bigint, %(breaker_window_seconds)s, %(breaker_rate)s,
      %(max_pending_per_tenant)s::bigint,
      %(send_tracestate)s::boolean, %(ca_file)s::text, %(client_cert)s::text,
-     %(client_key)s::text, %(tenant)s::text)
+     %(client_key)s::text, %(tenant)s::text, %(description)s::text, %(when_full)s::text,
+     %(keep_dead_seconds)s::float8, %(trace_context)s::boolean)
 RETURNING id;
 
--- name: endpoint_replace
--- Sync writes every option, so that an option left out of the file returns
--- to its default. A secret that changes here is a plain replacement: the
--- rotation overlap (previous_secrets) is dropped, since the file is the whole
--- truth. SET expressions read the row's old values, hence "secret IS DISTINCT".
--- enabled and disabled_reason are not options: an operator's disable (or a
--- 410's) survives a sync.
+-- name: endpoint_update
+-- Every option but the secret and the headers, which it neither reads nor
+-- writes: an update (outbox.endpoints.update, `endpoints update`) sets them
+-- only when given (endpoint_set_secret, endpoint_set_headers), so that
+-- changing a URL needs no right to read a secret; a sync sets the headers
+-- always and the secret when it differs from the stored one, so that an
+-- option left out of the file returns to its default and an unchanged
+-- secret keeps its rotation. enabled, disabled_reason and disabled_by are
+-- not options: an operator's disable (or a 410's) survives a sync.
 UPDATE outbox.endpoints SET
     url = %(url)s,
     events = %(events)s::text[],
     events_like = %(events_like)s::text[],
-    previous_secrets = CASE WHEN secret IS DISTINCT FROM %(secret)s::text
-                            THEN '[]'::jsonb ELSE previous_secrets END,
-    secret = %(secret)s::text,
     max_attempts = %(max_attempts)s,
     timeout_seconds = %(timeout_seconds)s,
     min_backoff_seconds = %(min_backoff_seconds)s,
@@ -67,7 +85,6 @@ UPDATE outbox.endpoints SET
     rate_limit = %(rate_limit)s::float8,
     max_batch = %(max_batch)s,
     format = %(format)s,
-    headers = %(headers)s::jsonb,
     breaker_failures = %(breaker_failures)s,
     breaker_cooldown_seconds = %(breaker_cooldown_seconds)s,
     breaker_window_seconds = %(breaker_window_seconds)s,
@@ -79,7 +96,22 @@ UPDATE outbox.endpoints SET
     client_cert = %(client_cert)s::text,
     client_key = %(client_key)s::text,
     tenant = %(tenant)s::text,
+    description = %(description)s::text,
+    when_full = %(when_full)s::text,
+    keep_dead_seconds = %(keep_dead_seconds)s::float8,
+    trace_context = %(trace_context)s::boolean,
     updated_at = now()
+WHERE id = %(id)s;
+
+-- name: endpoint_set_secret
+-- A new secret given to update: it replaces the old one at once (a rotation
+-- keeps both: endpoint_rotate_secret), and the old rotation's secrets go.
+UPDATE outbox.endpoints
+SET secret = %(secret)s::text, previous_secrets = '[]'::jsonb, updated_at = now()
+WHERE id = %(id)s;
+
+-- name: endpoint_set_headers
+UPDATE outbox.endpoints SET headers = %(headers)s::jsonb, updated_at = now()
 WHERE id = %(id)s;
 
 -- name: endpoint_set_enabled

@@ -9,7 +9,9 @@ SELECT e.name, e.events, e.tenant, e.max_attempts, e.timeout_seconds,
        e.min_backoff_seconds, e.max_backoff_seconds, e.max_in_flight, e.rate_limit,
        e.max_batch, e.format, e.breaker_failures, e.breaker_cooldown_seconds,
        e.breaker_window_seconds, e.breaker_rate, e.max_pending, e.max_pending_per_tenant,
-       e.send_tracestate, e.enabled, e.disabled_reason, e.created_at, e.updated_at
+       e.send_tracestate, e.description, e.when_full, e.keep_dead_seconds, e.trace_context,
+       e.enabled, e.disabled_reason, e.created_at, e.updated_at, e.guarded, e.dropping,
+       e.disabled_by
 FROM outbox.endpoints e
 WHERE e.name = %(name)s AND e.removed_at IS NULL;
 
