@@ -13,8 +13,12 @@ application's, usually in ``public``: it runs with the ``search_path``
 still found in ``pg_catalog`` first (a look-alike planted in ``public`` wins
 only where the query itself mixes types that have no exact built-in match;
 naming the table ``public.tenant_databases`` and revoking CREATE on
-``public`` in the catalog database leaves it nothing). The catalog query is
-checked before it runs: it is prepared and described
+``public`` in the catalog database leaves it nothing).
+
+The rows are data, admitted one at a time
+(:mod:`outbox._shared.catalog_rows`).
+
+The catalog query is checked before it runs: it is prepared and described
 (the server parses and plans it, nothing is executed), so that a query that
 does not parse, or that does not return ``name`` and ``dsn``, is a bad file
 (:class:`BadDatabasesFile`) and not taken for an outage; a catalog database
@@ -33,12 +37,12 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg import pq
 
+from outbox._shared.catalog_rows import Aside, Listing, admit, said
 from outbox._shared.databases import (
     BadDatabasesFile,
     Catalog,
     Database,
     DatabasesFile,
-    database_from,
     load,
     merge,
 )
@@ -63,31 +67,40 @@ class CatalogUnreachable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Refreshed:
-    """A refresh's outcome: the list in force, and why it is the old one when it is."""
+    """A refresh's outcome: the list in force, and why it is the old one when it is; the
+    catalog rows set aside (as of the list in force)."""
 
     databases: tuple[Database, ...]
     refresh: float
     problem: str | None = None
+    aside: tuple[Aside, ...] = ()
 
 
-def databases(config: DatabasesFile, environ: Mapping[str, str] | None = None
-              ) -> tuple[Database, ...]:
-    """The file's databases, then the catalog's; names unique across both, at least one."""
+def databases(config: DatabasesFile, environ: Mapping[str, str] | None = None) -> Listing:
+    """The file's databases, then the catalog's rows that may be served (each bad row set
+    aside alone); names unique across both, at least one."""
     if config.catalog is None:
-        return merge(config.databases, ())
-    return merge(config.databases, read_catalog(config.catalog, environ))
+        return Listing(merge(config.databases, ()))
+    env = os.environ if environ is None else environ
+    listing = admit(read_catalog(config.catalog), taken=[d.name for d in config.databases],
+                    hosts=config.catalog.hosts, environ=env)
+    if not config.databases and not listing.databases and listing.aside:
+        raise BadDatabasesFile("it lists no database to serve: the file names none and every "
+                               f"catalog row is set aside ({said(listing.aside)})")
+    return Listing(merge(config.databases, listing.databases), listing.aside)
 
 
 def first(path: str | Path, environ: Mapping[str, str] | None = None) -> Refreshed:
-    """The list at start: a bad file (or catalog rows) raises BadDatabasesFile (exit 2);
+    """The list at start: a bad file (or catalog) raises BadDatabasesFile (exit 2);
     a catalog database that is down gives the file's own entries, and why, to be tried
     again at the next :func:`refresh`."""
     config = load(path, environ)
     try:
-        return Refreshed(databases(config, environ), config.refresh)
+        listing = databases(config, environ)
     except CatalogUnreachable as exc:
         return Refreshed(merge(config.databases, (), allow_empty=True), config.refresh,
                          f"{exc}; it is tried again in {config.refresh:g} s")
+    return Refreshed(listing.databases, config.refresh, aside=listing.aside)
 
 
 def refresh(path: str | Path, last: Refreshed, environ: Mapping[str, str] | None = None
@@ -95,16 +108,16 @@ def refresh(path: str | Path, last: Refreshed, environ: Mapping[str, str] | None
     """The file and catalog read again; on any failure ``last``'s list, with the reason."""
     try:
         config = load(path, environ)
-        return Refreshed(databases(config, environ), config.refresh)
+        listing = databases(config, environ)
     except (BadDatabasesFile, CatalogUnreachable) as exc:
         return Refreshed(last.databases, last.refresh,
                          f"{exc}; the last good list of {len(last.databases)} databases "
-                         "stays in force")
+                         "stays in force", last.aside)
+    return Refreshed(listing.databases, config.refresh, aside=listing.aside)
 
 
-def read_catalog(catalog: Catalog, environ: Mapping[str, str] | None = None
-                 ) -> list[Database]:
-    """The rows of the catalog query, each checked as a file's entry is."""
+def read_catalog(catalog: Catalog) -> list[dict[str, Any]]:
+    """The rows of the catalog query, by column, as the server gave them (unchecked)."""
     try:
         conn = psycopg.connect(catalog.dsn, connect_timeout=CONNECT_TIMEOUT,
                                application_name="outbox-catalog", autocommit=True,
@@ -112,7 +125,6 @@ def read_catalog(catalog: Catalog, environ: Mapping[str, str] | None = None
     except psycopg.OperationalError as exc:
         raise CatalogUnreachable("the catalog database is unreachable: "
                                  + without_passwords(first_line(exc), [catalog.dsn])) from None
-    env = os.environ if environ is None else environ
     try:
         with conn:
             columns = _describe(conn, catalog)
@@ -126,13 +138,7 @@ def read_catalog(catalog: Catalog, environ: Mapping[str, str] | None = None
     except psycopg.Error as exc:
         raise BadDatabasesFile("catalog: the query failed: "
                                + without_passwords(first_line(exc), [catalog.dsn])) from None
-    found: list[Database] = []
-    for number, row in enumerate(rows, 1):
-        values = dict(zip(columns, row, strict=True))
-        found.append(database_from(values["name"], values["dsn"], values.get("listen_dsn"),
-                                   env,
-                                   f"catalog: row {number}"))
-    return found
+    return [dict(zip(columns, row, strict=True)) for row in rows]
 
 
 def _describe(conn: psycopg.Connection[Any], catalog: Catalog) -> Sequence[str]:
@@ -158,4 +164,3 @@ def _error(result: pq.abc.PGresult) -> str:
     message = (result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY) or b"").decode(
         errors="replace")
     return message.splitlines()[0] if message.strip() else "no reason given"
-

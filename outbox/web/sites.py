@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from outbox._shared.catalog_rows import Aside
 from outbox._shared.databases import BadDatabasesFile, Database, choose
 
 if TYPE_CHECKING:
@@ -44,8 +45,9 @@ class Sites:
     """Each database's :class:`Parts`, made by ``build`` on first use, closed when idle."""
 
     def __init__(self, databases: tuple[Database, ...], build: Callable[[Database], Parts],
-                 *, most_open: int = MOST_OPEN) -> None:
+                 *, most_open: int = MOST_OPEN, aside: tuple[Aside, ...] = ()) -> None:
         self.databases = databases
+        self.aside = aside  # catalog rows not served: listed on /databases, never opened
         self._build = build
         self._most = most_open
         self._open: OrderedDict[str, tuple[Parts, float]] = OrderedDict()
