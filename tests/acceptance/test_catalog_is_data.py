@@ -1,5 +1,6 @@
-"""The catalog is data: a row can list a database and nothing more (not the fleet's
-environment, not a host off the list, not the other rows' fate).
+"""The catalog is data: its table's owner runs no code as the reader, and a row can list a
+database and nothing more (not the fleet's environment, not a host off the list, not the
+other rows' fate).
 
 The catalog table is owned by an application role of its own and read by a role that may
 read only it, as docs/scaling.md tells; the commands and the dispatcher run as
@@ -15,6 +16,7 @@ import re
 import secrets
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +29,7 @@ import pytest
 from psycopg import sql
 
 from tests.conftest import Cluster
-from tests.support.cli import run_outbox
+from tests.support.cli import clean_environment, run_outbox
 from tests.support.dispatcher import Dispatcher, wait_until
 from tests.support.roles import create_role, drop_database_and_roles, role_dsn, role_password
 from tests.support.web_server import web_server
@@ -156,6 +158,21 @@ def _outbox(catalog: Catalog, *args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
+def _refused(catalog: Catalog, path: str, words: str) -> None:
+    """``outbox status --all`` over ``path`` exits 2, in one line holding ``words``."""
+    result = _outbox(catalog, "status", "--all", "--databases", path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert words in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _dispatcher_start(catalog: Catalog, path: str) -> subprocess.CompletedProcess[str]:
+    """``outbox-dispatcher --databases PATH`` when it refuses to start (else it times out)."""
+    return subprocess.run([sys.executable, "-m", "dispatcher", "--databases", path,
+                           "--metrics-port", "0"], capture_output=True, text=True,
+                          env=clean_environment(catalog.env), timeout=30, check=False)
+
+
 def _many(catalog: Catalog, path: str) -> Dispatcher:
     """The dispatcher over ``path``, once it serves a database."""
     dispatcher = Dispatcher(None, "--databases", path, "--sweep-interval", "30",
@@ -178,6 +195,77 @@ def _states(result: subprocess.CompletedProcess[str]) -> dict[str, tuple[str, st
     assert result.returncode == 0, result.stderr
     return {r["database"]: (r["state"], r["reason"])
             for r in json.loads(result.stdout)["databases"]}
+
+
+_POLICY = ("ALTER TABLE public.tenants ENABLE ROW LEVEL SECURITY",
+           "CREATE POLICY listed ON public.tenants USING (name <> 'hidden')")
+
+
+def test_a_policy_or_a_view_on_the_catalog_refuses_the_read_and_the_start(
+        catalog: Catalog) -> None:
+    """A policy on the catalog table, or a view, refuses the read: commands and start exit 2."""
+    catalog.as_app(*_POLICY, rows=[("cat-a", catalog.database("cat-a")),
+                                   ("hidden", catalog.dsns["cat-a"])])
+    path = catalog.file()
+    _refused(catalog, path, "row security")
+    started = _dispatcher_start(catalog, path)
+    assert started.returncode == 2, started.stderr
+    assert "row security" in started.stderr
+    # Read as the table's owner, whom its policies spare: refused all the same.
+    catalog.env["CATALOG_DSN"] = catalog.dsn(catalog.app)
+    _refused(catalog, path, "public.tenants, a table with row security or policies")
+    catalog.env["CATALOG_DSN"] = catalog.dsn(catalog.reader)
+    catalog.as_app("CREATE VIEW public.tenant_view AS SELECT * FROM public.tenants",
+                   f"GRANT SELECT ON public.tenant_view TO {catalog.reader}")
+    _refused(catalog, catalog.file(query="SELECT name, dsn FROM public.tenant_view"),
+             "public.tenant_view, a view")
+
+
+def test_a_foreign_partition_of_the_catalog_table_refuses_the_read(catalog: Catalog) -> None:
+    """A foreign table among the catalog table's partitions (which only planning would
+    open) refuses the read: its wrapper's code would run as the reader."""
+    with psycopg.connect(catalog.cluster.dsn_for(catalog.home), autocommit=True) as owner:
+        try:
+            owner.execute("CREATE EXTENSION postgres_fdw")
+        except psycopg.errors.UndefinedFile as exc:
+            pytest.skip(f"postgres_fdw is not installed: {exc}")
+        owner.execute("CREATE SERVER far FOREIGN DATA WRAPPER postgres_fdw")
+        owner.execute(sql.SQL("GRANT USAGE ON FOREIGN SERVER far TO {}").format(
+            sql.Identifier(catalog.app)))
+    catalog.as_app("CREATE TABLE public.sharded (name text, dsn text) PARTITION BY LIST (name)",
+                   "CREATE TABLE public.sharded_near PARTITION OF public.sharded "
+                   "FOR VALUES IN ('near')",
+                   "CREATE FOREIGN TABLE public.sharded_far PARTITION OF public.sharded "
+                   "FOR VALUES IN ('far') SERVER far",
+                   f"GRANT SELECT ON public.sharded TO {catalog.reader}")
+    _refused(catalog, catalog.file(query="SELECT name, dsn FROM public.sharded"),
+             "public.sharded_far, a foreign table")
+
+
+def test_a_policy_added_at_run_time_leaves_the_last_good_list(catalog: Catalog) -> None:
+    """A policy added while the dispatcher runs fails the refresh: the log says so, the last
+    good list stays, and the catalog is read again once the policy is gone."""
+    catalog.as_app(rows=[("cat-a", catalog.database("cat-a"))])
+    dispatcher = _many(catalog, catalog.file(refresh="1s"))
+    try:
+        wait_until(lambda: _up(dispatcher).get("cat-a") == 1.0, timeout=60,
+                   dispatcher=dispatcher, what="cat-a to be served")
+        catalog.as_app(*_POLICY, rows=[("cat-b", catalog.database("cat-b"))])
+        wait_until(lambda: "the databases list was not read again" in dispatcher.log(),
+                   timeout=30, dispatcher=dispatcher, what="the refresh to fail")
+        log = dispatcher.log()
+        assert "row security" in log
+        assert "the last good list of 1 databases stays in force" in log
+        assert _up(dispatcher) == {"cat-a": 1.0}
+        catalog.as_app("DROP POLICY listed ON public.tenants",
+                       "ALTER TABLE public.tenants DISABLE ROW LEVEL SECURITY")
+        wait_until(lambda: _up(dispatcher).get("cat-b") == 1.0, timeout=60,
+                   dispatcher=dispatcher, what="cat-b to be served once the policy is gone")
+        assert _up(dispatcher)["cat-a"] == 1.0
+    finally:
+        dispatcher.stop()
+    for secret in _secrets(catalog):
+        assert secret not in dispatcher.log()
 
 
 def test_a_row_naming_an_environment_variable_is_set_aside_and_never_read(
