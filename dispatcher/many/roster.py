@@ -2,11 +2,13 @@
 
 The list is read again every ``refresh`` (every few seconds while the last
 read failed); a list that cannot be read leaves the last good one in force,
-and the log says why, once per change. The members are read from the home
-database every third of ``--lease`` (``membership``); when they cannot be
-read, the last view stays (at start: this member alone, so it serves every
-database). The databases owned are those the rendezvous hash gives this
-member among the live ones (``ownership``).
+and the log says why, once per change, as it says which catalog rows are set
+aside (by name, with their reasons: nothing else of a row is logged). The
+members are read from the home database every third of ``--lease``
+(``membership``); when they cannot be read, the last view stays (at start:
+this member alone, so it serves every database). The databases owned are
+those the rendezvous hash gives this member among the live ones
+(``ownership``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Roster:
         self._environ = environ
         self._list = first
         self._list_problem = first.problem
+        self._aside: dict[str, str] = {}
         self._lease = lease
         self._budget = budget
         self._stopping = stopping
@@ -46,9 +49,19 @@ class Roster:
         self._membership_said = False
 
     def say_problem(self) -> None:
-        """At start: why the catalog's databases are not listed yet, if they are not."""
+        """At start: why the catalog's databases are not listed yet, if they are not, and
+        the catalog rows set aside."""
         if self._list_problem:
             log.warning("%s", self._list_problem)
+        self._say_aside(self._list)
+
+    def _say_aside(self, fresh: Refreshed) -> None:
+        """Each catalog row set aside, once, and again when its reason changes."""
+        now = {a.label: a.reason for a in fresh.aside}
+        for aside in fresh.aside:
+            if self._aside.get(aside.label) != aside.reason:
+                log.warning("%s", aside.said())
+        self._aside = now
 
     def count(self) -> int:
         return len(self._list.databases)
@@ -99,6 +112,7 @@ class Roster:
                     log.info("the databases list is read again (%d databases)",
                              len(fresh.databases))
                 self._list_problem = fresh.problem
+            self._say_aside(fresh)
             self._list = fresh
 
     async def keep_members(self) -> None:

@@ -17,7 +17,8 @@ import psycopg
 
 from outbox._present import args as arguments
 from outbox._shared import database_catalog as catalog
-from outbox._shared.databases import BadDatabasesFile, Database, choose
+from outbox._shared.catalog_rows import Listing
+from outbox._shared.databases import BadDatabasesFile, choose
 from outbox._shared.databases import load as load_databases
 from outbox._shared.dsn import (
     KEEPALIVES,
@@ -91,8 +92,9 @@ def file_for_all(args: argparse.Namespace, does: str) -> str:
     return path
 
 
-def all_databases(path: str) -> tuple[Database, ...]:
-    """Every database the file and its catalog list: a bad file is exit 2, a catalog down 1."""
+def all_databases(path: str) -> Listing:
+    """Every database the file and its catalog list, and the catalog rows set aside: a bad
+    file is exit 2, a catalog down 1."""
     try:
         return catalog.databases(load_databases(path))
     except BadDatabasesFile as exc:
@@ -107,11 +109,19 @@ def target_dsn(args: argparse.Namespace) -> str:
     if path is None:
         return resolve_dsn(getattr(args, "dsn", None))
     listed = all_databases(path)
+    wanted = getattr(args, "db", None) or os.environ.get("OUTBOX_DB") or None
     try:
-        return choose(listed, getattr(args, "db", None) or os.environ.get("OUTBOX_DB")
-                      or None).dsn
+        return choose(listed.databases, wanted).dsn
     except BadDatabasesFile as exc:
-        raise UsageError(str(exc)) from None
+        aside = next((a for a in listed.aside if wanted is not None and a.name == wanted), None)
+        raise UsageError(aside.said() if aside is not None else str(exc)) from None
+
+
+def say_aside(listing: Listing) -> None:
+    """One line on standard error for each catalog row set aside (a command over every
+    database goes on with the others)."""
+    for aside in listing.aside:
+        print(f"outbox: {aside.said()}", file=sys.stderr)
 
 
 @contextmanager

@@ -193,8 +193,10 @@ def _run_all(args: argparse.Namespace) -> int:
             raise common.UsageError(f"--all migrates; --{option.replace('_', '-')} is for one "
                                     "database (give --db NAME)")
     path = common.file_for_all(args, "migrates every database")
+    listing = common.all_databases(path)
+    common.say_aside(listing)  # not served, so not migrated: not a failure of the command
     outcomes = []
-    for database in common.all_databases(path):
+    for database in listing.databases:
         outcome = _migrate_one(database, args)
         outcomes.append(outcome)
         if not args.json:

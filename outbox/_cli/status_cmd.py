@@ -76,11 +76,11 @@ def _run_all(args: argparse.Namespace) -> int:
     if args.tenants:
         raise common.UsageError("--tenants goes with one database, not with --all")
     path = common.file_for_all(args, "lists every database")
-    databases = common.all_databases(path)
+    listing = common.all_databases(path)
     clear = "\033[H\033[2J" if sys.stdout.isatty() else ""
     try:
         while True:
-            rows = overview.read_all(databases)
+            rows = overview.read_all(listing.databases, listing.aside)
             if args.watch is not None:
                 sys.stdout.write(clear)
                 print(datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))

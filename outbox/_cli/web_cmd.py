@@ -18,6 +18,7 @@ from typing import Any
 
 from outbox._cli import common
 from outbox._shared import extras
+from outbox._shared.catalog_rows import Listing
 from outbox.web.config import DEFAULT_HOST, DEFAULT_PORT, InsecureWebConfig, WebConfig
 
 
@@ -82,10 +83,10 @@ def run(args: argparse.Namespace) -> int:
     host, port = args.listen
     path = common.databases_file(args)
     many = path is not None and not (getattr(args, "db", None) or os.environ.get("OUTBOX_DB"))
-    databases = common.all_databases(path) if many and path is not None else ()
+    listing = common.all_databases(path) if many and path is not None else Listing(())
     try:
         config = WebConfig(dsn="" if many else common.target_dsn(args), host=host, port=port,
-                           databases=databases,
+                           databases=listing.databases, set_aside=listing.aside,
                            allow_actions=args.allow_actions,
                            password=os.environ.get("OUTBOX_WEB_PASSWORD") or None,
                            no_password=args.no_password,

@@ -6,7 +6,9 @@ Each database is read through its own short connection, a few at a time
 timeout, so that hundreds of databases, some of them down, are read in
 seconds and one that hangs holds up nothing but its own row. A database
 that cannot be read is a row saying why (:data:`STATES`), never a failure of
-the whole listing; the reason shown is masked of any password.
+the whole listing; the reason shown is masked of any password. A catalog row
+set aside is a ``refused`` row too (the fleet refuses to serve it), named as
+the dispatcher's log names it and never connected to.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import psycopg
 
 from outbox import admin
+from outbox._shared.catalog_rows import Aside
 from outbox._shared.databases import Database
 from outbox._shared.dsn import KEEPALIVES, server_options, without_passwords
 from outbox._shared.schema import outbox_problem
@@ -52,16 +55,20 @@ class DatabaseState:
     def shape(self) -> dict[str, Any]:
         """The row as ``status --all --json`` gives it."""
         return {"database": self.database, "state": self.state, "pending": self.pending,
-                "dead": self.dead, "oldest_pending_seconds": self.oldest_pending_seconds}
+                "dead": self.dead, "oldest_pending_seconds": self.oldest_pending_seconds,
+                "reason": self.reason}
 
 
-def read_all(databases: Sequence[Database], workers: int = WORKERS) -> list[DatabaseState]:
-    """Every database's row, the oldest backlog first (then those that could not be read)."""
-    if not databases:
-        return []
-    with ThreadPoolExecutor(max_workers=min(workers, len(databases)),
-                            thread_name_prefix="outbox-overview") as pool:
-        rows = list(pool.map(read_one, databases))
+def read_all(databases: Sequence[Database], aside: Sequence[Aside] = (),
+             workers: int = WORKERS) -> list[DatabaseState]:
+    """Every database's row, the oldest backlog first (then those that could not be read,
+    the catalog rows set aside among them)."""
+    rows = [DatabaseState(a.label, "refused", reason="the catalog row is set aside, not "
+                          f"served: {a.reason}") for a in aside]
+    if databases:
+        with ThreadPoolExecutor(max_workers=min(workers, len(databases)),
+                                thread_name_prefix="outbox-overview") as pool:
+            rows += pool.map(read_one, databases)
     return sorted(rows, key=_order)
 
 

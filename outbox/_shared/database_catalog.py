@@ -13,8 +13,19 @@ application's, usually in ``public``: it runs with the ``search_path``
 still found in ``pg_catalog`` first (a look-alike planted in ``public`` wins
 only where the query itself mixes types that have no exact built-in match;
 naming the table ``public.tenant_databases`` and revoking CREATE on
-``public`` in the catalog database leaves it nothing). The catalog query is
-checked before it runs: it is prepared and described
+``public`` in the catalog database leaves it nothing).
+
+Whoever owns the catalog's tables must not run code as the reader: it may
+read what they may not. So the read runs with ``row_security`` off (a
+policy would otherwise run with the reader's rights, and leak what it reads
+through the rows it lets by: the server now refuses the query instead), and
+a query that reads a view or a foreign table (whose code runs as the
+reader too), or a table with row security or policies, is refused before it
+runs: preparing it locks every relation it reads, views' included, and the
+locks are read back (``catalog_relations``). The rows are data, admitted one
+at a time (:mod:`outbox._shared.catalog_rows`).
+
+The catalog query is checked before it runs: it is prepared and described
 (the server parses and plans it, nothing is executed), so that a query that
 does not parse, or that does not return ``name`` and ``dsn``, is a bad file
 (:class:`BadDatabasesFile`) and not taken for an outage; a catalog database
@@ -33,28 +44,36 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg import pq
 
+from outbox._shared.catalog_rows import Aside, Listing, admit, said
 from outbox._shared.databases import (
     BadDatabasesFile,
     Catalog,
     Database,
     DatabasesFile,
-    database_from,
     load,
     merge,
 )
 from outbox._shared.dsn import KEEPALIVES, server_options, without_passwords
 from outbox._shared.text import first_line
+from outbox.sql import queries
 
 CONNECT_TIMEOUT = 10
 """Seconds to reach the catalog database before it counts as unreachable."""
-_TIMEOUT: LiteralString = "SET LOCAL statement_timeout = '30s'"
 _COLUMNS = ("name", "dsn", "listen_dsn")
 # undefined_table, undefined_function, undefined_object: a name the pinned path cannot see.
 _NOT_FOUND = frozenset({"42P01", "42883", "42704"})
 _UNQUALIFIED = (" (the query runs with search_path pg_catalog, public, pg_temp: name a "
                 "table in another schema with its schema, as app.tenant_databases)")
-CATALOG_OPTION: LiteralString = "-c search_path=pg_catalog,public,pg_temp"
-"""The catalog connection's path: built-ins first, then the application's ``public``."""
+_ROW_SECURITY = ("the catalog is read with row security off, so that no policy of the "
+                 "table's owner runs with the reader's rights: list the databases in a table "
+                 "without row security")
+_KINDS = {"v": "a view", "f": "a foreign table"}
+_TABLES_ONLY = ("the catalog is read from tables only, since the code of a view or a foreign "
+                "table runs with the reader's rights: name the table itself")
+CATALOG_OPTION: LiteralString = ("-c search_path=pg_catalog,public,pg_temp "
+                                 "-c row_security=off")
+"""The catalog connection's settings: built-ins first, then the application's ``public``;
+no policy runs (see the module's docstring)."""
 
 
 class CatalogUnreachable(Exception):
@@ -63,31 +82,40 @@ class CatalogUnreachable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Refreshed:
-    """A refresh's outcome: the list in force, and why it is the old one when it is."""
+    """A refresh's outcome: the list in force, and why it is the old one when it is; the
+    catalog rows set aside (as of the list in force)."""
 
     databases: tuple[Database, ...]
     refresh: float
     problem: str | None = None
+    aside: tuple[Aside, ...] = ()
 
 
-def databases(config: DatabasesFile, environ: Mapping[str, str] | None = None
-              ) -> tuple[Database, ...]:
-    """The file's databases, then the catalog's; names unique across both, at least one."""
+def databases(config: DatabasesFile, environ: Mapping[str, str] | None = None) -> Listing:
+    """The file's databases, then the catalog's rows that may be served (each bad row set
+    aside alone); names unique across both, at least one."""
     if config.catalog is None:
-        return merge(config.databases, ())
-    return merge(config.databases, read_catalog(config.catalog, environ))
+        return Listing(merge(config.databases, ()))
+    env = os.environ if environ is None else environ
+    listing = admit(read_catalog(config.catalog), taken=[d.name for d in config.databases],
+                    hosts=config.catalog.hosts, environ=env)
+    if not config.databases and not listing.databases and listing.aside:
+        raise BadDatabasesFile("it lists no database to serve: the file names none and every "
+                               f"catalog row is set aside ({said(listing.aside)})")
+    return Listing(merge(config.databases, listing.databases), listing.aside)
 
 
 def first(path: str | Path, environ: Mapping[str, str] | None = None) -> Refreshed:
-    """The list at start: a bad file (or catalog rows) raises BadDatabasesFile (exit 2);
+    """The list at start: a bad file (or catalog) raises BadDatabasesFile (exit 2);
     a catalog database that is down gives the file's own entries, and why, to be tried
     again at the next :func:`refresh`."""
     config = load(path, environ)
     try:
-        return Refreshed(databases(config, environ), config.refresh)
+        listing = databases(config, environ)
     except CatalogUnreachable as exc:
         return Refreshed(merge(config.databases, (), allow_empty=True), config.refresh,
                          f"{exc}; it is tried again in {config.refresh:g} s")
+    return Refreshed(listing.databases, config.refresh, aside=listing.aside)
 
 
 def refresh(path: str | Path, last: Refreshed, environ: Mapping[str, str] | None = None
@@ -95,16 +123,16 @@ def refresh(path: str | Path, last: Refreshed, environ: Mapping[str, str] | None
     """The file and catalog read again; on any failure ``last``'s list, with the reason."""
     try:
         config = load(path, environ)
-        return Refreshed(databases(config, environ), config.refresh)
+        listing = databases(config, environ)
     except (BadDatabasesFile, CatalogUnreachable) as exc:
         return Refreshed(last.databases, last.refresh,
                          f"{exc}; the last good list of {len(last.databases)} databases "
-                         "stays in force")
+                         "stays in force", last.aside)
+    return Refreshed(listing.databases, config.refresh, aside=listing.aside)
 
 
-def read_catalog(catalog: Catalog, environ: Mapping[str, str] | None = None
-                 ) -> list[Database]:
-    """The rows of the catalog query, each checked as a file's entry is."""
+def read_catalog(catalog: Catalog) -> list[dict[str, Any]]:
+    """The rows of the catalog query, by column, as the server gave them (unchecked)."""
     try:
         conn = psycopg.connect(catalog.dsn, connect_timeout=CONNECT_TIMEOUT,
                                application_name="outbox-catalog", autocommit=True,
@@ -112,37 +140,36 @@ def read_catalog(catalog: Catalog, environ: Mapping[str, str] | None = None
     except psycopg.OperationalError as exc:
         raise CatalogUnreachable("the catalog database is unreachable: "
                                  + without_passwords(first_line(exc), [catalog.dsn])) from None
-    env = os.environ if environ is None else environ
     try:
-        with conn:
+        with conn, conn.transaction():
+            conn.execute("SET TRANSACTION READ ONLY")
+            conn.execute(queries["catalog_settings"])
             columns = _describe(conn, catalog)
-            with conn.transaction():
-                conn.execute("SET TRANSACTION READ ONLY")
-                conn.execute(_TIMEOUT)
-                rows = conn.execute(catalog.query.encode(), prepare=False).fetchall()
+            _refuse_code(conn)
+            rows = conn.execute(catalog.query.encode(), prepare=False).fetchall()
     except psycopg.OperationalError as exc:
         raise CatalogUnreachable("the catalog database failed: "
                                  + without_passwords(first_line(exc), [catalog.dsn])) from None
     except psycopg.Error as exc:
         raise BadDatabasesFile("catalog: the query failed: "
-                               + without_passwords(first_line(exc), [catalog.dsn])) from None
-    found: list[Database] = []
-    for number, row in enumerate(rows, 1):
-        values = dict(zip(columns, row, strict=True))
-        found.append(database_from(values["name"], values["dsn"], values.get("listen_dsn"),
-                                   env,
-                                   f"catalog: row {number}"))
-    return found
+                               + without_passwords(first_line(exc), [catalog.dsn])
+                               + _hint(exc.sqlstate, first_line(exc))) from None
+    return [dict(zip(columns, row, strict=True)) for row in rows]
 
 
 def _describe(conn: psycopg.Connection[Any], catalog: Catalog) -> Sequence[str]:
-    """The query's column names, read by preparing it (parsed and planned, never run)."""
+    """The query's column names, read by preparing it (parsed, never run)."""
     pgconn = conn.pgconn
     result = pgconn.prepare(b"", catalog.query.encode())
     if result.status != pq.ExecStatus.COMMAND_OK:
         state = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
-        hint = _UNQUALIFIED if state in _NOT_FOUND else ""
-        raise BadDatabasesFile("catalog: the query does not parse: " + _error(result) + hint)
+        message = _error(result)
+        if state in _NOT_FOUND:
+            raise BadDatabasesFile("catalog: the query does not parse: " + message
+                                   + _UNQUALIFIED)
+        doing = "is refused" if state == "42501" else "does not parse"
+        raise BadDatabasesFile(f"catalog: the query {doing}: " + message
+                               + _hint(state, message))
     described = pgconn.describe_prepared(b"")
     if described.status != pq.ExecStatus.COMMAND_OK:
         raise BadDatabasesFile("catalog: the query cannot be described: " + _error(described))
@@ -154,8 +181,26 @@ def _describe(conn: psycopg.Connection[Any], catalog: Catalog) -> Sequence[str]:
     return names
 
 
+def _refuse_code(conn: psycopg.Connection[Any]) -> None:
+    """Refuse the prepared query when a relation it reads would run its owner's code: a
+    view or a foreign table, or a table with row security or policies."""
+    found = conn.execute(queries["catalog_relations"]).fetchone()
+    if found is None:
+        return
+    schema, name, kind = found
+    what = _KINDS.get(kind, "a table with row security or policies")
+    why = _TABLES_ONLY if kind in _KINDS else _ROW_SECURITY
+    raise BadDatabasesFile(f"catalog: the query reads {schema}.{name}, {what}: {why}")
+
+
+def _hint(state: str | None, message: str) -> str:
+    """Why the server refused the query, when row security is the reason."""
+    if state == "42501" and "row-level security" in message:
+        return f" ({_ROW_SECURITY})"
+    return ""
+
+
 def _error(result: pq.abc.PGresult) -> str:
     message = (result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY) or b"").decode(
         errors="replace")
     return message.splitlines()[0] if message.strip() else "no reason given"
-

@@ -3,10 +3,11 @@
 Pure: this module reads text and an environment and returns a frozen
 :class:`DatabasesFile`, or raises :class:`BadDatabasesFile` with one line
 saying why. It opens no connection; the ``[catalog]`` query is run by
-:mod:`outbox._shared.database_catalog`, which also merges its rows with the
-file's entries (:func:`merge`, shared by both). Both the ``outbox`` command
-and the dispatcher read the file through here, so they refuse the same files
-in the same words.
+:mod:`outbox._shared.database_catalog`, whose rows are data, each admitted
+or set aside alone by :mod:`outbox._shared.catalog_rows` (a file's entry is
+configuration: a bad one refuses the whole file). Both the ``outbox``
+command and the dispatcher read the file through here, so they refuse the
+same files in the same words.
 
 No message ever holds a DSN: entries are named by their ``name`` (or their
 place in the file), and a DSN that libpq cannot parse is reported by
@@ -21,7 +22,7 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from outbox._shared.dsn import InvalidDsn, check_dsn, resolve_dsn
 from outbox.durations import parse_duration
@@ -30,13 +31,14 @@ DEFAULT_REFRESH = 60.0
 """Seconds between two reads of the file and the catalog, unless ``refresh`` says."""
 _NAME = re.compile(r"[a-z0-9_-]{1,63}")
 _ENV_PREFIX = "env:"
+_NOT_IN_HOST = re.compile(r"[\s,=]")  # a list in one string, or a key=value, is not a host
 _TOP_KEYS = frozenset({"refresh", "database", "catalog"})
 _DATABASE_KEYS = frozenset({"name", "dsn", "listen_dsn"})
-_CATALOG_KEYS = frozenset({"dsn", "query"})
+_CATALOG_KEYS = frozenset({"dsn", "query", "hosts"})
 
 
 class BadDatabasesFile(ValueError):
-    """The file (or the catalog's rows) cannot be used; the message says why, in one line."""
+    """The file (or its catalog) cannot be used; the message says why, in one line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +52,12 @@ class Database:
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
-    """Where more databases are listed: a database, and a SELECT of ``name, dsn``."""
+    """Where more databases are listed: a database, and a SELECT of ``name, dsn``; with
+    ``hosts``, the only hosts a row's DSN may name (see :mod:`.catalog_rows`)."""
 
     dsn: str = field(repr=False)
     query: str
+    hosts: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +126,15 @@ def merge(listed: Sequence[Database], catalogued: Iterable[Database], *,
     return tuple(merged)
 
 
+def is_name(value: Any) -> TypeGuard[str]:
+    """Whether ``value`` is a good database name: 1-63 characters of a-z, 0-9, _ and -."""
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None
+
+
 def database_from(name: Any, dsn: Any, listen_dsn: Any, environ: Mapping[str, str],
                   where: str) -> Database:
     """One entry checked: a good name, DSNs (or ``env:NAME``) that libpq can parse."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not is_name(name):
         raise BadDatabasesFile(f"{where}: name must be 1 to 63 characters of a-z, 0-9, _ "
                                f"and -, not {_shown(name)}")
     where = f"database {name!r}"
@@ -198,7 +207,19 @@ def _catalog(table: Any, environ: Mapping[str, str]) -> Catalog:
     if not isinstance(query, str) or not query.strip():
         raise BadDatabasesFile("catalog: query is missing: give a SELECT returning name, dsn "
                                "and optionally listen_dsn")
-    return Catalog(dsn=_dsn(table["dsn"], environ, "catalog: dsn"), query=query)
+    return Catalog(dsn=_dsn(table["dsn"], environ, "catalog: dsn"), query=query,
+                   hosts=_hosts(table["hosts"]) if "hosts" in table else None)
+
+
+def _hosts(value: Any) -> tuple[str, ...]:
+    """``hosts = ["db-1.internal", ...]``: names or addresses, without ports."""
+    if not isinstance(value, list) or not value or not all(
+            isinstance(h, str) and h.strip() and not _NOT_IN_HOST.search(h.strip())
+            for h in value):
+        raise BadDatabasesFile("catalog: hosts must be a list of host names or addresses, "
+                               'such as ["db-1.internal", "10.0.0.5"] (leave it out to allow '
+                               "any host)")
+    return tuple(h.strip() for h in value)
 
 
 def _dsn(value: Any, environ: Mapping[str, str], where: str) -> str:

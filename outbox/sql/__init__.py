@@ -40,6 +40,8 @@ QueryName = Literal[
     "backend_pid",
     "backlog",
     "bury_removed",
+    "catalog_relations",
+    "catalog_settings",
     "claim",
     "complete",
     "database_due",

@@ -64,7 +64,7 @@ def create_app(config: WebConfig) -> Starlette:
     if config.databases:
         sites = Sites(config.databases, lambda database: _parts(
             config, database.dsn, tokens, size=min(config.connections, CONNECTIONS),
-            max_idle=IDLE_SECONDS))
+            max_idle=IDLE_SECONDS), aside=config.set_aside)
     else:
         state = _parts(config, config.dsn, tokens, size=config.connections)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from outbox._shared.catalog_rows import Aside
 from outbox._shared.databases import Database
 
 DEFAULT_HOST = "127.0.0.1"
@@ -67,6 +68,8 @@ class WebConfig:
     databases: tuple[Database, ...] = ()
     """``--databases FILE``: every database of the file, each page of one with ``?db=NAME``
     (``dsn`` is then unused); empty for the one database of ``dsn``."""
+    set_aside: tuple[Aside, ...] = ()
+    """With ``databases``: the catalog rows set aside, shown on ``/databases`` with why."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -105,7 +105,7 @@ def databases(request: Request) -> Response:
     if not request.app.state.overview.acquire(timeout=30):
         raise NoConnection("the databases' overview is being read for another request")
     try:
-        rows = databases_overview.read_all(sites.databases)
+        rows = databases_overview.read_all(sites.databases, sites.aside)
     finally:
         request.app.state.overview.release()
     if wants_json(request):

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from outbox._shared.catalog_rows import Aside
 from outbox._shared.databases import BadDatabasesFile, Database, choose
 from outbox.web.db import NoConnection
 
@@ -59,8 +60,9 @@ class Sites:
     """Each database's :class:`Parts`, made by ``build`` on first use, closed to make room."""
 
     def __init__(self, databases: tuple[Database, ...], build: Callable[[Database], Parts],
-                 *, most_open: int = MOST_OPEN) -> None:
+                 *, most_open: int = MOST_OPEN, aside: tuple[Aside, ...] = ()) -> None:
         self.databases = databases
+        self.aside = aside  # catalog rows not served: listed on /databases, never opened
         self._build = build
         self._most = most_open
         self._open: OrderedDict[str, _Open] = OrderedDict()  # the least recently used first

@@ -140,11 +140,12 @@ def test_status_all_lists_every_database_oldest_backlog_first(dbs: Databases) ->
         assert by_name["busy"]["dead"] == 0
         assert by_name["busy"]["oldest_pending_seconds"] >= 3600
         assert by_name["idle"] == {"database": "idle", "state": "ok", "pending": 0, "dead": 0,
-                                   "oldest_pending_seconds": 0}
+                                   "oldest_pending_seconds": 0, "reason": None}
         assert {n: by_name[n]["state"] for n in ("bare", "older", "gone", "locked-out")} == {
             "bare": "no-schema", "older": "old-schema", "gone": "unreachable",
             "locked-out": "refused"}
         assert by_name["gone"]["pending"] is None
+        assert by_name["gone"]["reason"]  # why it is unreachable, the password masked
         text = _outbox("status", "--all", env={"OUTBOX_DATABASES": path})
         assert text.returncode == 0, text.stderr
         lines = text.stdout.strip().splitlines()
@@ -244,7 +245,8 @@ def test_bad_usage_exits_two_in_one_line(dbs: Databases, tmp_path: Path,
 
 
 def test_catalog_lists_more_databases(dbs: Databases, tmp_path: Path) -> None:
-    """A [catalog] query adds databases; a bad query is exit 2; a catalog that is down, 1."""
+    """A [catalog] query adds databases; a bad query is exit 2; a catalog that is down, 1;
+    a row naming a database of the file is set aside, the file's entry served."""
     dsn_c = dbs.add("catalogued", "current")
     home = dbs.add("home", "current")
     with psycopg.connect(home) as conn:
@@ -277,11 +279,14 @@ def test_catalog_lists_more_databases(dbs: Databases, tmp_path: Path) -> None:
     assert missing.returncode == 2, missing.stderr
     assert "name a table in another schema with its schema" in missing.stderr
     twice = tmp_path / "twice.toml"
-    twice.write_text('[[database]]\nname = "catalogued"\ndsn = "host=x"\n' + (
-        '[catalog]\ndsn = "env:CATALOG_DSN"\nquery = "SELECT name, dsn FROM public.tenants"\n'))
+    twice.write_text(f'[[database]]\nname = "catalogued"\ndsn = {json.dumps(home)}\n' + (
+        '[catalog]\ndsn = "env:CATALOG_DSN"\n'
+        'query = "SELECT name, dsn FROM public.tenants WHERE active"\n'))
     dup = _outbox("migrate", "--all", "--databases", str(twice), env=env)
-    assert dup.returncode == 2, dup.stderr
-    assert "given twice" in dup.stderr
+    assert dup.returncode == 0, dup.stderr  # the file's entry wins; the row is set aside
+    assert dup.stdout.splitlines() == ["catalogued: current"]
+    assert "catalog row catalogued #1 is set aside, not served: its name is a database of " \
+        "the file" in dup.stderr
     down = _outbox("status", "--all", "--databases", path, env={
         "CATALOG_DSN": f"postgresql://u:{PASSWORD}@127.0.0.1:{_closed_port()}/x"})
     assert down.returncode == 1

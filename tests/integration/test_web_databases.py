@@ -62,7 +62,8 @@ def test_root_redirects_to_the_overview_of_every_database(client: TestClient) ->
     shown = client.get("/databases?format=json").json()["databases"]
     assert [r["database"] for r in shown] == ["alpha", "beta", "gone"]
     assert shown[0] == {"database": "alpha", "state": "ok", "pending": 1, "dead": 1,
-                        "oldest_pending_seconds": shown[0]["oldest_pending_seconds"]}
+                        "oldest_pending_seconds": shown[0]["oldest_pending_seconds"],
+                        "reason": None}
     assert shown[2]["state"] == "unreachable"
     page = client.get("/databases")
     assert page.status_code == 200

@@ -36,13 +36,18 @@ def test_a_good_file_gives_its_entries_in_order() -> None:
 
 
 def test_refresh_and_catalog_are_read() -> None:
-    """refresh takes a duration; [catalog] needs a dsn and a query, and may stand alone."""
+    """refresh takes a duration; [catalog] needs a dsn and a query (hosts optional), alone too."""
     config = parse('refresh = "2m"\n[catalog]\ndsn = "env:A_DSN"\nquery = "SELECT name, dsn '
                    'FROM t"\n', ENV)
     assert config.refresh == 120
     assert config.databases == ()
     assert config.catalog is not None
     assert config.catalog.query.startswith("SELECT")
+    assert config.catalog.hosts is None
+    listed = parse('[catalog]\ndsn = "host=x"\nquery = "SELECT name, dsn FROM t"\n'
+                   'hosts = ["db-1.internal", " 10.0.0.5 "]\n', ENV).catalog
+    assert listed is not None
+    assert listed.hosts == ("db-1.internal", "10.0.0.5")
 
 
 def test_the_objects_never_show_a_dsn() -> None:
@@ -80,6 +85,10 @@ def test_the_objects_never_show_a_dsn() -> None:
     ('database = "a"\n', "[[database]] table"),
     ('[catalog]\nquery = "SELECT name, dsn FROM t"\n', "catalog: dsn is missing"),
     ('[catalog]\ndsn = "host=x"\n', "catalog: query is missing"),
+    ('[catalog]\ndsn = "host=x"\nquery = "SELECT 1"\nhosts = "db-1"\n', "hosts must be a list"),
+    ('[catalog]\ndsn = "host=x"\nquery = "SELECT 1"\nhosts = []\n', "hosts must be a list"),
+    ('[catalog]\ndsn = "host=x"\nquery = "SELECT 1"\nhosts = ["a,b"]\n', "hosts must be a list"),
+    ('[catalog]\ndsn = "host=x"\nquery = "SELECT 1"\nhosts = [" "]\n', "hosts must be a list"),
 ])
 def test_bad_files_are_refused_in_one_line(text: str, says: str) -> None:
     """Every bad file is refused with one line saying why, and never a DSN or password."""
