@@ -39,6 +39,7 @@ QueryName = Literal[
     "admin_tenant_backlogs",
     "backend_pid",
     "backlog",
+    "bound_outside",
     "bury_removed",
     "claim",
     "complete",
