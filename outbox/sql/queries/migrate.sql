@@ -111,7 +111,7 @@ END
 $$;
 CREATE TABLE IF NOT EXISTS outbox.schema_version (
     version     integer PRIMARY KEY,
-    applied_at  timestamptz NOT NULL DEFAULT now()
+    applied_at  timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
 -- name: writable_paths
@@ -187,6 +187,41 @@ SELECT k.nspname::text,
 FROM risky k
 GROUP BY k.nspname
 ORDER BY k.nspname;
+
+-- name: session_search_path
+-- The session's search_path as it is, to be set again when migrate() is done.
+SELECT pg_catalog.current_setting('search_path');
+
+-- name: set_search_path
+-- migrate()'s pin (pg_catalog, pg_temp) and its undoing, for the session: not
+-- SET LOCAL, because schema.sql, run inside migrate's transaction, keeps the
+-- path it finds and sets it again at session level, which would turn a local
+-- pin into the session's path at commit.
+SELECT pg_catalog.set_config('search_path', %(search_path)s, false);
+
+-- name: script_pin_search_path
+-- The first statement of each step of `outbox migrate --sql` (and of
+-- schema.sql, which holds the same): names resolve in pg_catalog alone,
+-- whatever the session's path holds, so that nothing planted on it is bound
+-- into the schema; the session's path waits in outbox.saved_search_path.
+DO $pin$
+BEGIN
+    PERFORM pg_catalog.set_config('outbox.saved_search_path',
+                                  pg_catalog.current_setting('search_path'), false);
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
+END
+$pin$;
+
+-- name: script_unpin_search_path
+-- The last statement of each step of `outbox migrate --sql` (and of
+-- schema.sql): the session's search_path as it was before the step.
+DO $unpin$
+BEGIN
+    PERFORM pg_catalog.set_config('search_path',
+                                  pg_catalog.current_setting('outbox.saved_search_path'), false);
+    PERFORM pg_catalog.set_config('outbox.saved_search_path', '', false);
+END
+$unpin$;
 
 -- name: bound_outside
 -- The objects of the outbox schema bound to a function, operator, type,
