@@ -14,6 +14,13 @@ makes every later ``publish()`` queue behind it, so it gives up after a
 fraction of a second, lets them through, and tries again a few times; a step
 that still cannot get its locks raises :class:`MigrationBlocked`.
 
+Names. Whatever the connection's ``search_path`` holds, every statement
+resolves its names in ``pg_catalog`` (and names ``outbox.``'s): the path is
+pinned to ``pg_catalog, pg_temp`` for the call and set back as it was when
+done, so that an operator or function another role planted on the path is
+never bound into a constraint, default or index of the schema. The script
+of :func:`script` pins it the same way in every step, as schema.sql does.
+
 Concurrent migrators (pods starting at once) take turns on a
 transaction-scoped advisory lock and re-read the state under it, so each
 step runs once. Any role may take that lock, so a migrator tries it rather
@@ -24,13 +31,16 @@ than waits for it: past ``turn_wait`` seconds it gives up with
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from outbox._shared.schema import SchemaState, read_with
+from outbox._shared.search_path import PINNED
 from outbox._shared.text import first_line
 from outbox.errors import OutboxError
 from outbox.sql import SCHEMA_VERSION, QueryName, Step, queries, schema_text, steps
@@ -109,15 +119,42 @@ def migrate(conn: psycopg.Connection[Any], *, inbox_only: bool = False,
     :meth:`Plan.describe`). Raises :class:`MigrationBlocked` when a step
     cannot get its locks in ``attempts`` tries of ``lock_timeout`` seconds,
     or when another session holds the migrators' lock for ``turn_wait`` seconds.
+    Whatever ``conn``'s ``search_path``, nothing is resolved through it; it is as it
+    was when the call returns.
     """
-    available = steps() if available is None else tuple(available)
+    with _pinned_path(conn):
+        return _migrate(conn, inbox_only, _Runner(conn, lock_timeout, attempts, turn_wait),
+                        steps() if available is None else tuple(available), on_step)
+
+
+@contextmanager
+def _pinned_path(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The session on ``search_path`` pg_catalog, pg_temp meanwhile; its own path after.
+
+    Session-level, not SET LOCAL in each transaction: schema.sql pins and
+    restores the path itself (psql runs it outside a transaction block),
+    keeping the path it finds, and would keep a local pin as the session's.
+    """
+    with conn.transaction():
+        row = conn.execute(queries["session_search_path"]).fetchone()
+        conn.execute(queries["set_search_path"], {"search_path": PINNED})
+    try:
+        yield
+    finally:
+        if row is not None and conn.info.transaction_status == TransactionStatus.IDLE:
+            with conn.transaction():
+                conn.execute(queries["set_search_path"], {"search_path": row[0]})
+
+
+def _migrate(conn: psycopg.Connection[Any], inbox_only: bool, runner: _Runner,
+             available: tuple[Step, ...],
+             on_step: Callable[[str], None] | None) -> tuple[int, int]:
     with conn.transaction():
         todo = plan(read_state(conn), inbox_only=inbox_only, available=available)
     # The outbox's version; an inbox-only database has none until it gets the outbox.
     before = todo.state.version if todo.state.outbox or todo.inbox_only else 0
     if not todo.pending:
         return before, before
-    runner = _Runner(conn, lock_timeout, attempts, turn_wait)
     if todo.create:
         if runner.run(None, inbox_only=False) and on_step:
             on_step(todo.describe()[0])
@@ -144,6 +181,11 @@ def script(from_version: int, *, lock_timeout: float = LOCK_TIMEOUT) -> str:
     Each step is its own transaction under ``lock_timeout``, with its row in
     ``outbox.schema_version``; a step that cannot run in a transaction block
     (``CREATE INDEX CONCURRENTLY``) is marked so, its statements one by one.
+    Each step (schema.sql, for version 0) first pins the session's
+    ``search_path`` to ``pg_catalog, pg_temp`` and at its end sets back the path
+    it found (kept meanwhile in the setting ``outbox.saved_search_path``), so
+    that nothing planted on the path of the session that runs it is bound into
+    the schema, and the session is left as it was.
     Empty for a schema already current. Unlike ``outbox migrate`` it cannot
     retry a lock timeout or take turns with another migrator: run it once,
     from one place, and run it again after a lock timeout (every step is
@@ -157,7 +199,9 @@ def script(from_version: int, *, lock_timeout: float = LOCK_TIMEOUT) -> str:
     timeout = _lock_timeout_setting(lock_timeout)
     parts = ["-- outbox-dispatcher: the outbox schema from version "
              f"{from_version} to {SCHEMA_VERSION}, as `outbox migrate` applies it.\n"
-             "-- Run it as the schema's owner; under psql: psql -v ON_ERROR_STOP=1 -f FILE.\n"]
+             "-- Run it as the schema's owner; under psql: psql -v ON_ERROR_STOP=1 -f FILE.\n"
+             "-- Each step resolves names in pg_catalog alone, whatever the session's\n"
+             "-- search_path, and sets the session's own back at its end.\n"]
     if from_version == 0:
         parts.append(f"\n-- schema.sql: the outbox at version {SCHEMA_VERSION}\nBEGIN;\n"
                      f"SET LOCAL lock_timeout = '{timeout}';\n{schema_text().rstrip()}\n"
@@ -166,17 +210,16 @@ def script(from_version: int, *, lock_timeout: float = LOCK_TIMEOUT) -> str:
     for step in steps():
         if step.version <= from_version:
             continue
-        body = step.sql.rstrip()
+        body = (f"{queries['script_pin_search_path']}\n{step.sql.rstrip()}\n"
+                f"{_record(step.version)}\n{queries['script_unpin_search_path']}")
         if step.transactional:
             parts.append(f"\n-- {step.name}: version {step.version}\nBEGIN;\n"
-                         f"SET LOCAL lock_timeout = '{timeout}';\n{body}\n"
-                         f"{_record(step.version)}\nCOMMIT;\n")
+                         f"SET LOCAL lock_timeout = '{timeout}';\n{body}\nCOMMIT;\n")
         else:
             parts.append(f"\n-- {step.name}: version {step.version}\n"
                          "-- outbox: NOT IN A TRANSACTION: the statements of this step cannot "
                          "run inside a transaction block (run each on its own)\n"
-                         f"SET lock_timeout = '{timeout}';\n{body}\n"
-                         f"{_record(step.version)}\nRESET lock_timeout;\n")
+                         f"SET lock_timeout = '{timeout}';\n{body}\nRESET lock_timeout;\n")
     return "".join(parts)
 
 

@@ -3,7 +3,9 @@
 ``--dry-run`` prints the steps that would run and changes nothing;
 ``--check`` exits 0 when the schema is current and 1 when steps are pending
 (a deploy gate; on a database made by ``--inbox-only`` it judges the inbox
-alone). Both only read: no lock is taken.
+alone), or when an object of the schema is bound to code of another schema
+than pg_catalog and outbox (:func:`bound_outside`). Both only read: no lock
+is taken.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import psycopg
 from outbox._cli import common
 from outbox._shared.databases import Database
 from outbox._shared.dsn import KEEPALIVES, server_options, without_passwords
-from outbox._shared.text import first_line
+from outbox._shared.text import first_line, printable
 from outbox.errors import OutboxError
 from outbox.migrate import (
     LOCK_ATTEMPTS,
@@ -113,6 +115,28 @@ def path_warnings(conn: psycopg.Connection[Any]) -> list[str]:
             for schema, users, creators in rows]
 
 
+def bound_outside(conn: psycopg.Connection[Any]) -> list[str]:
+    """One line per object of the outbox schema bound to a function, operator, type,
+    collation or cast of another schema (``bound_outside``), then how to repair; none
+    when there is none.
+
+    Such an object was made on a ``search_path`` where another role's look-alike
+    stood in for a built-in (an earlier release's ``migrate --sql`` script, ``psql
+    -f schema.sql`` or Python ``migrate`` on a planted path, DDL by hand), and runs
+    that code in every statement that meets it, with that statement's rights.
+    """
+    with conn.transaction():
+        rows = conn.execute(queries["bound_outside"]).fetchall()
+    if not rows:
+        return []
+    return [*(f"{thing} uses {used}" for thing, used in rows),
+            f"{len({thing for thing, _ in rows})} object(s) of the outbox schema run "
+            "code of another schema than pg_catalog and outbox, with the rights of whoever "
+            "writes them: as the schema's owner, on search_path pg_catalog, pg_temp, make "
+            "each again as outbox/sql/schema.sql makes it, then drop what it used "
+            "(docs/upgrading.md, \"Code bound into the schema\")"]
+
+
 def _version(text: str) -> int:
     """argparse type for --from: a schema version this release knows (exit 2 otherwise)."""
     known = known_versions()
@@ -132,12 +156,17 @@ def _judge(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int:
     with conn.transaction():
         todo = plan(read_state(conn), inbox_only=args.inbox_only, check=args.check)
     what = "inbox" if todo.inbox_only else "outbox schema"
+    bound = []
     if args.check and todo.state.outbox:
         for warning in path_warnings(conn):
             print(warning, file=sys.stderr)
+    if args.check and (todo.state.outbox or todo.state.inbox):
+        bound = bound_outside(conn)
+    for line in bound:
+        print(printable(f"error: {line}"), file=sys.stderr)
     if not todo.pending:
         print(f"{what} is up to date (version {todo.state.version})")
-        return common.EXIT_OK
+        return common.EXIT_FAILURE if bound else common.EXIT_OK
     verb = "would run" if args.dry_run else "pending"
     for line in todo.describe():
         print(f"{verb}: {line}")
@@ -169,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
                                 on_step=print)
         warnings = _role_warnings(conn) if before != after else []
         warnings += path_warnings(conn)
+        warnings += [f"warning: {line}" for line in bound_outside(conn)]
     if before == after:
         print(f"outbox schema is up to date (version {after})")
     elif args.inbox_only and before == 0:
@@ -177,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"outbox schema migrated from version {before} to {after}")
     for warning in warnings:
-        print(warning, file=sys.stderr)
+        print(printable(warning), file=sys.stderr)
     return common.EXIT_OK
 
 

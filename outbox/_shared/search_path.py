@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from typing import LiteralString
 
+PINNED: LiteralString = "pg_catalog, pg_temp"
+"""The path itself, for ``set_config`` (the migrator, on a connection it was given)."""
+
 STARTUP_OPTION: LiteralString = "-c search_path=pg_catalog,pg_temp"
 """For a connection's ``options`` (libpq's startup parameter)."""
 

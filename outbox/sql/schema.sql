@@ -33,6 +33,25 @@
 --   check trigger runs per delivery row); retention deletes an event only
 --   once it has no delivery left, which is what the key would have enforced.
 
+-- Names resolve in pg_catalog alone, whatever the session's search_path holds
+-- (psql -f, a migration tool, the Python migrate on a connection of the
+-- application's): an operator or function another role planted in a schema on
+-- that path (public.>(double precision, integer) beats the built-in, which
+-- casts first) would otherwise be bound into a CHECK, a default or an index
+-- of the schema, and run in every statement that writes it. The session's own
+-- path is kept in outbox.saved_search_path and set again by the last
+-- statement of this file. Session-level, since psql runs each statement in a
+-- transaction of its own; in a transaction that rolls back, PostgreSQL undoes
+-- both. Every name below is qualified besides (OPERATOR(pg_catalog.>),
+-- pg_catalog.now()) wherever the catalogue keeps what it resolved to.
+DO $pin$
+BEGIN
+    PERFORM pg_catalog.set_config('outbox.saved_search_path',
+                                  pg_catalog.current_setting('search_path'), false);
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
+END
+$pin$;
+
 -- Made only when missing: CREATE SCHEMA IF NOT EXISTS would need CREATE on
 -- the database even when the schema is there, and the operator role may own
 -- a schema made for it beforehand without that right (docs/upgrading.md, "Roles").
@@ -61,7 +80,7 @@ $$;
 
 CREATE TABLE IF NOT EXISTS outbox.schema_version (
     version     integer PRIMARY KEY,
-    applied_at  timestamptz NOT NULL DEFAULT now()
+    applied_at  timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
 CREATE TABLE IF NOT EXISTS outbox.endpoints (
@@ -76,37 +95,45 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     secret               text,
     -- Secrets still signing during a rotation: [{"secret": ..., "expires_at": ...}].
     previous_secrets     jsonb NOT NULL DEFAULT '[]',
-    max_attempts         integer NOT NULL DEFAULT 42 CHECK (max_attempts >= 1),
-    timeout_seconds      double precision NOT NULL DEFAULT 10 CHECK (timeout_seconds > 0),
-    min_backoff_seconds  double precision NOT NULL DEFAULT 1 CHECK (min_backoff_seconds >= 0),
+    max_attempts         integer NOT NULL DEFAULT 42
+                         CHECK (max_attempts OPERATOR(pg_catalog.>=) 1),
+    timeout_seconds      double precision NOT NULL DEFAULT 10
+                         CHECK (timeout_seconds OPERATOR(pg_catalog.>) 0),
+    min_backoff_seconds  double precision NOT NULL DEFAULT 1
+                         CHECK (min_backoff_seconds OPERATOR(pg_catalog.>=) 0),
     max_backoff_seconds  double precision NOT NULL DEFAULT 3600
-                         CHECK (max_backoff_seconds >= min_backoff_seconds),
-    max_in_flight        integer NOT NULL DEFAULT 16 CHECK (max_in_flight >= 1),
-    rate_limit           double precision CHECK (rate_limit > 0),
-    max_batch            integer NOT NULL DEFAULT 1 CHECK (max_batch >= 1),
+                         CHECK (max_backoff_seconds OPERATOR(pg_catalog.>=)
+                                min_backoff_seconds),
+    max_in_flight        integer NOT NULL DEFAULT 16
+                         CHECK (max_in_flight OPERATOR(pg_catalog.>=) 1),
+    rate_limit           double precision CHECK (rate_limit OPERATOR(pg_catalog.>) 0),
+    max_batch            integer NOT NULL DEFAULT 1
+                         CHECK (max_batch OPERATOR(pg_catalog.>=) 1),
     format               text NOT NULL DEFAULT 'standard-webhooks'
-                         CHECK (format IN ('standard-webhooks', 'cloudevents')),
+                         CHECK (format OPERATOR(pg_catalog.=)
+                                ANY (ARRAY['standard-webhooks', 'cloudevents'])),
     headers              jsonb NOT NULL DEFAULT '{}',
     -- Retryable failures that open the circuit (0: no breaker; consecutive
     -- until version 13, within breaker_window_seconds since), and how long
     -- it stays open before one probe request (version 2).
-    breaker_failures     integer NOT NULL DEFAULT 10 CHECK (breaker_failures >= 0),
+    breaker_failures     integer NOT NULL DEFAULT 10
+                         CHECK (breaker_failures OPERATOR(pg_catalog.>=) 0),
     breaker_cooldown_seconds double precision NOT NULL DEFAULT 30
-                         CHECK (breaker_cooldown_seconds > 0),
+                         CHECK (breaker_cooldown_seconds OPERATOR(pg_catalog.>) 0),
     -- publish() refuses events for this endpoint while it holds this many
     -- undelivered deliveries; NULL: no bound (version 2).
-    max_pending          bigint CHECK (max_pending > 0),
+    max_pending          bigint CHECK (max_pending OPERATOR(pg_catalog.>) 0),
     enabled              boolean NOT NULL DEFAULT true,
     disabled_reason      text,
-    created_at           timestamptz NOT NULL DEFAULT now(),
-    updated_at           timestamptz NOT NULL DEFAULT now(),
+    created_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
     removed_at           timestamptz,
     -- Sends the event's tracestate with its traceparent (version 6).
     send_tracestate      boolean NOT NULL DEFAULT true,
     -- --max-pending-per-tenant: one tenant's undelivered deliveries here, at
     -- most (NULL: no bound), counted through deliveries_turns and
     -- deliveries_in_flight (version 8).
-    max_pending_per_tenant bigint CHECK (max_pending_per_tenant > 0),
+    max_pending_per_tenant bigint CHECK (max_pending_per_tenant OPERATOR(pg_catalog.>) 0),
     -- The endpoint's own TLS files on the dispatcher's filesystem: the CA
     -- bundle its certificate is checked against (NULL: the default bundle),
     -- the client certificate and key it is shown (version 12).
@@ -117,15 +144,18 @@ CREATE TABLE IF NOT EXISTS outbox.endpoints (
     -- seconds back, breaker_failures must have failed retryably and be at
     -- least breaker_rate percent of them for the circuit to open (version 13).
     breaker_window_seconds double precision NOT NULL DEFAULT 30
-                         CHECK (breaker_window_seconds > 0),
+                         CHECK (breaker_window_seconds OPERATOR(pg_catalog.>) 0),
     breaker_rate         double precision NOT NULL DEFAULT 50
-                         CHECK (breaker_rate >= 1 AND breaker_rate <= 100),
-    CONSTRAINT endpoints_client_identity CHECK ((client_cert IS NULL) = (client_key IS NULL)),
+                         CHECK (breaker_rate OPERATOR(pg_catalog.>=) 1
+                                AND breaker_rate OPERATOR(pg_catalog.<=) 100),
+    CONSTRAINT endpoints_client_identity CHECK (
+        (client_cert IS NULL) OPERATOR(pg_catalog.=) (client_key IS NULL)),
     -- The tenant the endpoint belongs to (NULL: none, it receives every
     -- tenant's events): publish routes it only its tenant's events, and the
     -- dispatcher sends it no other (version 16).
     tenant               text,
-    CONSTRAINT endpoints_tenant_printable CHECK (tenant ~ '^[ -~]{1,200}$'),
+    CONSTRAINT endpoints_tenant_printable CHECK (
+        tenant OPERATOR(pg_catalog.~) '^[ -~]{1,200}$'),
     -- The customer's own label for the endpoint (version 18).
     description          text
         CONSTRAINT endpoints_description_length
@@ -176,7 +206,8 @@ CREATE TABLE IF NOT EXISTS outbox.endpoint_state (
     -- A claim takes turns from here on, 1/rate apart, and moves it forward.
     next_turn    timestamptz NOT NULL DEFAULT '-infinity',
     circuit      text NOT NULL DEFAULT 'closed'
-                 CHECK (circuit IN ('closed', 'open', 'half-open')),
+                 CHECK (circuit OPERATOR(pg_catalog.=)
+                        ANY (ARRAY['closed', 'open', 'half-open'])),
     failures     integer NOT NULL DEFAULT 0,  -- consecutive: the previous release's count
     opened_at    timestamptz,                 -- when the circuit last opened
     probe_until  timestamptz,                 -- half-open: the probe's lease
@@ -281,8 +312,8 @@ CREATE TABLE IF NOT EXISTS outbox.events (
     payload          json NOT NULL,
     headers          jsonb NOT NULL DEFAULT '{}',
     idempotency_key  text,
-    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
-    deliver_after    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    created_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    deliver_after    timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     -- No endpoint subscribed at publish time; `outbox replay` can route it later.
     unrouted         boolean NOT NULL DEFAULT false,
     -- The W3C trace context the event was published in (NULL: none), sent
@@ -293,7 +324,8 @@ CREATE TABLE IF NOT EXISTS outbox.events (
     -- (version 8). 1 to 200 printable ASCII characters, as publish() checks
     -- (version 14): it travels in a header (ce-tenant).
     tenant           text,
-    CONSTRAINT events_tenant_printable CHECK (tenant ~ '^[ -~]{1,200}$')
+    CONSTRAINT events_tenant_printable CHECK (
+        tenant OPERATOR(pg_catalog.~) '^[ -~]{1,200}$')
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key
@@ -316,12 +348,12 @@ CREATE TABLE IF NOT EXISTS outbox.deliveries (
                              'in_flight'::text, 'delivered'::text, 'dead'::text,
                              'discarded'::text])),
     attempts          integer NOT NULL DEFAULT 0,
-    next_attempt_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    next_attempt_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     lease_token       uuid,
     lease_expires_at  timestamptz,
     last_error        text,
     last_status       integer,
-    created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    created_at        timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     finished_at       timestamptz,
     -- Attempts made before the last `dead retry` reset attempts, or by the
     -- earlier deliveries of a replayed event, and circuit probes that were
@@ -333,7 +365,8 @@ CREATE TABLE IF NOT EXISTS outbox.deliveries (
     -- The event's tenant: key order is per tenant, and so is
     -- --max-pending-per-tenant (version 8). As the event's (version 14).
     tenant            text,
-    CONSTRAINT deliveries_tenant_printable CHECK (tenant ~ '^[ -~]{1,200}$')
+    CONSTRAINT deliveries_tenant_printable CHECK (
+        tenant OPERATOR(pg_catalog.~) '^[ -~]{1,200}$')
 ) WITH (fillfactor = 80);
 
 -- Autovacuum for the queue table. Every delivery is updated at least twice
@@ -356,25 +389,29 @@ ALTER TABLE outbox.deliveries SET (
 
 -- The claim: due pending deliveries of one endpoint, oldest due first.
 CREATE INDEX IF NOT EXISTS deliveries_pending
-    ON outbox.deliveries (endpoint_id, next_attempt_at) WHERE state = 'pending';
+    ON outbox.deliveries (endpoint_id, next_attempt_at)
+    WHERE state OPERATOR(pg_catalog.=) 'pending';
 -- In-flight rows: lease rescue and in-flight counts. Keyed on endpoint_id
 -- (never changes) so that extending a lease stays a HOT update.
 CREATE INDEX IF NOT EXISTS deliveries_in_flight
-    ON outbox.deliveries (endpoint_id) WHERE state = 'in_flight';
+    ON outbox.deliveries (endpoint_id)
+    WHERE state OPERATOR(pg_catalog.=) 'in_flight';
 -- Per-key ordering: "is an earlier event of my key still unfinished?"
 CREATE INDEX IF NOT EXISTS deliveries_key_order
     ON outbox.deliveries (endpoint_id, key, seq)
-    WHERE key IS NOT NULL AND state IN ('pending', 'in_flight');
+    WHERE key IS NOT NULL
+      AND state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'in_flight']);
 -- Finished rows: status counts, dead-letter listing, retention.
 CREATE INDEX IF NOT EXISTS deliveries_finished
     ON outbox.deliveries (state, endpoint_id, finished_at)
-    WHERE state IN ('delivered', 'dead');
+    WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['delivered', 'dead']);
 -- Fair turns between the tenants of an endpoint: the claim walks the tenants
 -- with due work (no tenant: one of its own, after the others) and takes each
 -- one's rows in its turn; --max-pending-per-tenant counts a tenant's pending
 -- rows here (version 11).
 CREATE INDEX IF NOT EXISTS deliveries_turns
-    ON outbox.deliveries (endpoint_id, tenant, next_attempt_at) WHERE state = 'pending';
+    ON outbox.deliveries (endpoint_id, tenant, next_attempt_at)
+    WHERE state OPERATOR(pg_catalog.=) 'pending';
 -- Discarded rows (by the endpoint's policy): retention, as deliveries_finished
 -- serves it for delivered ones (version 19).
 CREATE INDEX IF NOT EXISTS deliveries_discarded
@@ -390,7 +427,7 @@ CREATE INDEX IF NOT EXISTS deliveries_event
 CREATE TABLE IF NOT EXISTS outbox.inbox (
     consumer      text NOT NULL,
     event_id      text NOT NULL,
-    processed_at  timestamptz NOT NULL DEFAULT now(),
+    processed_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     PRIMARY KEY (consumer, event_id)
 );
 CREATE INDEX IF NOT EXISTS inbox_processed_at ON outbox.inbox (processed_at);
@@ -405,10 +442,11 @@ CREATE INDEX IF NOT EXISTS inbox_processed_at ON outbox.inbox (processed_at);
 CREATE TABLE IF NOT EXISTS outbox.attempts (
     delivery_id       bigint NOT NULL,
     attempt           integer NOT NULL,
-    at                timestamptz NOT NULL DEFAULT now(),
+    at                timestamptz NOT NULL DEFAULT pg_catalog.now(),
     status            integer,
     reason            text NOT NULL
-                      CHECK (reason IN ('timeout', 'connect', 'http_4xx', 'http_5xx', 'other')),
+                      CHECK (reason OPERATOR(pg_catalog.=) ANY (
+                          ARRAY['timeout', 'connect', 'http_4xx', 'http_5xx', 'other'])),
     duration_seconds  double precision,
     error             text
 );
@@ -447,8 +485,8 @@ CREATE TABLE IF NOT EXISTS outbox.dispatchers (
     host        text NOT NULL,
     pid         integer NOT NULL,
     version     text NOT NULL,
-    started_at  timestamptz NOT NULL DEFAULT now(),
-    seen_at     timestamptz NOT NULL DEFAULT now(),
+    started_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    seen_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
     problems    jsonb NOT NULL DEFAULT '{}'
 ) WITH (fillfactor = 50);
 
@@ -965,3 +1003,12 @@ SELECT e.id, e.name, e.url, e.events, e.events_like,
 FROM outbox.endpoints e;
 
 INSERT INTO outbox.schema_version (version) VALUES (19) ON CONFLICT DO NOTHING;
+
+-- The session's search_path as it was before the first statement.
+DO $unpin$
+BEGIN
+    PERFORM pg_catalog.set_config('search_path',
+                                  pg_catalog.current_setting('outbox.saved_search_path'), false);
+    PERFORM pg_catalog.set_config('outbox.saved_search_path', '', false);
+END
+$unpin$;

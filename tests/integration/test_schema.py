@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from importlib import resources
 from pathlib import Path
@@ -13,11 +12,12 @@ import pytest
 from psycopg.rows import dict_row
 
 import outbox
-from outbox.migrate import SCHEMA_VERSION, migrate
-from outbox.sql import steps
+from outbox.migrate import SCHEMA_VERSION, migrate, script
+from outbox.sql import queries, steps
 from tests.conftest import Cluster
 from tests.support.catalogue import catalogue, differences
 from tests.support.cli import run_outbox
+from tests.support.psql import find_psql
 from tests.support.publishing import add_endpoint, committed
 from tests.support.releases import Release, releases
 
@@ -74,19 +74,9 @@ def test_schema_file_applied_twice_statement_by_statement(empty_dsn: str) -> Non
     assert committed(empty_dsn, "SELECT version FROM outbox.schema_version") == [(SCHEMA_VERSION,)]
 
 
-def _psql(cluster: Cluster) -> str | None:
-    """A psql that runs: the one beside the suite's server binaries, else the one on PATH."""
-    beside = [str(cluster.server.bindir / "psql")] if cluster.server else []
-    for candidate in (*beside, shutil.which("psql")):
-        if candidate and subprocess.run([candidate, "--version"], capture_output=True,
-                                        check=False, timeout=30).returncode == 0:
-            return candidate
-    return None
-
-
 def test_schema_file_applied_twice_with_psql(cluster: Cluster, empty_dsn: str) -> None:
     """`psql -f schema.sql` twice succeeds, and migrate then finds its version in place."""
-    psql = _psql(cluster)
+    psql = find_psql(cluster)
     if psql is None:
         pytest.skip("no psql that runs here")
     for _ in range(2):
@@ -125,6 +115,25 @@ def test_schema_file_records_the_last_steps_version() -> None:
     assert steps()[-1].version == SCHEMA_VERSION
 
 
+def _statements(text: str) -> str:
+    """``text`` without its lines of comment alone."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("--")).strip()
+
+
+def test_schema_file_and_each_script_step_pin_the_search_path_and_set_it_back() -> None:
+    """schema.sql starts by pinning the session's search_path and ends by setting back the one
+    it found, and so does each step of the `migrate --sql` script, with the same statements."""
+    pin, unpin = (_statements(queries[name])
+                  for name in ("script_pin_search_path", "script_unpin_search_path"))
+    schema = _statements(ROOT_SCHEMA.read_text("utf-8"))
+    assert schema.startswith(pin)
+    assert schema.endswith(unpin)
+    text = script(1)
+    wanted = len([step for step in steps() if step.version > 1])
+    assert text.count(pin) == text.count(unpin) == wanted
+    assert all(part.index(pin) < part.index(unpin) for part in text.split("\n-- 0")[1:])
+
+
 def test_schema_file_refuses_an_older_database(empty_dsn: str) -> None:
     """schema.sql applied by hand to a database of an earlier version fails and changes nothing."""
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
@@ -151,7 +160,7 @@ def test_endpoint_column_defaults_match_the_option_defaults(conn: psycopg.Connec
 
 
 def _psql_script(cluster: Cluster, script: str, dsn: str) -> None:
-    psql = _psql(cluster)
+    psql = find_psql(cluster)
     if psql is None:
         pytest.skip("no psql that runs here")
     applied = subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn],

@@ -23,7 +23,7 @@ from psycopg import sql
 
 TYPES = ("smallint", "integer", "bigint", "numeric", "real", "double precision", "text",
          "timestamp with time zone", "interval", "uuid", "boolean", "jsonb")
-OPERATORS = ("+", "-", "*", "/", "%", "<", "<=", "=", "<>", ">=", ">", "||", "~~", "->",
+OPERATORS = ("+", "-", "*", "/", "%", "<", "<=", "=", "<>", ">=", ">", "||", "~", "~~", "->",
              "->>", "?", "@>")
 FUNCTIONS = ("now", "clock_timestamp", "statement_timestamp", "random", "floor", "ceil",
              "ceiling", "round", "abs", "make_interval", "to_timestamp", "date_trunc",

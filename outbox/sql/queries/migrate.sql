@@ -111,7 +111,7 @@ END
 $$;
 CREATE TABLE IF NOT EXISTS outbox.schema_version (
     version     integer PRIMARY KEY,
-    applied_at  timestamptz NOT NULL DEFAULT now()
+    applied_at  timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
 -- name: writable_paths
@@ -187,3 +187,114 @@ SELECT k.nspname::text,
 FROM risky k
 GROUP BY k.nspname
 ORDER BY k.nspname;
+
+-- name: session_search_path
+-- The session's search_path as it is, to be set again when migrate() is done.
+SELECT pg_catalog.current_setting('search_path');
+
+-- name: set_search_path
+-- migrate()'s pin (pg_catalog, pg_temp) and its undoing, for the session: not
+-- SET LOCAL, because schema.sql, run inside migrate's transaction, keeps the
+-- path it finds and sets it again at session level, which would turn a local
+-- pin into the session's path at commit.
+SELECT pg_catalog.set_config('search_path', %(search_path)s, false);
+
+-- name: script_pin_search_path
+-- The first statement of each step of `outbox migrate --sql` (and of
+-- schema.sql, which holds the same): names resolve in pg_catalog alone,
+-- whatever the session's path holds, so that nothing planted on it is bound
+-- into the schema; the session's path waits in outbox.saved_search_path.
+DO $pin$
+BEGIN
+    PERFORM pg_catalog.set_config('outbox.saved_search_path',
+                                  pg_catalog.current_setting('search_path'), false);
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
+END
+$pin$;
+
+-- name: script_unpin_search_path
+-- The last statement of each step of `outbox migrate --sql` (and of
+-- schema.sql): the session's search_path as it was before the step.
+DO $unpin$
+BEGIN
+    PERFORM pg_catalog.set_config('search_path',
+                                  pg_catalog.current_setting('outbox.saved_search_path'), false);
+    PERFORM pg_catalog.set_config('outbox.saved_search_path', '', false);
+END
+$unpin$;
+
+-- name: bound_outside
+-- The objects of the outbox schema bound to a function, operator, type,
+-- collation, operator class or cast of a schema other than pg_catalog and
+-- outbox: a constraint, a column (its type, its collation), a column's
+-- default, an index (expressions, predicate, operator classes), a trigger, a
+-- view's rule, a row security policy, a function (its argument and result
+-- types; an SQL-standard body, whatever it names), a type. Such an object was
+-- made on a search_path where another role's look-alike stood in for a
+-- built-in (public.>(double precision, integer) for `timeout_seconds > 0`),
+-- and runs it in every statement that meets it, with that statement's
+-- rights; revoking CREATE later unbinds nothing. pg_depend records nothing
+-- on the built-ins (they are pinned), so every row here is someone's making.
+-- One row per object and what it uses: pg_identify_object names both with
+-- their schemas, whatever the path.
+WITH schema AS (
+    SELECT n.oid FROM pg_catalog.pg_namespace n
+    WHERE n.nspname OPERATOR(pg_catalog.=) 'outbox'
+),
+relations AS (
+    SELECT c.oid FROM pg_catalog.pg_class c
+    WHERE c.relnamespace OPERATOR(pg_catalog.=) (SELECT oid FROM schema)
+),
+objects (catalog, oid) AS (
+    SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, r.oid FROM relations r
+    UNION ALL
+    SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, k.oid
+    FROM pg_catalog.pg_constraint k
+    WHERE k.connamespace OPERATOR(pg_catalog.=) (SELECT oid FROM schema)
+    UNION ALL
+    SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, a.oid
+    FROM pg_catalog.pg_attrdef a JOIN relations r ON r.oid OPERATOR(pg_catalog.=) a.adrelid
+    UNION ALL
+    SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid
+    FROM pg_catalog.pg_trigger t JOIN relations r ON r.oid OPERATOR(pg_catalog.=) t.tgrelid
+    UNION ALL
+    SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, w.oid
+    FROM pg_catalog.pg_rewrite w JOIN relations r ON r.oid OPERATOR(pg_catalog.=) w.ev_class
+    UNION ALL
+    SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid
+    FROM pg_catalog.pg_policy p JOIN relations r ON r.oid OPERATOR(pg_catalog.=) p.polrelid
+    UNION ALL
+    SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, f.oid FROM pg_catalog.pg_proc f
+    WHERE f.pronamespace OPERATOR(pg_catalog.=) (SELECT oid FROM schema)
+    UNION ALL
+    SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, y.oid FROM pg_catalog.pg_type y
+    WHERE y.typnamespace OPERATOR(pg_catalog.=) (SELECT oid FROM schema)
+),
+used AS (
+    SELECT d.classid, d.objid, d.objsubid, d.refclassid, d.refobjid,
+           -- A cast has no schema of its own: its function's.
+           coalesce(x.schema, (SELECT n.nspname::text
+                               FROM pg_catalog.pg_cast k
+                               JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) k.castfunc
+                               JOIN pg_catalog.pg_namespace n
+                                 ON n.oid OPERATOR(pg_catalog.=) f.pronamespace
+                               WHERE k.oid OPERATOR(pg_catalog.=) d.refobjid
+                                 AND d.refclassid OPERATOR(pg_catalog.=)
+                                     'pg_catalog.pg_cast'::pg_catalog.regclass)) AS schema
+    FROM objects b
+    JOIN pg_catalog.pg_depend d
+      ON d.classid OPERATOR(pg_catalog.=) b.catalog AND d.objid OPERATOR(pg_catalog.=) b.oid
+    CROSS JOIN LATERAL pg_catalog.pg_identify_object(d.refclassid, d.refobjid, 0) x
+    WHERE d.refclassid OPERATOR(pg_catalog.=) ANY (
+        '{pg_catalog.pg_proc, pg_catalog.pg_operator, pg_catalog.pg_type,
+          pg_catalog.pg_collation, pg_catalog.pg_opclass, pg_catalog.pg_opfamily,
+          pg_catalog.pg_cast, pg_catalog.pg_ts_config, pg_catalog.pg_ts_dict,
+          pg_catalog.pg_conversion}'::pg_catalog.regclass[])
+)
+SELECT DISTINCT pg_catalog.concat_ws(' ', o.type, o.identity) AS object,
+       pg_catalog.concat_ws(' ', r.type, r.identity) AS uses
+FROM used u
+CROSS JOIN LATERAL pg_catalog.pg_identify_object(u.classid, u.objid, u.objsubid) o
+CROSS JOIN LATERAL pg_catalog.pg_identify_object(u.refclassid, u.refobjid, 0) r
+WHERE u.schema OPERATOR(pg_catalog.<>) ALL ('{pg_catalog,outbox}')
+ORDER BY 1, 2;
