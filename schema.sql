@@ -47,9 +47,9 @@
 DO $pin$
 BEGIN
     PERFORM pg_catalog.set_config('outbox.saved_search_path',
-                                  pg_catalog.current_setting('search_path'), false);
-    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
-END
+                                  pg_catalog.current_setting('search_path'), false);  --
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);  --
+END  -- (one statement: only its last line ends with a semicolon, for tools that split there)
 $pin$;
 
 -- Made only when missing: CREATE SCHEMA IF NOT EXISTS would need CREATE on
@@ -1008,7 +1008,7 @@ INSERT INTO outbox.schema_version (version) VALUES (19) ON CONFLICT DO NOTHING;
 DO $unpin$
 BEGIN
     PERFORM pg_catalog.set_config('search_path',
-                                  pg_catalog.current_setting('outbox.saved_search_path'), false);
-    PERFORM pg_catalog.set_config('outbox.saved_search_path', '', false);
-END
+                                  pg_catalog.current_setting('outbox.saved_search_path'), false);  --
+    PERFORM pg_catalog.set_config('outbox.saved_search_path', '', false);  --
+END  -- (one statement: only its last line ends with a semicolon)
 $unpin$;

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ import pytest
 from psycopg import sql
 
 from outbox.migrate import migrate, script
-from outbox.sql import steps
+from outbox.sql import Step, steps
 from tests.conftest import Cluster
 from tests.support import planted
 from tests.support.cli import run_outbox
@@ -150,10 +151,21 @@ def _schema_sql_by_psql(target: Target, tmp_path: Path) -> str:
     return _psql(target, "-f", str(Path(__file__).resolve().parents[2] / "schema.sql"))
 
 
-def _in_one_transaction_from_14(target: Target, tmp_path: Path) -> str:
+def _as_a_tool_from_14(target: Target, tmp_path: Path) -> str:
+    """As a migration tool runs the script: each step inside the driver's transaction (as
+    Alembic's), but a step marked NOT IN A TRANSACTION statement by statement, outside one
+    (as a tool's non-atomic migration)."""
+    text = script(14)
     with psycopg.connect(target.dsn(target.operator)) as conn:
-        conn.execute(script(14).encode())  # inside the driver's transaction, as Alembic's
-        conn.commit()
+        for step in re.split(r"\n(?=-- \d{4}_\w+: version \d+\n)", text)[1:]:
+            if "-- outbox: NOT IN A TRANSACTION" not in step:
+                conn.execute(step.encode())
+                conn.commit()
+                continue
+            conn.autocommit = True
+            for statement in Step(0, "step", step, transactional=False).statements():
+                conn.execute(statement.encode())
+            conn.autocommit = False
         return _path_of(conn)
 
 
@@ -174,7 +186,7 @@ ROUTES: dict[str, tuple[int, Callable[[Target, Path], str]]] = {
     "migrate-sql-from-0-by-psql": (0, _by_psql_from_0),
     "migrate-sql-from-5-by-psql": (5, _by_psql_from_5),
     "schema-sql-by-psql": (0, _schema_sql_by_psql),
-    "migrate-sql-from-14-in-one-transaction": (14, _in_one_transaction_from_14),
+    "migrate-sql-from-14-as-a-tool-runs-it": (14, _as_a_tool_from_14),
     "python-migrate-fresh": (0, _python_fresh),
     "python-migrate-from-1": (1, _python_fresh),
 }

@@ -207,9 +207,9 @@ SELECT pg_catalog.set_config('search_path', %(search_path)s, false);
 DO $pin$
 BEGIN
     PERFORM pg_catalog.set_config('outbox.saved_search_path',
-                                  pg_catalog.current_setting('search_path'), false);
-    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
-END
+                                  pg_catalog.current_setting('search_path'), false);  --
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);  --
+END  -- (one statement: only its last line ends with a semicolon, for tools that split there)
 $pin$;
 
 -- name: script_unpin_search_path
@@ -218,9 +218,9 @@ $pin$;
 DO $unpin$
 BEGIN
     PERFORM pg_catalog.set_config('search_path',
-                                  pg_catalog.current_setting('outbox.saved_search_path'), false);
-    PERFORM pg_catalog.set_config('outbox.saved_search_path', '', false);
-END
+                                  pg_catalog.current_setting('outbox.saved_search_path'), false);  --
+    PERFORM pg_catalog.set_config('outbox.saved_search_path', '', false);  --
+END  -- (one statement: only its last line ends with a semicolon)
 $unpin$;
 
 -- name: bound_outside
