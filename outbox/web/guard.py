@@ -24,11 +24,16 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import math
 import re
 import secrets
+import time
+from collections import deque
+from collections.abc import Callable
 
 from starlette.datastructures import Headers
-from starlette.responses import PlainTextResponse
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from outbox.web.config import USER, host_name
@@ -89,9 +94,51 @@ def authorised(header: str | None, password: str) -> bool:
     return scheme.lower() == "basic" and right_user & right_secret
 
 
+def over_https(headers: Headers, scope: Scope) -> bool:
+    """Whether the browser reached the view over HTTPS: directly, or through a proxy that
+    says so (``X-Forwarded-Proto: https``). Believing the header can only add ``Secure``
+    to a cookie, which asks the browser for more, never less."""
+    forwarded = headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return scope.get("scheme") == "https" or forwarded == "https"
+
+
+def set_cookie(response: Response, request: Request, name: str, value: str, *,
+               max_age: int | None = None) -> None:
+    """Set a cookie as the view (and the portal) sets every one: out of scripts' reach,
+    never sent from another site, and over HTTPS only when the page came that way."""
+    response.set_cookie(name, value, max_age=max_age, path="/", httponly=True,
+                        samesite="strict", secure=over_https(request.headers, request.scope))
+
+
+class Throttle:
+    """Wrong passwords allowed per window, for the whole process: past ``limit`` in the
+    last ``window`` seconds, every request giving a password is answered 429 until the
+    oldest leaves the window. A guesser gets ``limit`` tries a minute, whatever its
+    connections; the price is that a guesser can keep the operator out too, a minute at a
+    time (an authenticating proxy in front, ``--no-password``, has no such price)."""
+
+    def __init__(self, limit: int = 10, window: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._limit, self._window, self._clock = limit, window, clock
+        self._failures: deque[float] = deque()
+
+    def wait(self) -> float:
+        """Seconds until a password may be tried again; 0: now."""
+        now = self._clock()
+        while self._failures and self._failures[0] <= now - self._window:
+            self._failures.popleft()
+        if len(self._failures) < self._limit:
+            return 0.0
+        return self._failures[0] + self._window - now
+
+    def failed(self) -> None:
+        self._failures.append(self._clock())
+
+
 class Guard:
-    """ASGI middleware: the Host check, basic authentication, no POST at all when the view
-    is read-only (403, whatever the address), and the response headers."""
+    """ASGI middleware: the Host check, basic authentication (wrong passwords throttled),
+    no POST at all when the view is read-only (403, whatever the address), and the response
+    headers."""
 
     def __init__(self, app: ASGIApp, *, password: str | None, hosts: frozenset[str],
                  read_only: str | None) -> None:
@@ -101,6 +148,7 @@ class Guard:
         self._password = password
         self._hosts = hosts
         self._read_only = read_only
+        self._throttle = Throttle()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -118,12 +166,27 @@ class Guard:
             refusal = PlainTextResponse(
                 "this view answers only requests addressed to its own address, localhost, "
                 "127.0.0.1 or a name given with --allowed-host\n", 421)
-        elif self._password and not authorised(headers.get("authorization"), self._password):
-            refusal = PlainTextResponse("authentication required (user outbox)\n", 401, headers={
-                "WWW-Authenticate": 'Basic realm="outbox", charset="UTF-8"'})
+        elif self._password:
+            refusal = self._authenticate(headers.get("authorization"))
         elif self._read_only and scope["method"] not in {"GET", "HEAD"}:
             refusal = PlainTextResponse(self._read_only + "\n", 403)
         if refusal is not None:
             await refusal(scope, receive, with_headers)
             return
         await self._app(scope, receive, with_headers)
+
+    def _authenticate(self, header: str | None) -> PlainTextResponse | None:
+        """None for the right password; 401 asks for it (a wrong one counts), 429 while too
+        many wrong ones were given lately."""
+        assert self._password is not None
+        wait = self._throttle.wait() if header else 0.0
+        if wait > 0:
+            return PlainTextResponse(
+                "too many wrong passwords lately: try again in a minute\n", 429,
+                headers={"Retry-After": str(max(1, math.ceil(wait)))})
+        if authorised(header, self._password):
+            return None
+        if header:
+            self._throttle.failed()
+        return PlainTextResponse("authentication required (user outbox)\n", 401, headers={
+            "WWW-Authenticate": 'Basic realm="outbox", charset="UTF-8"'})

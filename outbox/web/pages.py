@@ -34,7 +34,7 @@ from outbox._present.words import describe_horizon
 from outbox.errors import EventsNotFound
 from outbox.web.chart import Chart
 from outbox.web.db import NoConnection
-from outbox.web.guard import COOKIE
+from outbox.web.guard import COOKIE, set_cookie
 from outbox.web.params import BadParameter, dead_query, event_id, page_mark
 from outbox.web.render import at, document, page, problem, wants_json
 from outbox.web.search import search
@@ -158,7 +158,7 @@ def event(request: Request) -> Response:
                     actions=state.config.allow_actions, token=state.tokens.token(cookie),
                     done=_done(request))
     if state.config.allow_actions and COOKIE not in request.cookies:
-        response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/")
+        set_cookie(response, request, COOKIE, cookie)
     return response
 
 

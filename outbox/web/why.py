@@ -25,7 +25,7 @@ from outbox._present import shapes
 from outbox.errors import EndpointNotFound
 from outbox.sql import queries
 from outbox.web.chart import Chart, chart
-from outbox.web.guard import COOKIE
+from outbox.web.guard import COOKIE, set_cookie
 from outbox.web.render import document, page, wants_json
 from outbox.web.state import parts
 
@@ -141,7 +141,7 @@ def endpoint(request: Request) -> Response:
                     actions=state.config.allow_actions, token=state.tokens.token(cookie),
                     done=_done(request))
     if state.config.allow_actions and COOKIE not in request.cookies:
-        response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/")
+        set_cookie(response, request, COOKIE, cookie)
     return response
 
 

@@ -141,6 +141,36 @@ def test_the_password_is_asked_by_basic_authentication(dsn: str,
     assert post.status_code == 401
 
 
+def test_wrong_passwords_are_throttled_and_a_request_without_one_is_asked(dsn: str) -> None:
+    """Past ten wrong passwords in a minute every request giving one is answered 429 with
+    Retry-After (the right one too, so a guess learns nothing); one giving none is asked
+    for it (401), as a browser's first request is."""
+    with web_client(dsn, password="s3cret pass") as client:
+        wrong = [client.get("/", headers=basic(f"guess {n}")).status_code for n in range(10)]
+        throttled = client.get("/", headers=basic("guess 11"))
+        right = client.get("/", headers=basic("s3cret pass"))
+        asked = client.get("/")
+    assert wrong == [401] * 10
+    assert throttled.status_code == right.status_code == 429
+    assert 1 <= int(throttled.headers["retry-after"]) <= 60
+    assert asked.status_code == 401
+
+
+def test_the_form_cookie_is_secure_when_the_page_came_over_https(
+        dsn: str, scene: dict[str, Any]) -> None:
+    """The form token's cookie is HttpOnly and SameSite=Strict always, and Secure when the
+    page was asked over HTTPS, directly or through a proxy that says so."""
+    with web_client(dsn, allow_actions=True) as client:
+        plain = client.get(f"/events/{scene['dead']}").headers["set-cookie"]
+        client.cookies.clear()
+        proxied = client.get(f"/events/{scene['dead']}",
+                             headers={"X-Forwarded-Proto": "https"}).headers["set-cookie"]
+    assert "HttpOnly" in plain
+    assert "SameSite=strict" in plain
+    assert "Secure" not in plain
+    assert "Secure" in proxied
+
+
 def test_a_loopback_view_refuses_requests_addressed_to_other_names(dsn: str) -> None:
     """Bound to loopback, a request whose Host is another name (DNS rebinding) is refused."""
     with web_client(dsn) as client:

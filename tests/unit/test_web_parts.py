@@ -9,7 +9,7 @@ import pytest
 
 from outbox.web.cache import Snapshot
 from outbox.web.config import InsecureWebConfig, WebConfig, host_name, is_loopback
-from outbox.web.guard import Tokens, authorised, request_host
+from outbox.web.guard import Throttle, Tokens, authorised, request_host
 from tests.support.clock import FakeClock
 
 
@@ -160,3 +160,16 @@ def test_the_names_a_request_may_be_addressed_to(listen: str, allowed: tuple[str
     """The listen address, localhost, 127.0.0.1, ::1 and --allowed-host, in any spelling."""
     config = WebConfig(dsn="", host=listen, no_password=True, allowed_hosts=allowed)
     assert (host_name(host) in config.hosts) is ok
+
+
+def test_the_throttle_lets_a_password_through_once_the_oldest_failure_leaves_the_window() -> None:
+    """Ten failures in the window close it; it opens when the oldest is a window old."""
+    now = [100.0]
+    throttle = Throttle(limit=10, window=60.0, clock=lambda: now[0])
+    for n in range(10):
+        assert throttle.wait() == 0
+        throttle.failed()
+        now[0] += 1
+    assert throttle.wait() == 50.0  # the first failure, at 100, leaves at 160
+    now[0] = 160.0
+    assert throttle.wait() == 0
