@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 19.
+-- outbox-dispatcher schema: the current shape, version 21.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -70,7 +70,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 19 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 21 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -268,7 +268,7 @@ INSERT INTO outbox.maintainer DEFAULT VALUES ON CONFLICT DO NOTHING;
 -- written (the outbox command, a migration, SQL by hand). A slot beyond a
 -- lowered --max-in-flight goes at once; a request holding it finishes.
 CREATE OR REPLACE FUNCTION outbox.endpoint_fleet_rows() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     INSERT INTO outbox.endpoint_state (endpoint_id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
     INSERT INTO outbox.endpoint_slots (endpoint_id, slot)
@@ -282,7 +282,7 @@ CREATE OR REPLACE TRIGGER endpoint_fleet_rows
     AFTER INSERT OR UPDATE OF max_in_flight ON outbox.endpoints
     FOR EACH ROW EXECUTE FUNCTION outbox.endpoint_fleet_rows();
 CREATE OR REPLACE FUNCTION outbox.endpoint_backlog_rows() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF TG_OP = 'UPDATE' AND OLD.max_pending IS NOT NULL AND NEW.max_pending IS NOT NULL THEN
         RETURN NULL;  -- a bound changed: the counters stand
@@ -961,6 +961,141 @@ GRANT EXECUTE ON FUNCTION
     outbox.event_matches_v1(text, timestamptz, text, text[], timestamptz, timestamptz, text)
     TO PUBLIC;
 
+-- The endpoint manager (version 21): the roles `outbox grants` granted, and
+-- of what kind (every --apply brings each to its version); what the database
+-- refuses whoever writes the endpoints (env: secrets but from the owner; an
+-- endpoint manager's endpoints belong to a tenant); a secret's rotation as a
+-- function with the owner's rights for that role, which may not read the
+-- secret it retires. The endpoints' fleet-row triggers above run with their
+-- owner's rights, so that the manager may add endpoints without any right on
+-- the fleet's tables (see migrations/0021_endpoint_manager.sql).
+CREATE TABLE IF NOT EXISTS outbox.grantees (
+    role        text NOT NULL,
+    kind        text NOT NULL
+        CONSTRAINT grantees_kind
+        CHECK (kind OPERATOR(pg_catalog.=) ANY (ARRAY['application'::text, 'dispatcher'::text,
+               'viewer'::text, 'endpoint-manager'::text])),
+    granted_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (role, kind)
+);
+GRANT SELECT ON outbox.grantees TO PUBLIC;
+
+-- Whether the role a statement runs for is the schema's owner (or a member of
+-- it): a definer function's own current_user is the owner, so it asks of the
+-- role the session set (SET ROLE) or logged in as.
+CREATE OR REPLACE FUNCTION outbox.caller_owns() RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_catalog.pg_has_role(
+        CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
+             THEN session_user ELSE pg_catalog.current_setting('role')::name END,
+        (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+         WHERE n.nspname OPERATOR(pg_catalog.=) 'outbox'),
+        'MEMBER')
+$$;
+
+-- Whether a role is an endpoint manager that outbox grants recorded (or a
+-- member of one). Both are for the functions below, with the owner's rights;
+-- the guard, which runs with the writer's, asks the same itself.
+CREATE OR REPLACE FUNCTION outbox.is_endpoint_manager(who name) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT 1 FROM outbox.grantees g
+                   JOIN pg_catalog.pg_roles r ON r.rolname OPERATOR(pg_catalog.=) g.role
+                   WHERE g.kind OPERATOR(pg_catalog.=) 'endpoint-manager'
+                     AND pg_catalog.pg_has_role(who, r.oid, 'MEMBER'))
+$$;
+
+CREATE OR REPLACE FUNCTION outbox.endpoint_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF pg_catalog.pg_has_role(current_user,
+                              (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                               WHERE n.nspname OPERATOR(pg_catalog.=) 'outbox'),
+                              'MEMBER') THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.secret OPERATOR(pg_catalog.~~) 'env:%'
+       AND (TG_OP OPERATOR(pg_catalog.=) 'INSERT'
+            OR NEW.secret IS DISTINCT FROM OLD.secret) THEN
+        RAISE EXCEPTION 'only the outbox schema''s owner may give an endpoint an env: secret'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT 1 FROM outbox.grantees g
+               JOIN pg_catalog.pg_roles r ON r.rolname OPERATOR(pg_catalog.=) g.role
+               WHERE g.kind OPERATOR(pg_catalog.=) 'endpoint-manager'
+                 AND pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')) THEN
+        IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' AND OLD.tenant IS NULL THEN
+            RAISE EXCEPTION 'endpoint % belongs to no tenant: an endpoint manager may not '
+                            'change it', OLD.name
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF NEW.tenant IS NULL THEN
+            RAISE EXCEPTION 'an endpoint manager''s endpoint belongs to a tenant'
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE OR REPLACE TRIGGER endpoint_guard
+    BEFORE INSERT OR UPDATE ON outbox.endpoints
+    FOR EACH ROW EXECUTE FUNCTION outbox.endpoint_guard();
+
+-- A rotation (endpoint_rotate_secret, as a function): the endpoint by name,
+-- its new secret and the old one's overlap in seconds; the endpoint's id,
+-- until when any older secret still signs, and until when the one just
+-- retired does. For a caller other than the owner, the guard's rules: no
+-- env: secret, and for an endpoint manager no endpoint without a tenant (as
+-- if not there: no row).
+CREATE OR REPLACE FUNCTION outbox.rotate_endpoint_secret(
+    endpoint_name text, new_secret text, overlap_seconds double precision)
+RETURNS TABLE (id bigint, old_signs_until timestamptz, retired_until timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    owner boolean := outbox.caller_owns();
+    caller name := CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
+                        THEN session_user ELSE pg_catalog.current_setting('role')::name END;
+BEGIN
+    IF NOT owner AND new_secret OPERATOR(pg_catalog.~~) 'env:%' THEN
+        RAISE EXCEPTION 'only the outbox schema''s owner may give an endpoint an env: secret'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN QUERY
+    UPDATE outbox.endpoints e SET
+        previous_secrets =
+            CASE WHEN e.secret IS NOT NULL AND e.secret OPERATOR(pg_catalog.<>) new_secret
+                      AND overlap_seconds OPERATOR(pg_catalog.>) 0::double precision
+                 THEN pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+                          'secret', e.secret,
+                          'expires_at', pg_catalog.now() OPERATOR(pg_catalog.+)
+                                        pg_catalog.make_interval(secs => overlap_seconds)))
+                 ELSE '[]'::jsonb
+            END
+            OPERATOR(pg_catalog.||) coalesce(
+                (SELECT pg_catalog.jsonb_agg(p.entry ORDER BY p.ord)
+                 FROM pg_catalog.jsonb_array_elements(e.previous_secrets)
+                      WITH ORDINALITY AS p(entry, ord)
+                 WHERE (p.entry OPERATOR(pg_catalog.->>) 'expires_at')::timestamptz
+                       OPERATOR(pg_catalog.>) pg_catalog.now()
+                   AND p.entry OPERATOR(pg_catalog.->>) 'secret' IS DISTINCT FROM new_secret),
+                '[]'::jsonb),
+        secret = new_secret,
+        updated_at = pg_catalog.now()
+    WHERE e.name OPERATOR(pg_catalog.=) endpoint_name AND e.removed_at IS NULL
+      AND (owner OR e.tenant IS NOT NULL OR NOT outbox.is_endpoint_manager(caller))
+    RETURNING e.id,
+              (SELECT pg_catalog.max((p.entry OPERATOR(pg_catalog.->>) 'expires_at')
+                                     ::timestamptz)
+               FROM pg_catalog.jsonb_array_elements(e.previous_secrets) AS p(entry)),
+              CASE WHEN (e.previous_secrets OPERATOR(pg_catalog.->) 0
+                         OPERATOR(pg_catalog.->>) 'expires_at')::timestamptz
+                        OPERATOR(pg_catalog.=) (pg_catalog.now() OPERATOR(pg_catalog.+)
+                                                pg_catalog.make_interval(secs => overlap_seconds))
+                   THEN (e.previous_secrets OPERATOR(pg_catalog.->) 0
+                         OPERATOR(pg_catalog.->>) 'expires_at')::timestamptz END;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION outbox.rotate_endpoint_secret(text, text, double precision) FROM PUBLIC;
+
 -- The delivery log, for the application's own pages: one row per delivery,
 -- joined with its endpoint's name and its event's type. No payload, no
 -- secret: what the endpoint manager and the viewer may read (version 18).
@@ -1002,7 +1137,7 @@ SELECT e.id, e.name, e.url, e.events, e.events_like,
        e.dropping, e.disabled_by
 FROM outbox.endpoints e;
 
-INSERT INTO outbox.schema_version (version) VALUES (19) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (21) ON CONFLICT DO NOTHING;
 
 -- The session's search_path as it was before the first statement.
 DO $unpin$

@@ -80,6 +80,8 @@ QueryName = Literal[
     "extend_leases",
     "fleet_beat",
     "fleet_members",
+    "grants_held",
+    "grants_recorded",
     "grants_roles",
     "heartbeat",
     "heartbeat_stop",

@@ -25,7 +25,8 @@ ROOT_SCHEMA = Path(__file__).resolve().parents[2] / "schema.sql"
 
 
 TABLES = ["attempts", "deliveries", "dispatchers", "endpoint_backlog", "endpoint_slots",
-          "endpoint_state", "endpoints", "events", "inbox", "maintainer", "schema_version"]
+          "endpoint_state", "endpoints", "events", "grantees", "inbox", "maintainer",
+          "schema_version"]
 
 
 def _tables(dsn: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The three roles of docs/upgrading.md, made for real in a database of their own.
+"""The roles of docs/upgrading.md, made for real in a database of their own.
 
 The operator owns a schema made for it beforehand (PUBLIC may create nothing
 in the database, nor in ``public``); ``setup`` migrates as the operator,
@@ -64,8 +64,8 @@ def login_role(cluster: Cluster, prefix: str = "stranger") -> Iterator[str]:
 class Roles:
     def __init__(self, cluster: Cluster, database: str, suffix: str) -> None:
         self.cluster, self.database = cluster, database
-        self.operator, self.application, self.dispatcher = (
-            f"{who}_{suffix}" for who in ("operator", "application", "dispatcher"))
+        self.operator, self.application, self.dispatcher, self.manager = (
+            f"{who}_{suffix}" for who in ("operator", "application", "dispatcher", "manager"))
 
     def dsn(self, role: str) -> str:
         return role_dsn(self.cluster.dsn_for(self.database), role)
@@ -78,9 +78,10 @@ class Roles:
 def roles(cluster: Cluster) -> Iterator[Roles]:
     suffix = f"{os.getpid()}_{next(_counter)}"
     made = Roles(cluster, f"roles_{suffix}", suffix)
-    names = [sql.Identifier(r) for r in (made.operator, made.application, made.dispatcher)]
+    every = (made.operator, made.application, made.dispatcher, made.manager)
+    names = [sql.Identifier(r) for r in every]
     with cluster.admin() as admin:
-        for role in (made.operator, made.application, made.dispatcher):
+        for role in every:
             create_role(admin, role)
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(made.database)))
     with psycopg.connect(cluster.dsn_for(made.database), autocommit=True) as owner:

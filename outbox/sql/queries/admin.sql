@@ -472,3 +472,54 @@ SELECT n.nspowner::regrole::text AS owner, current_user::text AS me,
         WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = x.name))
            AS missing
 FROM pg_catalog.pg_namespace n WHERE n.nspname = 'outbox';
+
+-- name: grants_recorded
+-- The roles `outbox grants` granted before, each kind a row, and whether the
+-- role still exists.
+SELECT g.role, g.kind,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) g.role)
+FROM outbox.grantees g
+ORDER BY g.role, g.kind;
+
+-- name: grants_held
+-- Each privilege the roles (PUBLIC among them) hold in the outbox schema: on
+-- the schema, its tables and views, their columns, its functions. A NULL ACL
+-- is the default one (an owner's all, PUBLIC's EXECUTE on a function).
+-- `outbox grants --check` reads it before and after applying the grants, in a
+-- transaction it rolls back: what appeared is what was missing.
+WITH who AS (
+    SELECT r.oid, r.rolname::text AS name FROM pg_catalog.pg_roles r
+    WHERE r.rolname OPERATOR(pg_catalog.=) ANY (%(roles)s::text[])
+    UNION ALL
+    SELECT 0::oid, 'PUBLIC'
+)
+SELECT w.name, a.privilege_type, NULL::text, 'SCHEMA outbox'
+FROM pg_catalog.pg_namespace n
+CROSS JOIN LATERAL pg_catalog.aclexplode(
+    coalesce(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) a
+JOIN who w ON w.oid OPERATOR(pg_catalog.=) a.grantee
+WHERE n.nspname OPERATOR(pg_catalog.=) 'outbox'
+UNION ALL
+SELECT w.name, a.privilege_type, NULL::text, c.oid::regclass::text
+FROM pg_catalog.pg_class c
+CROSS JOIN LATERAL pg_catalog.aclexplode(
+    coalesce(c.relacl, pg_catalog.acldefault('r', c.relowner))) a
+JOIN who w ON w.oid OPERATOR(pg_catalog.=) a.grantee
+WHERE c.relnamespace OPERATOR(pg_catalog.=) 'outbox'::regnamespace
+  AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'v', 'p']::"char"[])
+UNION ALL
+SELECT w.name, a.privilege_type, att.attname::text, c.oid::regclass::text
+FROM pg_catalog.pg_attribute att
+JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) att.attrelid
+CROSS JOIN LATERAL pg_catalog.aclexplode(att.attacl) a
+JOIN who w ON w.oid OPERATOR(pg_catalog.=) a.grantee
+WHERE c.relnamespace OPERATOR(pg_catalog.=) 'outbox'::regnamespace
+  AND att.attnum OPERATOR(pg_catalog.>) 0 AND NOT att.attisdropped
+UNION ALL
+SELECT w.name, a.privilege_type, NULL::text, 'FUNCTION ' OPERATOR(pg_catalog.||)
+                                             p.oid::regprocedure::text
+FROM pg_catalog.pg_proc p
+CROSS JOIN LATERAL pg_catalog.aclexplode(
+    coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+JOIN who w ON w.oid OPERATOR(pg_catalog.=) a.grantee
+WHERE p.pronamespace OPERATOR(pg_catalog.=) 'outbox'::regnamespace;

@@ -165,32 +165,13 @@ WHERE id = %(id)s;
 -- name: endpoint_rotate_secret
 -- The retired secret goes first (newest first, the order the dispatcher signs
 -- in), then earlier ones still inside their overlap; expired entries, and any
--- equal to the new secret, are pruned here. A zero overlap keeps nothing.
-UPDATE outbox.endpoints SET
-    previous_secrets =
-        CASE WHEN secret IS NOT NULL AND secret <> %(secret)s::text
-                  AND %(overlap)s::float8 > 0::float8
-             THEN jsonb_build_array(jsonb_build_object(
-                      'secret', secret,
-                      'expires_at', now() + make_interval(secs => %(overlap)s::float8)))
-             ELSE '[]'::jsonb
-        END
-        || coalesce((SELECT jsonb_agg(e.entry ORDER BY e.ord)
-                     FROM jsonb_array_elements(previous_secrets) WITH ORDINALITY AS e(entry, ord)
-                     WHERE (e.entry ->> 'expires_at')::timestamptz > now()
-                       AND e.entry ->> 'secret' IS DISTINCT FROM %(secret)s::text),
-                    '[]'::jsonb),
-    secret = %(secret)s::text,
-    updated_at = now()
-WHERE name = %(name)s AND removed_at IS NULL
--- RETURNING sees the new row: the last moment an old secret still signs, and
--- until when the secret just retired does (its entry is the first, stamped
--- now() + the overlap; now() is the transaction's: no older entry equals it).
-RETURNING id, (SELECT max((e.entry ->> 'expires_at')::timestamptz)
-               FROM jsonb_array_elements(previous_secrets) AS e(entry)) AS old_signs_until,
-          CASE WHEN (previous_secrets -> 0 ->> 'expires_at')::timestamptz
-                    = now() + make_interval(secs => %(overlap)s::float8)
-               THEN (previous_secrets -> 0 ->> 'expires_at')::timestamptz END AS retired_until;
+-- equal to the new secret, are pruned. A zero overlap keeps nothing. A
+-- function of the schema (rotate_endpoint_secret) does it, with its owner's
+-- rights: the endpoint manager, which may not read the secret it retires,
+-- rotates through it too; for a caller other than the owner it refuses an
+-- env: secret, and for an endpoint manager an endpoint without a tenant.
+SELECT r.id, r.old_signs_until, r.retired_until
+FROM outbox.rotate_endpoint_secret(%(name)s::text, %(secret)s::text, %(overlap)s::float8) AS r;
 
 -- name: endpoint_retry_target
 -- The endpoint `retry-now` acts on, locked as a removal or rotation locks it
