@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 19.
+-- outbox-dispatcher schema: the current shape, version 22.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -70,7 +70,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 19 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 22 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -417,6 +417,14 @@ CREATE INDEX IF NOT EXISTS deliveries_turns
 CREATE INDEX IF NOT EXISTS deliveries_discarded
     ON outbox.deliveries (endpoint_id, finished_at)
     WHERE state OPERATOR(pg_catalog.=) 'discarded'::text;
+-- The delivery log (outbox.endpoints.deliveries): an endpoint's finished
+-- deliveries by id, newest first, so that a page reads about as many rows as
+-- it shows, however many the table holds. Partial: a delivery enters it when
+-- it is finished, never at publish() or its claim (version 22).
+CREATE INDEX IF NOT EXISTS deliveries_log
+    ON outbox.deliveries (endpoint_id, id)
+    WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['delivered'::text, 'dead'::text,
+                                                  'discarded'::text]);
 -- Deliveries by event id: replay, dead retry, show, and retention deleting events.
 CREATE INDEX IF NOT EXISTS deliveries_event
     ON outbox.deliveries (event_id);
@@ -1002,7 +1010,7 @@ SELECT e.id, e.name, e.url, e.events, e.events_like,
        e.dropping, e.disabled_by
 FROM outbox.endpoints e;
 
-INSERT INTO outbox.schema_version (version) VALUES (19) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (22) ON CONFLICT DO NOTHING;
 
 -- The session's search_path as it was before the first statement.
 DO $unpin$
