@@ -84,9 +84,11 @@ def _changes(name: str, options: dict[str, Any], *, as_tenant: object, allow_env
     if guard is not None and "tenant" in options:
         raise InvalidEndpoint("cannot be changed under as_tenant: the endpoint stays that "
                               "tenant's", "tenant")
-    # The values are checked with the stored ones (min_backoff against max_backoff, a
-    # client_cert beside its key), before anything is written; a tenant before any SQL.
-    _args.tenant(options.get("tenant"))
+    # Each value alone before any SQL; with the stored ones (min_backoff against
+    # max_backoff, a client_cert beside its key) once they are read, before any write.
+    for field, value in options.items():
+        if value is not None:
+            BY_FIELD[field].clean(BY_FIELD[field].read(value))
     if "secret" in options:
         _args.secret(options["secret"], allow_env=allow_env_secret)
     else:

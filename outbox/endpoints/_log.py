@@ -109,8 +109,12 @@ async def adeliveries(conn: Any, name: str | None = None, *, as_tenant: str | No
 
 
 def _story(event_id: object, as_tenant: object) -> _store.Plan[list[Json]]:
-    """The event's deliveries and their attempts, under the guard."""
-    params = {"event_id": _args.event_id(event_id), "as_tenant": _args.guard(as_tenant)}
+    """The event's deliveries and their attempts, under the guard (the arguments checked
+    before any SQL runs)."""
+    return _telling({"event_id": _args.event_id(event_id), "as_tenant": _args.guard(as_tenant)})
+
+
+def _telling(params: dict[str, Any]) -> _store.Plan[list[Json]]:
     rows = yield queries["show_deliveries"], params
     if not rows:
         return []

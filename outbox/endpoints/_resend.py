@@ -130,13 +130,17 @@ async def areplay(conn: Any, name: str, *, since: datetime | timedelta | None = 
 
 def _retrying(name: object, event_ids: object, tenant: object,
               as_tenant: object) -> _store.Plan[int]:
-    """``admin.retry_dead``'s statement for one endpoint, under the guard."""
-    chosen = (_args.name(name), _args.event_ids(event_ids), _args.tenant(tenant),
-              _args.guard(as_tenant))
-    endpoint_id = yield from _endpoint(chosen[0], chosen[3])
-    rows = yield queries["admin_retry_dead"], {
-        "endpoint_id": endpoint_id, "dry_run": False, "event_ids": chosen[1], "types": None,
-        "since": None, "until": None, "tenant": chosen[2]}
+    """``admin.retry_dead``'s statement for one endpoint, under the guard (the arguments
+    checked before any SQL runs)."""
+    return _retrying_dead(_args.name(name), _args.guard(as_tenant), {
+        "dry_run": False, "event_ids": _args.event_ids(event_ids), "types": None,
+        "since": None, "until": None, "tenant": _args.tenant(tenant)})
+
+
+def _retrying_dead(name: str, as_tenant: str | None,
+                   params: dict[str, Any]) -> _store.Plan[int]:
+    endpoint_id = yield from _endpoint(name, as_tenant)
+    rows = yield queries["admin_retry_dead"], {**params, "endpoint_id": endpoint_id}
     return int(rows[0]["retried"])
 
 
@@ -175,7 +179,12 @@ def _test_event(type: object, data: object) -> dict[str, Any]:
 
 def _testing(name: object, as_tenant: object, type: object,
              data: object) -> _store.Plan[uuid.UUID]:
-    endpoint, guard, event = _args.name(name), _args.guard(as_tenant), _test_event(type, data)
+    """The test event's statement, its arguments checked before any SQL runs."""
+    return _sending(_args.name(name), _args.guard(as_tenant), _test_event(type, data))
+
+
+def _sending(endpoint: str, guard: str | None,
+             event: dict[str, Any]) -> _store.Plan[uuid.UUID]:
     endpoint_id = yield from _endpoint(endpoint, guard)
     rows = yield queries["endpoint_send_test"], {**event, "endpoint_id": endpoint_id}
     if not rows:  # removed between the lookup and the insert

@@ -162,3 +162,20 @@ def test_a_bad_argument_is_refused_by_name_and_changes_nothing(
     assert isinstance(raised.value, outbox.OutboxError)
     conn.commit()
     assert everything(conn) == before
+
+
+@pytest.mark.parametrize(("argument", "call", "error"),
+                         [case for case in BAD if case[2] is endpoints.InvalidEndpoint],
+                         ids=[f"{i}-{case[0]}" for i, case in enumerate(BAD)
+                              if case[2] is endpoints.InvalidEndpoint])
+def test_a_bad_argument_is_refused_before_any_sql(
+        dsn: str, argument: str, call: Callable[[Conn, uuid.UUID], Any],
+        error: type[Exception]) -> None:
+    """The arguments are checked before any statement: on a closed connection a bad one is
+    still the InvalidEndpoint naming it, not a connection error. (Only what needs the
+    stored endpoint waits for it: the URL check_url=True judges when none is given, and
+    rules between two options, such as min_backoff above max_backoff.)"""
+    closed = psycopg.connect(dsn)
+    closed.close()
+    with pytest.raises(endpoints.InvalidEndpoint, match=argument):
+        call(closed, uuid.uuid4())
