@@ -1,4 +1,4 @@
--- outbox-dispatcher schema: the current shape, version 21.
+-- outbox-dispatcher schema: the current shape, version 22.
 --
 -- Everything lives in the schema "outbox". Every statement is idempotent, so
 -- applying this file twice is harmless. It creates a new database; it does
@@ -70,7 +70,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 21 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 22 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -417,6 +417,14 @@ CREATE INDEX IF NOT EXISTS deliveries_turns
 CREATE INDEX IF NOT EXISTS deliveries_discarded
     ON outbox.deliveries (endpoint_id, finished_at)
     WHERE state OPERATOR(pg_catalog.=) 'discarded'::text;
+-- The delivery log (outbox.endpoints.deliveries): an endpoint's finished
+-- deliveries by id, newest first, so that a page reads about as many rows as
+-- it shows, however many the table holds. Partial: a delivery enters it when
+-- it is finished, never at publish() or its claim (version 22).
+CREATE INDEX IF NOT EXISTS deliveries_log
+    ON outbox.deliveries (endpoint_id, id)
+    WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['delivered'::text, 'dead'::text,
+                                                  'discarded'::text]);
 -- Deliveries by event id: replay, dead retry, show, and retention deleting events.
 CREATE INDEX IF NOT EXISTS deliveries_event
     ON outbox.deliveries (event_id);
@@ -1040,14 +1048,15 @@ CREATE OR REPLACE TRIGGER endpoint_guard
     BEFORE INSERT OR UPDATE ON outbox.endpoints
     FOR EACH ROW EXECUTE FUNCTION outbox.endpoint_guard();
 
--- A rotation (endpoint_rotate_secret, as a function): the endpoint by name,
--- its new secret and the old one's overlap in seconds; the endpoint's id,
+-- A rotation (endpoint_rotate_secret, as a function): the endpoint by name
+-- (and tenant, when as_tenant is given), its new secret and the old one's
+-- overlap in seconds; the endpoint's id,
 -- until when any older secret still signs, and until when the one just
 -- retired does. For a caller other than the owner, the guard's rules: no
 -- env: secret, and for an endpoint manager no endpoint without a tenant (as
 -- if not there: no row).
 CREATE OR REPLACE FUNCTION outbox.rotate_endpoint_secret(
-    endpoint_name text, new_secret text, overlap_seconds double precision)
+    endpoint_name text, new_secret text, overlap_seconds double precision, as_tenant text)
 RETURNS TABLE (id bigint, old_signs_until timestamptz, retired_until timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -1082,6 +1091,7 @@ BEGIN
         updated_at = pg_catalog.now()
     WHERE e.name OPERATOR(pg_catalog.=) endpoint_name AND e.removed_at IS NULL
       AND (owner OR e.tenant IS NOT NULL OR NOT outbox.is_endpoint_manager(caller))
+      AND (as_tenant IS NULL OR e.tenant OPERATOR(pg_catalog.=) as_tenant)
     RETURNING e.id,
               (SELECT pg_catalog.max((p.entry OPERATOR(pg_catalog.->>) 'expires_at')
                                      ::timestamptz)
@@ -1094,7 +1104,7 @@ BEGIN
                          OPERATOR(pg_catalog.->>) 'expires_at')::timestamptz END;
 END
 $$;
-REVOKE EXECUTE ON FUNCTION outbox.rotate_endpoint_secret(text, text, double precision) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION outbox.rotate_endpoint_secret(text, text, double precision, text) FROM PUBLIC;
 
 -- The delivery log, for the application's own pages: one row per delivery,
 -- joined with its endpoint's name and its event's type. No payload, no
@@ -1137,7 +1147,7 @@ SELECT e.id, e.name, e.url, e.events, e.events_like,
        e.dropping, e.disabled_by
 FROM outbox.endpoints e;
 
-INSERT INTO outbox.schema_version (version) VALUES (21) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (22) ON CONFLICT DO NOTHING;
 
 -- The session's search_path as it was before the first statement.
 DO $unpin$

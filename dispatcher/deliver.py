@@ -64,7 +64,8 @@ async def attempt(sender: HttpSender, endpoint: Endpoint, deliveries: list[Deliv
         if log.isEnabledFor(logging.DEBUG):  # payloads only at debug level
             log.debug("POST %s to %s: %s", [str(d.event.id) for d in deliveries],
                       endpoint.name, body[:2000].decode("utf-8", "replace"))
-        result = await sender.send(endpoint.url, headers, body, endpoint.timeout, endpoint.tls)
+        result = await sender.send(endpoint.url, headers, body, endpoint.timeout, endpoint.tls,
+                                   guarded=endpoint.guarded)
     finally:
         if span is not None:
             span.end(result)

@@ -92,6 +92,8 @@ class EndpointRow(NamedTuple):
     client_cert: str | None
     client_key: str | None
     tenant: str | None  # the tenant it belongs to; None: every tenant's events go to it
+    guarded: bool  # saved with its URL checked: the private-network guard applies always
+    trace_context: bool  # False: neither traceparent nor tracestate goes out
     now: datetime  # the database's clock, for rotated secrets' overlaps
     version: str  # the row's xmin
 
@@ -179,7 +181,8 @@ class EndpointView:
             max_batch=row.max_batch, format=cast(Format, row.format),
             headers=json.loads(row.headers or "{}"), breaker_failures=row.breaker_failures,
             breaker_window=float(row.breaker_window_seconds),
-            send_tracestate=bool(row.send_tracestate), tls=_tls_files(row), tenant=row.tenant)
+            send_tracestate=bool(row.send_tracestate), tls=_tls_files(row), tenant=row.tenant,
+            guarded=bool(row.guarded), trace_context=bool(row.trace_context))
         self._enabled[row.id] = bool(row.enabled)
         self._versions[row.id] = row.version
         # Read again when the first overlap still running ends (its secret stops signing).

@@ -27,16 +27,12 @@ from outbox._shared.times import rfc3339
 from outbox._shared.tls_files import HEARTBEAT_PREFIX
 from outbox.endpoints import check_patterns, glob_to_like
 from outbox.errors import EndpointNotFound, EventsNotFound
-from outbox.retention import PurgeResult, apurge, purge, uuid7_floor
+from outbox.retention import PurgeResult, apurge, purge, since_floor
 from outbox.sql import queries
 
 DEFAULT_DEAD_LIMIT = 100
 DEFAULT_EVENTS_LIMIT = 50
 """How many dead letters ``dead list`` shows when no --limit is given."""
-
-# How far a producer's clock (which stamps the UUIDv7 ids) may lag the
-# database's (which stamps created_at) before `replay --since` misses events.
-_PRODUCER_CLOCK_SLACK = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -328,7 +324,7 @@ def events(conn: psycopg.Connection[Any], *, where: EventFilter = EventFilter(),
     with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         params = {"key": key, "limit": limit, **_filter_params(cur, where),
                   "event_ids": list(event_ids) if event_ids is not None else None}
-        params["since_id"] = _since_id(params["since"]) if params["since"] else None
+        params["since_id"] = since_floor(params["since"]) if params["since"] else None
         rows = cur.execute(queries["admin_events_list"], params).fetchall()
     return [EventLine(*row) for row in rows]
 
@@ -404,14 +400,14 @@ def replay(conn: psycopg.Connection[Any], endpoint: str, *,
         raise ValueError("give exactly one of since or event_ids")
     if until is not None and since is None:
         raise ValueError("until goes with since")
-    params: dict[str, Any] = {"since_id": None, "dry_run": dry_run,
+    params: dict[str, Any] = {"since_id": None, "dry_run": dry_run, "as_tenant": None,
                               "event_ids": list(event_ids) if event_ids is not None else None}
     with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(queries["admin_replay_lock"])
         params["endpoint_id"], _ = _live_endpoint(cur, endpoint)
         params.update(_filter_params(cur, EventFilter(types, since, until, tenant)))
         if since is not None:
-            params["since_id"] = _since_id(params["since"])
+            params["since_id"] = since_floor(params["since"])
         else:
             missing = cur.execute(queries["admin_missing_events"], params).fetchall()
             if missing:
@@ -446,13 +442,6 @@ def _moment(cur: psycopg.Cursor[tuple[Any, ...]], moment: Moment | None) -> date
     if isinstance(moment, datetime):
         return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
     return cast(datetime, _one(cur.execute(queries["admin_moment"], {"at": None, "ago": moment})))
-
-
-def _since_id(moment: datetime) -> uuid.UUID:
-    try:
-        return uuid7_floor(moment - _PRODUCER_CLOCK_SLACK)
-    except OverflowError:  # year 1: every id is later anyway
-        return uuid.UUID(int=0)
 
 
 def _row(cur: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:

@@ -91,11 +91,14 @@ class InvalidEndpoint(OutboxError, ValueError):
 
 
 class EndpointExists(InvalidEndpoint):
-    """``endpoints add`` was given a name that a live endpoint already has."""
+    """``add`` was given a name that a live endpoint already has (whoever's it is).
+
+    The message speaks of no command, so that an application may show it to
+    its customers; the ``outbox`` command adds how to change the endpoint.
+    """
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"an endpoint named {name!r} already exists; change its options "
-                         f"with `outbox endpoints update {name} ...`")
+        super().__init__(f"an endpoint named {name!r} already exists")
         self.name = name
 
 
@@ -111,15 +114,18 @@ class EndpointBusy(OutboxError):
     """Removal refused: the endpoints still have undelivered deliveries.
 
     ``undelivered`` maps each endpoint name to its count of pending and
-    in-flight deliveries; ``--force`` turns them into dead letters instead.
+    in-flight deliveries; ``force=True`` (``--force``) turns them into dead
+    letters instead. ``refusal`` is the message without that remedy, so that
+    the command line can name its flag where the functions name their argument.
     """
 
     def __init__(self, undelivered: dict[str, int]) -> None:
         parts = ", ".join(f"endpoint {name!r} ({count} undelivered "
                           f"{'delivery' if count == 1 else 'deliveries'})"
                           for name, count in sorted(undelivered.items()))
-        super().__init__(f"refusing to remove {parts}: pending or in flight; use --force "
-                         "to make them dead letters and remove anyway")
+        self.refusal = f"refusing to remove {parts}: pending or in flight"
+        super().__init__(f"{self.refusal}; force=True makes them dead letters and removes "
+                         "anyway")
         self.undelivered = dict(undelivered)
 
 

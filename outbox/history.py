@@ -12,7 +12,7 @@ go on counting), oldest first.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,7 +24,8 @@ from outbox._shared.pinned import pinned
 from outbox.errors import EventsNotFound
 from outbox.sql import queries
 
-__all__ = ["Attempt", "DeliveryStory", "EventStory", "show", "trace_id"]
+__all__ = ["Attempt", "DeliveryStory", "EventStory", "delivery_dicts", "show", "stories",
+           "trace_id"]
 
 
 @dataclass(frozen=True)
@@ -89,23 +90,49 @@ def show(conn: psycopg.Connection[Any], event_id: uuid.UUID) -> EventStory:
         event = cur.execute(queries["show_event"], {"event_id": event_id}).fetchone()
         if event is None:
             raise EventsNotFound([str(event_id)])
-        rows = cur.execute(queries["show_deliveries"], {"event_id": event_id}).fetchall()
+        rows = cur.execute(queries["show_deliveries"],
+                           {"event_id": event_id, "as_tenant": None}).fetchall()
         failed = cur.execute(queries["show_attempts"],
                              {"delivery_ids": [r[0] for r in rows]}).fetchall()
+    ev_id, ev_type, key, created_at, traceparent, payload, tenant = event
+    return EventStory(str(ev_id), ev_type, key, created_at, trace_id(traceparent),
+                      stories(rows, failed), payload, tenant)
+
+
+def stories(rows: Sequence[Sequence[Any]],
+            failed: Sequence[Sequence[Any]]) -> tuple[DeliveryStory, ...]:
+    """Per endpoint, what became of the event: from the rows of ``show_deliveries`` and
+    ``show_attempts`` (as tuples), in their order."""
     by_delivery: dict[int, list[Attempt]] = {}
     for delivery_id, number, at, status, reason, duration, error in failed:
         by_delivery.setdefault(int(delivery_id), []).append(
             Attempt(int(number), at, status, reason, duration, error))
-    by_endpoint: dict[str, list[tuple[Any, ...]]] = {}
+    by_endpoint: dict[str, list[Sequence[Any]]] = {}
     for row in rows:
         by_endpoint.setdefault(str(row[1]), []).append(row)
-    stories = tuple(_story(name, group, by_delivery) for name, group in by_endpoint.items())
-    ev_id, ev_type, key, created_at, traceparent, payload, tenant = event
-    return EventStory(str(ev_id), ev_type, key, created_at, trace_id(traceparent), stories,
-                      payload, tenant)
+    return tuple(_story(name, group, by_delivery) for name, group in by_endpoint.items())
 
 
-def _story(name: str, group: Sequence[tuple[Any, ...]],
+def _same(moment: datetime | None) -> Any:
+    return moment
+
+
+def delivery_dicts(deliveries: Sequence[DeliveryStory],
+                   time: Callable[[datetime | None], Any] = _same) -> list[dict[str, Any]]:
+    """``show --json``'s ``deliveries`` list; ``time`` writes each time (as it is: a
+    datetime, for ``outbox.endpoints.attempts``; RFC 3339 text, for the command)."""
+    return [{
+        "endpoint": d.endpoint, "state": d.state, "attempts": d.attempts,
+        "next_attempt_at": time(d.next_attempt_at), "last_error": d.last_error,
+        "last_status": d.last_status,
+        "history": [{
+            "attempt": a.attempt, "at": time(a.at), "status": a.status,
+            "reason": a.reason, "duration_seconds": a.duration_seconds, "error": a.error,
+        } for a in d.history],
+    } for d in deliveries]
+
+
+def _story(name: str, group: Sequence[Sequence[Any]],
            failed: dict[int, list[Attempt]]) -> DeliveryStory:
     """One endpoint's block: its deliveries in id order, the latest giving the state."""
     history: list[Attempt] = []

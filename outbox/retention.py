@@ -67,6 +67,21 @@ def uuid7_floor(moment: datetime) -> uuid.UUID:
     return uuid.UUID(int=(ms & 0xFFFF_FFFF_FFFF) << 80)
 
 
+PRODUCER_CLOCK_SLACK = timedelta(hours=1)
+"""How far a producer's clock (which stamps the UUIDv7 ids) may lag the database's (which
+stamps created_at) before a look for events published since a time misses some."""
+
+
+def since_floor(moment: datetime) -> uuid.UUID:
+    """An event id below every event published at or after ``moment`` (database clock),
+    producers' clocks allowed to lag by :data:`PRODUCER_CLOCK_SLACK`: where a replay
+    ``--since`` starts reading the events' primary key."""
+    try:
+        return uuid7_floor(moment - PRODUCER_CLOCK_SLACK)
+    except OverflowError:  # year 1: every id is later anyway
+        return uuid.UUID(int=0)
+
+
 def _plan(older_than: timedelta, batch_size: int, inbox: bool) -> Plan:
     """The transactions of one purge, one list of statements per transaction."""
     rows = yield [(queries["purge_tables"], {"older_than": older_than})]

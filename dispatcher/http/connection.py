@@ -28,6 +28,7 @@ class PoolKey(NamedTuple):
     port: int
     tls: TlsFiles | None = None  # the endpoint's own CA bundle and client certificate
     proxy: Proxy | None = None   # the proxy the connection goes through; None: direct
+    guarded: bool = False  # the endpoint's URL was checked: the network policy applies always
 
 
 # Body bytes buffered before we stop reading the socket until the reader catches up.

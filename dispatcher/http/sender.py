@@ -80,16 +80,18 @@ class HttpSender:
 
     async def send(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
                    timeout: float,  # noqa: ASYNC109 - applied inside
-                   tls: TlsFiles | None = None) -> AttemptResult:
+                   tls: TlsFiles | None = None, *, guarded: bool = False) -> AttemptResult:
         """POST ``body`` to ``url``; the outcome, within ``timeout`` seconds overall.
 
-        ``tls``: the endpoint's own CA bundle and client certificate (None: the defaults).
+        ``tls``: the endpoint's own CA bundle and client certificate (None: the defaults);
+        ``guarded``: the endpoint was saved with its URL checked, and the private-network
+        guard applies to it whatever ``--block-private-networks`` says.
         """
         started = time.monotonic()
         tunnel.new_attempt()
         deadline = self._deadlines.start(timeout)
         try:
-            return await self._post(url, headers, body, started, tls)
+            return await self._post(url, headers, body, started, tls, guarded=guarded)
         except asyncio.CancelledError:
             if not deadline.timed_out():
                 raise
@@ -105,10 +107,12 @@ class HttpSender:
             self._deadlines.end(deadline)
 
     async def _post(self, url: str, headers: Sequence[tuple[str, str]], body: bytes,
-                    started: float, tls: TlsFiles | None) -> AttemptResult:
+                    started: float, tls: TlsFiles | None, *,
+                    guarded: bool) -> AttemptResult:
         """The request as bytes through our own transport."""
         target = self._target(url)
-        key = target.key if tls is None else target.key._replace(tls=tls)
+        key = target.key if tls is None and not guarded else target.key._replace(
+            tls=tls, guarded=guarded)
         head = target.head
         if headers:
             names = {name.lower() for name, _ in headers}

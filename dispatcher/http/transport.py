@@ -86,6 +86,10 @@ class H1Transport:
         # servers (Node.js), so we do not send on a connection being closed.
         self._pool = Pool(max_connections, max_connections_per_host, keepalive_expiry)
         self._policy = policy if policy is not None and policy.block_private else None
+        # For a guarded endpoint's connections (its key says so): blocking on whatever the
+        # flags, with the allow-list's exceptions. Its own key, so never a connection
+        # opened without the guard.
+        self._guard = (policy or NetworkPolicy()).guarding()
         self._own_resolver: HostResolver | None = None
         if resolver is None:
             resolver = self._own_resolver = HostResolver()
@@ -152,13 +156,14 @@ class H1Transport:
         key = conn.key
         tls = self.tls.context(key.tls) if key.scheme == "https" else None
         note = _trusted(key)
+        policy = self._guard if key.guarded else self._policy
         if key.proxy is None:
-            await open_connection(conn, key.host, key.port, tls=tls, policy=self._policy,
+            await open_connection(conn, key.host, key.port, tls=tls, policy=policy,
                                   resolve=self._resolve, dials=self.dials, tls_note=note)
         else:
             # Behind the proxy a name's addresses are the proxy's to see; an address
             # written in the URL is ours, and judged as on a direct connection.
-            refusal = self._policy.refusal(key.host) if self._policy is not None else None
+            refusal = policy.refusal(key.host) if policy is not None else None
             if refusal is not None:
                 raise BlockedAddress(refusal)
             await open_through(conn, key.proxy, key.host, key.port, tls=tls,

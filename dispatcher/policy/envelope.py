@@ -23,7 +23,8 @@ def encode(
 
     ``now`` is the time of this attempt: it becomes ``webhook-timestamp``, so a
     retry is signed afresh while its ``webhook-id`` stays the same. ``trace``
-    (traceparent, tracestate) is sent instead of the events' own trace context.
+    (traceparent, tracestate) is sent instead of the events' own trace context;
+    an endpoint without trace context (``trace_context=False``) gets neither.
     """
     if not events:
         raise ValueError("encode() needs at least one event")
@@ -33,7 +34,8 @@ def encode(
     return encode_request(events, now, keys=endpoint.keys,
                           cloudevents=endpoint.format == "cloudevents", batched=batched,
                           endpoint_headers=endpoint.headers, trace=trace,
-                          send_tracestate=endpoint.send_tracestate)
+                          send_tracestate=endpoint.send_tracestate,
+                          trace_context=endpoint.trace_context)
 
 
 __all__ = ["encode"]

@@ -72,6 +72,10 @@ class Endpoint:
     # The tenant it belongs to: it is sent no other tenant's event (deliver.foreign);
     # None: every tenant's.
     tenant: str | None = None
+    # Saved with its URL checked (outbox.endpoints' check_url=True): the private-network
+    # guard applies to its connections whatever --block-private-networks says.
+    guarded: bool = False
+    trace_context: bool = True  # False: neither traceparent nor tracestate goes out
 
 
 @dataclass(frozen=True, slots=True)

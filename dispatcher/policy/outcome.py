@@ -81,7 +81,7 @@ CLASS_RULES: Final[dict[int, tuple[AttemptVerdict, FailureReason | None]]] = {
 ERROR_RULES: Final[dict[ErrorKind, tuple[AttemptVerdict, FailureReason, str]]] = {
     "timeout": ("retry", "timeout", "timeout"),
     "connect": ("retry", "connect", "connection failed"),
-    "blocked": ("permanent", "connect", "address refused by --block-private-networks"),
+    "blocked": ("permanent", "connect", "address refused by the private-network guard"),
     "internal": ("retry", "other", "request failed"),  # ours: the circuit is not told
     "other": ("retry", "other", "request failed"),
 }

@@ -38,7 +38,7 @@ from outbox.endpoints import (
     load_sync_file,
     signing_label,
 )
-from outbox.errors import InvalidEndpoint
+from outbox.errors import EndpointBusy, EndpointExists, InvalidEndpoint
 
 _MAX_OVERLAP = timedelta(days=365)
 _TLS_OPTIONS = frozenset({"ca_file", "client_cert", "client_key"})
@@ -173,6 +173,9 @@ def _add(args: argparse.Namespace) -> int:
         spec = EndpointSpec.from_options(args.name, options)
         with common.connect(args) as conn:
             store.add_endpoint(conn, spec)
+    except EndpointExists as exc:
+        raise common.UsageError(f"{exc}; change its options with `outbox endpoints update "
+                                f"{exc.name} ...`") from None
     except InvalidEndpoint as exc:
         raise _usage(exc) from None
     _warn_about_files(spec, cli=True)
@@ -205,7 +208,7 @@ def _update(args: argparse.Namespace) -> int:
         options = _given_options(args)
         check_tenant(options.get("tenant"))  # before the database, as add checks it
         with common.connect(args) as conn:
-            changed = store.update(conn, args.name, **{**dict.fromkeys(unset), **options})
+            changed = store.update_endpoint(conn, args.name, options, unset=unset)
             if _TLS_OPTIONS & set(options):
                 _warn_about_files(store.spec_of(conn, args.name), cli=True)
     except InvalidEndpoint as exc:
@@ -272,9 +275,18 @@ def _retry_now(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
+def _busy(exc: EndpointBusy) -> common.CommandFailed:
+    """The refusal, with the command line's remedy (the functions name ``force=True``)."""
+    return common.CommandFailed(f"{exc.refusal}; use --force to make them dead letters and "
+                                "remove anyway")
+
+
 def _remove(args: argparse.Namespace) -> int:
-    with common.connect(args) as conn:
-        dead = store.remove(conn, args.name, force=args.force)
+    try:
+        with common.connect(args) as conn:
+            dead = store.remove_endpoint(conn, args.name, force=args.force)
+    except EndpointBusy as exc:
+        raise _busy(exc) from None
     suffix = f"; {dead} undelivered deliveries became dead letters" if dead else ""
     print(f"removed endpoint {args.name}{suffix}")
     return common.EXIT_OK
@@ -322,8 +334,11 @@ def _sync(args: argparse.Namespace) -> int:
             report = store.plan_endpoints_sync(conn, specs)
             conn.rollback()
         return endpoints_view.print_plan(report, force=args.force)
-    with common.connect(args) as conn:
-        report = store.sync_endpoints(conn, specs, force=args.force)
+    try:
+        with common.connect(args) as conn:
+            report = store.sync_endpoints(conn, specs, force=args.force)
+    except EndpointBusy as exc:
+        raise _busy(exc) from None
     named = set(report.added) | {name for name, options in report.changed.items()
                                  if _TLS_OPTIONS & set(options)}
     for spec in specs:

@@ -64,15 +64,7 @@ def story(told: history.EventStory, *, payload: bool = False) -> dict[str, Any]:
         "event_id": told.event_id, "type": told.type, "key": told.key,
         "tenant": told.tenant, "created_at": rfc3339(told.created_at),
         "trace_id": told.trace_id,
-        "deliveries": [{
-            "endpoint": d.endpoint, "state": d.state, "attempts": d.attempts,
-            "next_attempt_at": rfc3339(d.next_attempt_at), "last_error": d.last_error,
-            "last_status": d.last_status,
-            "history": [{
-                "attempt": a.attempt, "at": rfc3339(a.at), "status": a.status,
-                "reason": a.reason, "duration_seconds": a.duration_seconds, "error": a.error,
-            } for a in d.history],
-        } for d in told.deliveries],
+        "deliveries": history.delivery_dicts(told.deliveries, rfc3339),
     }
     if payload:
         shown["payload"] = json.loads(told.payload)

@@ -13,8 +13,11 @@ first statement begins, on a connection that is not in autocommit) the
 caller's path is set back when the call ends, refused or not; a call that
 fails in the database leaves the transaction to be rolled back, which undoes
 the pin. On an idle autocommit connection the call is one transaction of its
-own, whose end undoes it. Rows are read as tuples whatever row factory or
-loaders the caller's connection has.
+own, whose end undoes it. The pin's statements read their rows as tuples
+whatever row factory, cursor factory or loaders the caller's connection has
+(:mod:`plain`), and are never prepared: the caller's connection may go
+through a transaction pooler, where a statement prepared in one transaction
+is missing in the next.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from outbox._shared.plain import acursor, cursor
 from outbox._shared.search_path import PIN, RESTORE
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -36,34 +40,34 @@ _INTRANS = psycopg.pq.TransactionStatus.INTRANS
 def pinned(conn: psycopg.Connection[Any]) -> Iterator[None]:
     """Run the block with the path pinned, then give the caller's transaction its own."""
     if conn.autocommit and conn.info.transaction_status == _IDLE:
-        with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(PIN)
+        with conn.transaction(), cursor(conn, tuple_row) as cur:
+            cur.execute(PIN, prepare=False)
             yield
         return
-    with conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute(PIN).fetchone()
+    with cursor(conn, tuple_row) as cur:
+        row = cur.execute(PIN, prepare=False).fetchone()
     try:
         yield
     finally:
         if row is not None and conn.info.transaction_status == _INTRANS:
-            with conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(RESTORE, (str(row[0]),))
+            with cursor(conn, tuple_row) as cur:
+                cur.execute(RESTORE, (str(row[0]),), prepare=False)
 
 
 @asynccontextmanager
 async def apinned(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
     """The async twin of :func:`pinned`."""
     if conn.autocommit and conn.info.transaction_status == _IDLE:
-        async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(PIN)
+        async with conn.transaction(), acursor(conn, tuple_row) as cur:
+            await cur.execute(PIN, prepare=False)
             yield
         return
-    async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(PIN)
+    async with acursor(conn, tuple_row) as cur:
+        await cur.execute(PIN, prepare=False)
         row = await cur.fetchone()
     try:
         yield
     finally:
         if row is not None and conn.info.transaction_status == _INTRANS:
-            async with conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(RESTORE, (str(row[0]),))
+            async with acursor(conn, tuple_row) as cur:
+                await cur.execute(RESTORE, (str(row[0]),), prepare=False)

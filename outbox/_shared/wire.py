@@ -30,7 +30,10 @@ Choices the documented format leaves open, documented in docs/concepts.md ("The 
   attempt span's context instead (``trace``), a child in the same trace. A
   ``tracestate`` goes out within ``MAX_TRACESTATE`` characters (rows written
   before that bound are cut here too), or not at all for an endpoint that
-  leaves it out (``send_tracestate=False``), a custom one included.
+  leaves it out (``send_tracestate=False``), a custom one included. An
+  endpoint without trace context (``trace_context=False``: a customer's,
+  which need not learn the sender's traces) gets neither header, from any
+  source: the event's context, the dispatcher's span, a custom header.
 """
 
 from __future__ import annotations
@@ -243,6 +246,7 @@ def encode_request(
     cloudevents: bool = False, batched: bool = False,
     endpoint_headers: Mapping[str, str] | None = None,
     trace: tuple[str, str | None] | None = None, send_tracestate: bool = True,
+    trace_context: bool = True,
 ) -> tuple[list[tuple[str, str]], bytes]:
     """Headers and body of the one request that delivers ``events``.
 
@@ -250,7 +254,8 @@ def encode_request(
     retry is signed afresh while its ``webhook-id`` stays the same. ``keys``
     sign it (none: unsigned), newest first; ``batched`` sends an array.
     ``trace`` replaces the events' own trace context on the wire;
-    ``send_tracestate=False`` sends ``traceparent`` alone.
+    ``send_tracestate=False`` sends ``traceparent`` alone; ``trace_context=False``
+    sends neither.
     """
     if not events:
         raise ValueError("encode() needs at least one event")
@@ -288,8 +293,14 @@ def encode_request(
             signatures = " ".join(sign_content(key, prefix, body) for key in keys)
             headers.append(("webhook-signature", signatures))
     custom = _custom_headers(endpoint_headers or {}, event_headers)
+    if not trace_context:
+        headers += [(name, value) for name, value in custom if name not in _TRACE_HEADERS]
+        return headers, body
     _append_trace(headers, trace or first_trace(events), custom, send_tracestate)
     return headers, body
+
+
+_TRACE_HEADERS: Final = frozenset({"traceparent", "tracestate"})
 
 
 def _append_trace(headers: list[tuple[str, str]], context: tuple[str, str | None] | None,

@@ -1,17 +1,21 @@
 """Endpoints managed from the application, in its own transaction, and their definitions.
 
-The public functions (``_api``) run on the caller's psycopg 3 connection, in
-its transaction, and never commit: :func:`add` (returns the signing secret),
+The public functions run on the caller's psycopg 3 connection, in its
+transaction, and never commit: :func:`add` (returns the signing secret),
 :func:`update`, :func:`remove`, :func:`enable`, :func:`disable`,
 :func:`rotate_secret` (returns the new secret), :func:`retry_now` (returns the
-number of deliveries made due), :func:`get` and :func:`list`
-(what ``outbox endpoints list --json`` shows), each with an async twin
-(``aadd``, ``aupdate`` ...) for an ``AsyncConnection``. Options are keyword
-arguments named as the sync file's keys. Errors, each changing nothing:
-:class:`InvalidEndpoint` (a ``ValueError``) names a bad option,
-:class:`EndpointExists` an existing name on ``add``, :class:`EndpointNotFound`
-an unknown one, :class:`EndpointBusy` a removal with undelivered deliveries
-without ``force``.
+number of deliveries made due), :func:`get` and :func:`list` (what ``outbox
+endpoints list --json`` shows) in ``_api``; the delivery log,
+:func:`deliveries` and :func:`attempts`, in ``_log``; :func:`replay`,
+:func:`retry_dead` and :func:`send_test` in ``_resend``; each with an async
+twin (``aadd``, ``aupdate`` ...) for an ``AsyncConnection``. Each takes
+``as_tenant=T``, the tenant guard: T's endpoints only, another's not found.
+:func:`check_url` judges a URL a customer typed (``_url_guard``). Options are
+keyword arguments named as the sync file's keys. Errors, each changing
+nothing: :class:`InvalidEndpoint` (a ``ValueError``) names a bad option or
+argument, :class:`EndpointExists` an existing name on ``add``,
+:class:`EndpointNotFound` an unknown one, :class:`EndpointBusy` a removal with
+undelivered deliveries without ``force``.
 
 Underneath, what ``outbox endpoints`` and those functions share:
 
@@ -19,7 +23,8 @@ Underneath, what ``outbox endpoints`` and those functions share:
   check, default, how it is shown; the rest reads it;
 - ``_spec``: :class:`EndpointSpec`, one endpoint's whole definition, checked
   on construction, and new secrets made;
-- ``_checks``: the checkers the table's rows use;
+- ``_checks``: the checkers the table's rows use; ``_args``: those of the functions'
+  other arguments;
 - the secrets' forms (``whsec_...``, ``env:NAME``) and the keys they give live
   in ``outbox._shared.secrets``, which the dispatcher reads them with too;
 - ``_sync``: a TOML sync file read into specs, and the plan to apply it;
@@ -66,12 +71,21 @@ from outbox.endpoints._checks import check_tenant as check_tenant
 from outbox.endpoints._checks import glob_to_like as glob_to_like
 from outbox.endpoints._checks import parse_header as parse_header
 from outbox.endpoints._files import file_warning as file_warning
+from outbox.endpoints._log import aattempts, adeliveries, attempts, deliveries
 from outbox.endpoints._options import BY_FIELD as BY_FIELD
 from outbox.endpoints._options import OPTIONS as OPTIONS
 from outbox.endpoints._options import REQUIRED as REQUIRED
 from outbox.endpoints._options import Flag as Flag
 from outbox.endpoints._options import Option as Option
 from outbox.endpoints._options import Switch as Switch
+from outbox.endpoints._resend import (
+    areplay,
+    aretry_dead,
+    asend_test,
+    replay,
+    retry_dead,
+    send_test,
+)
 from outbox.endpoints._shown import as_json as as_json
 from outbox.endpoints._shown import as_viewer_json as as_viewer_json
 from outbox.endpoints._spec import EndpointSpec as EndpointSpec
@@ -91,6 +105,7 @@ from outbox.endpoints._store import spec_of as spec_of
 from outbox.endpoints._store import sync_endpoints as sync_endpoints
 from outbox.endpoints._store import update_endpoint as update_endpoint
 from outbox.endpoints._sync import load_sync_file as load_sync_file
+from outbox.endpoints._url_guard import check_url
 from outbox.errors import EndpointBusy, EndpointExists, EndpointNotFound, InvalidEndpoint
 
 # The public API: what docs/api.md documents. The names imported "as" themselves above
@@ -101,21 +116,32 @@ __all__ = [
     "EndpointNotFound",
     "InvalidEndpoint",
     "aadd",
+    "aattempts",
     "add",
+    "adeliveries",
     "adisable",
     "aenable",
     "aget",
     "alist",
     "aremove",
+    "areplay",
+    "aretry_dead",
     "aretry_now",
     "arotate_secret",
+    "asend_test",
+    "attempts",
     "aupdate",
+    "check_url",
+    "deliveries",
     "disable",
     "enable",
     "get",
     "list",
     "remove",
+    "replay",
+    "retry_dead",
     "retry_now",
     "rotate_secret",
+    "send_test",
     "update",
 ]

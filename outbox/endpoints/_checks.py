@@ -58,8 +58,8 @@ def check_url(url: object) -> str:
     if "@" in parts.netloc:
         # Not echoed: the part before the @ is a password more often than not.
         raise InvalidEndpoint(
-            "must not contain a user name or password; send credentials with "
-            "--header 'Authorization: ...' (headers in a sync file) instead", "url")
+            "must not contain a user name or password; send credentials in a header "
+            "(Authorization) instead", "url")
     shown = repr(shown_url(url))
     if parts.scheme.lower() not in ("http", "https"):
         raise InvalidEndpoint("must start with http:// or https://", "url")

@@ -10,11 +10,17 @@ fails part-way (a name already taken, a removal refused) writes nothing; a
 refusal is always decided before the first write. Writers first take one
 advisory lock (``endpoints_admin_lock``) so that two administrators cannot
 interleave; publish and the dispatcher only read endpoints and never wait on it.
+
+A plan that names an endpoint takes ``as_tenant``, the application's tenant
+guard: the statement that finds the endpoint finds only that tenant's (an
+endpoint of another tenant, or of none, is not found, as an unknown name is),
+and locks it, so that what it changes is still that tenant's when it writes.
+None (the operator's command) finds any.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
@@ -24,6 +30,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from outbox._shared.pinned import apinned, pinned
+from outbox._shared.plain import acursor, cursor
 from outbox.endpoints._options import OPTIONS, STORED_COLUMNS
 from outbox.endpoints._spec import EndpointSpec, signing_label
 from outbox.endpoints._sync import SyncPlan, changed_options, plan_sync
@@ -85,14 +92,23 @@ class SyncReport:
 
 def run(conn: Conn, plan: Plan[T]) -> T:
     """Carry out a plan on a psycopg connection, in its current transaction, on the pinned
-    search_path (:mod:`outbox._shared.pinned`)."""
-    with pinned(conn):
+    search_path (:mod:`outbox._shared.pinned`).
+
+    Anything but a psycopg 3 ``Connection`` is a TypeError, before any statement. The
+    statements run on a cursor of the plan's own (:mod:`outbox._shared.plain`: psycopg's
+    loaders whatever the connection has), unprepared: the caller's connection may go
+    through a transaction pooler, where a statement prepared in one transaction is missing
+    in the next, and the optional filters (``%(x)s IS NULL OR ...``) are planned with
+    their values, never as a generic plan that would read every row.
+    """
+    if not isinstance(conn, psycopg.Connection):
+        raise TypeError(_not_a_connection(conn, "a psycopg 3 Connection"))
+    with pinned(conn), cursor(conn, dict_row) as cur:
         try:
             step = next(plan)
             while True:
-                with conn.cursor(row_factory=dict_row) as cur:
-                    cur.execute(step[0], step[1])
-                    rows = cur.fetchall() if cur.description is not None else []
+                cur.execute(step[0], step[1], prepare=False)
+                rows = cur.fetchall() if cur.description is not None else []
                 step = plan.send(rows)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
@@ -100,25 +116,48 @@ def run(conn: Conn, plan: Plan[T]) -> T:
 
 async def arun(conn: AsyncConn, plan: Plan[T]) -> T:
     """Carry out a plan on a psycopg AsyncConnection, as :func:`run` does."""
-    async with apinned(conn):
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError(_not_a_connection(conn, "a psycopg 3 AsyncConnection"))
+    async with apinned(conn), acursor(conn, dict_row) as cur:
         try:
             step = next(plan)
             while True:
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(step[0], step[1])
-                    rows = await cur.fetchall() if cur.description is not None else []
+                await cur.execute(step[0], step[1], prepare=False)
+                rows = await cur.fetchall() if cur.description is not None else []
                 step = plan.send(rows)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+
+def _not_a_connection(conn: object, wanted: str) -> str:
+    """What a call was given instead of a connection, and where to find the right one."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        hint = "; on an AsyncConnection call the a... twin (aadd, aget, ...)"
+    elif isinstance(conn, psycopg.Connection):
+        hint = "; on a Connection call the function without the a (add, get, ...)"
+    elif hasattr(conn, "connection") and hasattr(conn, "ensure_connection"):
+        hint = " (Django: connections[alias].connection, after ensure_connection())"
+    else:
+        hint = ""
+    return f"conn must be {wanted}, not {type(conn).__name__}{hint}"
+
+
+def moment(ago: timedelta) -> Plan[datetime]:
+    """The time ``ago`` before now, on the database clock (as ``outbox`` reads "2h ago")."""
+    rows = yield queries["admin_moment"], {"at": None, "ago": ago}
+    return next(iter(rows[0].values()))  # type: ignore[no-any-return]
 
 
 def _lock() -> Plan[None]:
     yield queries["endpoints_admin_lock"], {}
 
 
-def _params(spec: EndpointSpec) -> dict[str, Any]:
+def _params(spec: EndpointSpec, *, guarded: bool = False) -> dict[str, Any]:
+    """The spec as endpoint_insert's and endpoint_update's parameters; ``guarded``: saved
+    with its URL checked (sticky: an update without it keeps what was)."""
     params = spec.columns()
     params["headers"] = Jsonb(params["headers"])
+    params["guarded"] = guarded
     return params
 
 
@@ -138,9 +177,12 @@ def _stored(row: Row) -> StoredEndpoint:
         disabled_by=row["disabled_by"])
 
 
-def listing(tenant: str | None = None) -> Plan[list[StoredEndpoint]]:
-    """Every live (not removed) endpoint, by name; with ``tenant``, that tenant's only."""
-    rows = yield queries["endpoints_live"], {"tenant": tenant}
+def listing(tenant: str | None = None, *,
+            as_tenant: str | None = None) -> Plan[list[StoredEndpoint]]:
+    """Every live (not removed) endpoint, by name; with ``tenant``, that tenant's only (and
+    ``as_tenant``'s only, under the guard)."""
+    rows = yield queries["endpoints_live"], {"name": None, "tenant": tenant,
+                                             "as_tenant": as_tenant}
     return [_stored(row) for row in rows]
 
 
@@ -149,13 +191,21 @@ def list_endpoints(conn: Conn, *, tenant: str | None = None) -> list[StoredEndpo
     return run(conn, listing(tenant))
 
 
-def adding(spec: EndpointSpec) -> Plan[int]:
-    """Insert a new endpoint; EndpointExists when a live one has the name."""
+def adding(spec: EndpointSpec, *, guarded: bool = False) -> Plan[int]:
+    """Insert a new endpoint; EndpointExists when a live one has the name, whoever's it is
+    (names are one namespace). ``guarded``: its URL was checked (``check_url``)."""
     yield from _lock()
-    if (yield queries["endpoint_id_by_name"], {"name": spec.name}):
+    if (yield from find(spec.name, None)) is not None:
         raise EndpointExists(spec.name)
-    rows = yield queries["endpoint_insert"], _params(spec)
+    rows = yield queries["endpoint_insert"], _params(spec, guarded=guarded)
     return int(rows[0]["id"])
+
+
+def find(name: str, as_tenant: str | None) -> Plan[int | None]:
+    """The live endpoint's id, locked until the transaction ends (under the guard, only
+    ``as_tenant``'s); None: no such endpoint."""
+    rows = yield queries["endpoint_id_by_name"], {"name": name, "as_tenant": as_tenant}
+    return int(rows[0]["id"]) if rows else None
 
 
 def add_endpoint(conn: Conn, spec: EndpointSpec) -> int:
@@ -166,10 +216,12 @@ def add_endpoint(conn: Conn, spec: EndpointSpec) -> int:
         raise EndpointExists(spec.name) from exc
 
 
-def enabling(name: str, *, enabled: bool, reason: str | None = None) -> Plan[None]:
+def enabling(name: str, *, enabled: bool, reason: str | None = None,
+             as_tenant: str | None = None) -> Plan[None]:
     """Enable (clearing the disabled reason) or disable an endpoint by name."""
     yield from _lock()
-    params = {"name": name, "enabled": enabled, "reason": None if enabled else reason}
+    params = {"name": name, "enabled": enabled, "reason": None if enabled else reason,
+              "as_tenant": as_tenant}
     if not (yield queries["endpoint_set_enabled"], params):
         raise EndpointNotFound(name)
 
@@ -190,17 +242,19 @@ class RetryNow(NamedTuple):
     """An open circuit went (dry: would go) half-open: its next request is the probe."""
 
 
-def retrying(name: str, *, tenant: str | None = None, dry_run: bool = False) -> Plan[RetryNow]:
+def retrying(name: str, *, tenant: str | None = None, dry_run: bool = False,
+             as_tenant: str | None = None) -> Plan[RetryNow]:
     """Make the endpoint's pending deliveries (one tenant's with ``tenant``) due now, and
     an open circuit half-open at once; ``dry_run`` counts them and writes nothing."""
     if dry_run:
-        rows = yield queries["endpoint_retry_count"], {"name": name, "tenant": tenant}
+        rows = yield queries["endpoint_retry_count"], {"name": name, "tenant": tenant,
+                                                       "as_tenant": as_tenant}
         if not rows:
             raise EndpointNotFound(name)
         return RetryNow(due=int(rows[0]["due"]), enabled=bool(rows[0]["enabled"]),
                         half_open=bool(rows[0]["half_open"]))
     yield from _lock()
-    rows = yield queries["endpoint_retry_target"], {"name": name}
+    rows = yield queries["endpoint_retry_target"], {"name": name, "as_tenant": as_tenant}
     if not rows:
         raise EndpointNotFound(name)
     done = yield queries["endpoint_retry_now"], {"id": rows[0]["id"], "tenant": tenant}
@@ -215,17 +269,18 @@ def retry_endpoint_now(conn: Conn, name: str, *, tenant: str | None = None,
 
 
 def removing(name: str, *, force: bool,
-             reason: str = "the endpoint was removed (outbox endpoints remove)") -> Plan[int]:
+             reason: str = "the endpoint was removed (outbox endpoints remove)",
+             as_tenant: str | None = None) -> Plan[int]:
     """Soft-delete an endpoint; returns how many deliveries became dead letters.
 
     Refused with EndpointBusy while it has pending or in-flight deliveries,
     unless ``force``.
     """
     yield from _lock()
-    rows = yield queries["endpoint_id_by_name"], {"name": name}
-    if not rows:
+    endpoint_id = yield from find(name, as_tenant)
+    if endpoint_id is None:
         raise EndpointNotFound(name)
-    removed = yield from _remove({name: int(rows[0]["id"])}, force=force, reason=reason)
+    removed = yield from _remove({name: endpoint_id}, force=force, reason=reason)
     return removed[name]
 
 
@@ -269,14 +324,16 @@ class Rotation(NamedTuple):
     """Until when any older secret still signs, earlier rotations' included (None: none)."""
 
 
-def rotating(name: str, secret: str, overlap: timedelta) -> Plan[Rotation]:
+def rotating(name: str, secret: str, overlap: timedelta, *,
+             as_tenant: str | None = None) -> Plan[Rotation]:
     """Install ``secret``; says until when the retired and any older secrets still sign.
 
     ``secret`` must already be checked (``whsec_...`` or ``env:NAME``).
     Entries of earlier rotations whose overlap has ended are pruned.
     """
     yield from _lock()
-    params = {"name": name, "secret": secret, "overlap": overlap.total_seconds()}
+    params = {"name": name, "secret": secret, "overlap": overlap.total_seconds(),
+              "as_tenant": as_tenant}
     rows = yield queries["endpoint_rotate_secret"], params
     if not rows:
         raise EndpointNotFound(name)
@@ -361,8 +418,9 @@ _UNREAD = ("secret", "headers")
 needs no right to read a secret or a header value."""
 
 
-def updating(name: str, options: Mapping[str, object],
-             *, unset: Iterable[str] = ()) -> Plan[list[str]]:
+def updating(name: str, options: Mapping[str, object], *, unset: Iterable[str] = (),
+             as_tenant: str | None = None,
+             url_check: Callable[[str], object] | None = None) -> Plan[list[str]]:
     """Change some options of a live endpoint in place; the others stay as they are.
 
     ``options`` are keyed like :meth:`EndpointSpec.from_options`; ``unset``
@@ -370,22 +428,30 @@ def updating(name: str, options: Mapping[str, object],
     checked first. Returns the options that changed (none: nothing written).
     A new secret replaces the old one at once (``rotate-secret`` keeps both).
     The stored secret and headers are never read: given, they are written
-    (and counted as changed); not given, they stay.
+    (and counted as changed); not given, they stay. ``url_check`` judges the
+    endpoint's URL (the new one, or the stored one) before anything is written,
+    and makes the endpoint guarded: saved with its URL checked.
     """
     yield from _lock()
-    current = yield from _live(name)
+    if (yield from find(name, as_tenant)) is None:  # locked: it stays as_tenant's
+        raise EndpointNotFound(name)
+    current = yield from _live(name, as_tenant)
     merged = _options_of(current)
     for option in unset:
         merged.pop(option, None)
     merged.update(options)
     spec = EndpointSpec.from_options(name, merged)
+    if url_check is not None:
+        url_check(spec.url)
     wanted = spec.columns()
     changed = [option for option in changed_options(current.columns, wanted)
                if option not in _UNREAD]
     changed += [option for option in _UNREAD if option in options or option in set(unset)]
-    if not changed:
+    guarding = url_check is not None and not current.guarded
+    if not changed and not guarding:
         return changed
-    yield queries["endpoint_update"], {**_params(spec), "id": current.id}
+    yield queries["endpoint_update"], {**_params(spec, guarded=url_check is not None),
+                                       "id": current.id}
     if "secret" in changed:
         yield queries["endpoint_set_secret"], {"secret": wanted["secret"], "id": current.id}
     if "headers" in changed:
@@ -405,17 +471,18 @@ def spec_of(conn: Conn, name: str) -> EndpointSpec:
     return EndpointSpec.from_options(name, _options_of(run(conn, _live(name))))
 
 
-def one(name: str) -> Plan[StoredEndpoint]:
-    """The live endpoint of that name; EndpointNotFound for none."""
-    return (yield from _live(name))
+def one(name: str, as_tenant: str | None = None) -> Plan[StoredEndpoint]:
+    """The live endpoint of that name (under the guard, ``as_tenant``'s); EndpointNotFound
+    for none."""
+    return (yield from _live(name, as_tenant))
 
 
-def _live(name: str) -> Plan[StoredEndpoint]:
-    stored = yield from listing()
-    current = next((s for s in stored if s.name == name), None)
-    if current is None:
+def _live(name: str, as_tenant: str | None = None) -> Plan[StoredEndpoint]:
+    rows = yield queries["endpoints_live"], {"name": name, "tenant": None,
+                                             "as_tenant": as_tenant}
+    if not rows:
         raise EndpointNotFound(name)
-    return current
+    return _stored(rows[0])
 
 
 def _options_of(stored: StoredEndpoint) -> dict[str, object]:

@@ -42,5 +42,5 @@ GRANT INSERT (event_id, endpoint_id, seq, key, tenant, next_attempt_at)
     ON outbox.deliveries TO {role};
 GRANT SELECT, UPDATE (undelivered) ON outbox.endpoint_backlog TO {role};
 GRANT EXECUTE ON FUNCTION
-    outbox.rotate_endpoint_secret(text, text, double precision)
+    outbox.rotate_endpoint_secret(text, text, double precision, text)
     TO {role};

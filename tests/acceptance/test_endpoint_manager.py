@@ -105,7 +105,7 @@ def test_by_sql_the_manager_reads_no_secret_and_finishes_nothing(roles: Roles,
                 "UPDATE outbox.endpoint_state SET circuit = 'open'",
                 "DELETE FROM outbox.endpoints"):
             _refused(conn, statement)
-        assert conn.execute("SELECT * FROM outbox.rotate_endpoint_secret('rx', %s, 0)",
+        assert conn.execute("SELECT * FROM outbox.rotate_endpoint_secret('rx', %s, 0, NULL)",
                             (OTHER_SECRET,)).fetchall() == []  # of no tenant: not there
         conn.rollback()
         for statement in (  # the guard: rows of no tenant, and env: secrets

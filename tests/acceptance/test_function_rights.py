@@ -93,7 +93,7 @@ def test_the_history_trigger_refuses_a_table_not_its_own(roles: Roles,
 
 
 DEFINERS = {"outbox.endpoint_fleet_rows()", "outbox.endpoint_backlog_rows()",
-            "outbox.rotate_endpoint_secret(text,text,double precision)"}
+            "outbox.rotate_endpoint_secret(text,text,double precision,text)"}
 """With their owner's rights, for the endpoint manager alone: the triggers that keep an
 endpoint's fleet rows (which fire for a write the application and the dispatcher never
 make), and the functions granted to that role alone."""

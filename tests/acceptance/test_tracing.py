@@ -79,6 +79,32 @@ def test_an_endpoint_without_tracestate_gets_traceparent_alone(
     assert full[1].header("tracestate") == "a=b"
 
 
+@pytest.mark.parametrize("env", [None, CONSOLE], ids=["no SDK", "SDK"])
+def test_an_endpoint_without_trace_context_gets_neither_header(
+        conn: psycopg.Connection[Any], dsn: str, receiver: Receiver,
+        env: dict[str, str] | None) -> None:
+    """trace_context false: neither traceparent nor tracestate, whatever span publish() ran
+    in, a traceparent in the event's headers and the dispatcher's own attempt span included;
+    another endpoint of the same events gets both."""
+    context = trace.SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=trace.TraceFlags(1),
+                                trace_state=trace.TraceState([("vendor", "v")]))
+    with Receiver() as customer:
+        add_endpoint(conn, "internal", receiver.url)
+        add_endpoint(conn, "customer", customer.url, trace_context=False)
+        with trace.use_span(trace.NonRecordingSpan(context)):
+            outbox.publish(conn, "order.created", {"n": 1})
+        outbox.publish(conn, "order.created", {"n": 2}, headers={
+            "traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01", "tracestate": "a=b"})
+        conn.commit()
+        code, log = run_once(dsn, env=env)
+        assert code == 0, log
+        sent = sorted(customer.wait_for(2), key=_number)
+    internal = sorted(receiver.wait_for(2), key=_number)
+    assert [(r.header("traceparent"), r.header("tracestate")) for r in sent] == [(None, None)] * 2
+    assert all(r.header("traceparent") is not None for r in internal)
+    assert internal[1].header("tracestate") == "a=b"
+
+
 def test_attempts_are_client_spans_in_the_publishers_trace(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
     """Each attempt is a CLIENT span, child of the publisher's span, ended with its outcome;

@@ -193,7 +193,7 @@ def test_block_private_networks_refuses_loopback_unless_allowed(
     assert code == 1, log
     row = delivery(conn, refused)
     assert (row["state"], row["attempts"], row["last_status"]) == ("dead", 1, None)
-    assert "--block-private-networks" in row["last_error"]
+    assert "private-network guard" in row["last_error"]
     assert "127.0.0.1" in row["last_error"]
     assert receiver.snapshot() == []
 

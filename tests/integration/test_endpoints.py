@@ -146,7 +146,7 @@ def test_remove_refused_then_forced(conn: Conn) -> None:
                  "WHERE id = (SELECT max(id) FROM outbox.deliveries WHERE endpoint_id = %s)",
                  (endpoint_id,))
     conn.commit()
-    with pytest.raises(EndpointBusy, match=r"2 undelivered deliveries.*--force") as info:
+    with pytest.raises(EndpointBusy, match=r"2 undelivered deliveries.*force=True") as info:
         store.remove_endpoint(conn, "hooks", force=False)
     assert info.value.undelivered == {"hooks": 2}
     conn.rollback()

@@ -388,6 +388,33 @@ def test_sender_reports_blocked_for_this_transport() -> None:
     run(main)
 
 
+def test_a_guarded_endpoint_is_judged_whatever_the_flags() -> None:
+    """Blocking off: a guarded endpoint's name resolving inside is refused all the same
+    (its connections are its own: never one opened unguarded), the same URL unguarded is
+    reached; --allow-network still makes its exceptions."""
+    async def main() -> None:
+        resolve, _ = fake_dns("127.0.0.1")
+        async with raw_server(answering(OK)) as server:
+            url = f"http://hooks.test:{server.port}/"
+            sender = HttpSender(4, False, [], "test/1", transport=H1Transport(
+                policy=NetworkPolicy.build(False), resolver=resolve))
+            assert (await sender.send(url, [], b"{}", 5.0)).status == 200
+            guarded = await sender.send(url, [], b"{}", 5.0, guarded=True)
+            assert (guarded.error_kind, guarded.status) == ("blocked", None)
+            assert "hooks.test resolves only to private or internal addresses" in (
+                guarded.error or "")
+            literal = await sender.send(f"http://127.1:{server.port}/", [], b"{}", 5.0,
+                                        guarded=True)
+            assert literal.error_kind == "blocked"
+            await sender.aclose()
+            allowing = HttpSender(4, False, ["127.0.0.0/8"], "test/1", transport=H1Transport(
+                policy=NetworkPolicy.build(False, ["127.0.0.0/8"]), resolver=resolve))
+            assert (await allowing.send(url, [], b"{}", 5.0, guarded=True)).status == 200
+            await allowing.aclose()
+            assert len(server.requests) == 2
+    run(main)
+
+
 @pytest.fixture
 def unanswering_address() -> Iterator[tuple[str, int]]:
     """A loopback address whose connects hang: a listener with its accept queue full."""

@@ -33,14 +33,15 @@ def _listed(text: str) -> list[str]:
 
 
 def test_insert_names_every_stored_column_and_nothing_else() -> None:
-    """endpoint_insert writes each column of the table, each from its own parameter."""
+    """endpoint_insert writes each column of the table, each from its own parameter, and
+    whether the endpoint is guarded (saved with its URL checked)."""
     sql = queries["endpoint_insert"]
     match = re.search(r"INSERT INTO outbox\.endpoints\s*\((.*?)\)\s*VALUES\s*\((.*)\)\s*RETURNING",
                       sql, re.DOTALL)
     assert match, sql
     columns = _listed(match.group(1))
     values = [PLACEHOLDER.findall(value) for value in _listed(match.group(2))]
-    assert sorted(columns) == sorted(STORED_COLUMNS)
+    assert sorted(columns) == sorted((*STORED_COLUMNS, "guarded"))
     assert values == [[column] for column in columns]
 
 
@@ -64,11 +65,13 @@ def test_live_reads_every_stored_column_but_the_secrets() -> None:
 
 def test_update_sets_every_option_column_but_the_secrets() -> None:
     """endpoint_update sets each option column from its own parameter but the secret and the
-    headers, which it neither reads nor writes (endpoint_set_secret, _headers do)."""
+    headers, which it neither reads nor writes (endpoint_set_secret, _headers do); guarded
+    only ever becomes true (sticky)."""
     sql = queries["endpoint_update"]
     body = sql[sql.index(" SET") + 4:sql.index("WHERE id")]
     assigned = dict(re.findall(r"^\s*(\w+) = (.*?),?$", body, re.MULTILINE))
     options = set(STORED_COLUMNS) - {KEY_COLUMN} - UNREAD
+    assert assigned.pop("guarded") == "guarded OR %(guarded)s::boolean"
     assert set(assigned) - NOT_OPTIONS == options
     assert "secret" not in body
     assert "headers" not in body

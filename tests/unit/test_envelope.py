@@ -255,3 +255,22 @@ def test_timestamps_are_utc_with_z() -> None:
     """created_at in any zone, or naive (taken as UTC), is written in UTC with a Z."""
     assert rfc3339(CREATED) == "2024-05-01T12:30:15.123456Z"
     assert rfc3339(datetime(2024, 5, 1, 12, 30)) == "2024-05-01T12:30:00.000000Z"
+
+
+@pytest.mark.parametrize("batch", [1, 10])
+def test_an_endpoint_without_trace_context_gets_no_trace_header(batch: int) -> None:
+    """trace_context false: neither traceparent nor tracestate from the event, from its
+    headers= or from the dispatcher's span, single or batched; its other headers go."""
+    traced = EventData(id=uuid.uuid4(), type="mail.received", key=None, payload="{}",
+                       headers={"tracestate": "a=b", "x-kept": "1"}, created_at=CREATED,
+                       traceparent=f"00-{'ab' * 16}-{'cd' * 8}-01", tracestate="v=1")
+    customer = endpoint(SECRET, trace_context=False, max_batch=batch,
+                        headers={"TraceParent": f"00-{'12' * 16}-{'34' * 8}-01"})
+    headers, _ = encode(customer, [traced], CREATED,
+                        trace=(f"00-{'ef' * 16}-{'01' * 8}-01", "span=1"))
+    shown = as_dict(headers)
+    assert "traceparent" not in shown
+    assert "tracestate" not in shown
+    assert shown["x-kept"] == "1"
+    assert "traceparent" in dict(encode(endpoint(SECRET, max_batch=batch), [traced],
+                                        CREATED)[0])

@@ -6,13 +6,8 @@ import ipaddress
 
 import pytest
 
-from dispatcher.http.netguard import (
-    NetworkPolicy,
-    carried_ipv4,
-    is_blocked_address,
-    literal_address,
-    parse_allow_list,
-)
+from dispatcher.http.netguard import NetworkPolicy, parse_allow_list
+from outbox._shared.addresses import carried_ipv4, is_blocked_address, literal_address
 
 BLOCKED = [
     "127.0.0.1", "127.255.255.254", "10.1.2.3", "172.16.0.1", "172.31.255.255",

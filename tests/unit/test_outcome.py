@@ -156,7 +156,7 @@ def test_last_error_of_errors_before_a_status() -> None:
         "timeout: no answer after 10s")
     blocked = classify(failure("blocked", "10.0.0.5 is in a private network"), 1, 5, NOW)
     assert blocked.last_error is not None
-    assert "--block-private-networks" in blocked.last_error
+    assert "private-network guard" in blocked.last_error
     assert "10.0.0.5" in blocked.last_error
 
 

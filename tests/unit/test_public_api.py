@@ -40,26 +40,39 @@ def _isort_key(name: str) -> tuple[int, str]:
     return 2, name
 
 
+OPERATIONS = {"add", "update", "remove", "enable", "disable", "rotate_secret", "retry_now",
+              "get", "list", "deliveries", "attempts", "replay", "retry_dead", "send_test"}
 ENDPOINTS = {"EndpointBusy", "EndpointExists", "EndpointNotFound", "InvalidEndpoint",
-             "add", "update", "remove", "enable", "disable", "rotate_secret", "retry_now", "get",
-             "list"}
-ENDPOINTS |= {"a" + name for name in ENDPOINTS if name.islower()}
+             "check_url", *OPERATIONS, *("a" + name for name in OPERATIONS)}
 
 
 def test_endpoints_all_is_the_operations_their_async_twins_and_errors() -> None:
     """outbox.endpoints.__all__ is the operations, each with its async twin (a coroutine
-    function), and the errors they raise, sorted; InvalidEndpoint is a ValueError."""
+    function), check_url, and the errors they raise, sorted; InvalidEndpoint is a
+    ValueError."""
     assert set(outbox.endpoints.__all__) == ENDPOINTS
     assert outbox.endpoints.__all__ == sorted(outbox.endpoints.__all__, key=_isort_key)
-    for name in ENDPOINTS:
-        if name.islower() and not name.startswith("a"):
-            assert inspect.iscoroutinefunction(getattr(outbox.endpoints, "a" + name)), name
-            assert not inspect.iscoroutinefunction(getattr(outbox.endpoints, name)), name
+    for name in OPERATIONS:
+        assert inspect.iscoroutinefunction(getattr(outbox.endpoints, "a" + name)), name
+        assert not inspect.iscoroutinefunction(getattr(outbox.endpoints, name)), name
     assert issubclass(outbox.endpoints.InvalidEndpoint, ValueError)
     assert all(issubclass(getattr(outbox.endpoints, n), outbox.OutboxError)
                for n in ENDPOINTS if n[0].isupper())
     assert list(inspect.signature(outbox.endpoints.add).parameters) == [
-        "conn", "name", "url", "events", "secret", "tenant", "options"]
+        "conn", "name", "url", "events", "secret", "tenant", "as_tenant", "allow_env_secret",
+        "check_url", "options"]
+
+
+def test_each_twin_takes_what_its_function_takes() -> None:
+    """Every a... twin has its function's parameters, defaults and annotations; every
+    operation takes conn first and the tenant guard as_tenant, keyword-only."""
+    for name in OPERATIONS:
+        sync = inspect.signature(getattr(outbox.endpoints, name))
+        twin = inspect.signature(getattr(outbox.endpoints, "a" + name))
+        assert twin.parameters == sync.parameters, name
+        assert next(iter(sync.parameters)) == "conn", name
+        guard = sync.parameters["as_tenant"]
+        assert (guard.kind, guard.default) == (inspect.Parameter.KEYWORD_ONLY, None), name
 
 
 def test_all_is_the_intended_set_and_sorted() -> None:

@@ -131,14 +131,15 @@ CREATE OR REPLACE TRIGGER endpoint_guard
 ALTER FUNCTION outbox.endpoint_fleet_rows() SECURITY DEFINER;
 ALTER FUNCTION outbox.endpoint_backlog_rows() SECURITY DEFINER;
 
--- A rotation (endpoint_rotate_secret, as a function): the endpoint by name,
--- its new secret and the old one's overlap in seconds; the endpoint's id,
+-- A rotation (endpoint_rotate_secret, as a function): the endpoint by name
+-- (and tenant, when as_tenant is given), its new secret and the old one's
+-- overlap in seconds; the endpoint's id,
 -- until when any older secret still signs, and until when the one just
 -- retired does. For a caller other than the owner, the guard's rules: no
 -- env: secret, and for an endpoint manager no endpoint without a tenant (as
 -- if not there: no row).
 CREATE OR REPLACE FUNCTION outbox.rotate_endpoint_secret(
-    endpoint_name text, new_secret text, overlap_seconds double precision)
+    endpoint_name text, new_secret text, overlap_seconds double precision, as_tenant text)
 RETURNS TABLE (id bigint, old_signs_until timestamptz, retired_until timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -173,6 +174,7 @@ BEGIN
         updated_at = pg_catalog.now()
     WHERE e.name OPERATOR(pg_catalog.=) endpoint_name AND e.removed_at IS NULL
       AND (owner OR e.tenant IS NOT NULL OR NOT outbox.is_endpoint_manager(caller))
+      AND (as_tenant IS NULL OR e.tenant OPERATOR(pg_catalog.=) as_tenant)
     RETURNING e.id,
               (SELECT pg_catalog.max((p.entry OPERATOR(pg_catalog.->>) 'expires_at')
                                      ::timestamptz)
@@ -185,4 +187,4 @@ BEGIN
                          OPERATOR(pg_catalog.->>) 'expires_at')::timestamptz END;
 END
 $$;
-REVOKE EXECUTE ON FUNCTION outbox.rotate_endpoint_secret(text, text, double precision) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION outbox.rotate_endpoint_secret(text, text, double precision, text) FROM PUBLIC;

@@ -249,8 +249,9 @@ counted AS (
     FROM (SELECT endpoint_id, count(*) AS n FROM retried GROUP BY endpoint_id) r
     WHERE b.endpoint_id = r.endpoint_id AND b.shard = -1
 )
-SELECT (SELECT count(*) FROM retried),
-       (SELECT count(*) FROM eligible),
+-- Every column is named: outbox.endpoints.retry_dead reads the row as a dict.
+SELECT (SELECT count(*) FROM retried) AS retried,
+       (SELECT count(*) FROM eligible) AS eligible,
        ARRAY(SELECT DISTINCT live.name FROM live
              WHERE NOT live.enabled
                AND EXISTS (SELECT 1 FROM eligible el WHERE el.endpoint_id = live.id)
@@ -302,9 +303,13 @@ SELECT pg_advisory_xact_lock_shared(7469813520431);
 SELECT coalesce(%(at)s::timestamptz, now() - %(ago)s::interval);
 
 -- name: admin_missing_events
-SELECT given.id::text
+-- as_tenant (outbox.endpoints.replay's tenant guard; NULL for `outbox replay`):
+-- another tenant's event is missing too, as an unknown one is.
+SELECT given.id::text AS id
 FROM unnest(%(event_ids)s::uuid[]) AS given(id)
-WHERE NOT EXISTS (SELECT 1 FROM outbox.events ev WHERE ev.id = given.id);
+WHERE NOT EXISTS (SELECT 1 FROM outbox.events ev
+                  WHERE ev.id = given.id
+                    AND (%(as_tenant)s::text IS NULL OR ev.tenant = %(as_tenant)s::text));
 
 -- name: admin_replay
 -- One new pending delivery per chosen event for one endpoint, copying seq and
@@ -384,12 +389,13 @@ rerouted AS (
     WHERE ev.id = i.event_id AND ev.unrouted
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM chosen),
-       (SELECT count(*) FROM inserted),
-       (SELECT count(*) FROM fresh),
-       (SELECT count(*) FROM rerouted),
-       (SELECT enabled FROM target),
-       (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM inserted));
+-- Every column is named: outbox.endpoints.replay reads the row as a dict.
+SELECT (SELECT count(*) FROM chosen) AS chosen,
+       (SELECT count(*) FROM inserted) AS inserted,
+       (SELECT count(*) FROM fresh) AS fresh,
+       (SELECT count(*) FROM rerouted) AS rerouted,
+       (SELECT enabled FROM target) AS enabled,
+       (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM inserted)) AS woke;
 
 -- name: purge_start
 -- The cutoff on the database clock, fixed once so that every batch agrees, and

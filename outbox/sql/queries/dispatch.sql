@@ -849,10 +849,14 @@ WHERE removed_at IS NULL;
 -- These endpoints' definitions (those still live), each with its row version.
 -- now() comes along so that the dispatcher judges rotated secrets' overlaps
 -- (previous_secrets' expires_at) on the database clock, never its own.
+-- guarded (saved with its URL checked: the private-network guard applies to
+-- it whatever the flags) and trace_context (false: no traceparent, no
+-- tracestate) are schema 18's.
 SELECT id, name, url, secret, previous_secrets::text, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
        format, headers::text, enabled, breaker_failures, breaker_window_seconds,
-       send_tracestate, ca_file, client_cert, client_key, tenant, now(), xmin::text
+       send_tracestate, ca_file, client_cert, client_key, tenant, guarded, trace_context,
+       now(), xmin::text
 FROM outbox.endpoints
 WHERE removed_at IS NULL AND id = ANY (%(ids)s::bigint[])
 ORDER BY id;

@@ -12,6 +12,11 @@ SELECT pg_advisory_xact_lock(7469813520412), pg_notify('outbox_endpoints', '');
 -- What shows an endpoint (list, get, update's merge) reads endpoints_shown:
 -- every option but the secret and the header values, which it names only by
 -- kind and by name. Only sync, the operator's, reads them (endpoints_full).
+-- name: one endpoint (get, update), through endpoints_name_live (statements
+-- run unprepared: a NULL filter folds away before planning). as_tenant is
+-- the application's tenant guard (outbox.endpoints' as_tenant=): another
+-- tenant's endpoint, and one of no tenant, is not found, exactly as an
+-- unknown name is; NULL: no guard (the operator's command).
 SELECT id, name, url, events, events_like, signing, signing_previous_until, header_names,
        max_attempts, timeout_seconds, min_backoff_seconds, max_backoff_seconds, max_in_flight,
        rate_limit, max_batch, format, breaker_failures, breaker_cooldown_seconds, max_pending,
@@ -21,7 +26,9 @@ SELECT id, name, url, events, events_like, signing, signing_previous_until, head
        enabled, disabled_reason, created_at, updated_at, guarded, dropping, disabled_by
 FROM outbox.endpoints_shown
 WHERE removed_at IS NULL
+  AND (%(name)s::text IS NULL OR name OPERATOR(pg_catalog.=) %(name)s::text)
   AND (%(tenant)s::text IS NULL OR tenant OPERATOR(pg_catalog.=) %(tenant)s::text)
+  AND (%(as_tenant)s::text IS NULL OR tenant OPERATOR(pg_catalog.=) %(as_tenant)s::text)
 ORDER BY name;
 
 -- name: endpoints_full
@@ -39,10 +46,16 @@ WHERE removed_at IS NULL
 ORDER BY name;
 
 -- name: endpoint_id_by_name
--- FOR UPDATE: the row must not change under a removal or rotation in progress
--- (the dispatcher may be disabling it after a 410 at the same moment).
+-- FOR UPDATE: the row must not change under a removal, rotation or update in
+-- progress (the dispatcher may be disabling it after a 410 at the same
+-- moment). The tenant guard (as_tenant, see endpoints_live) is part of the
+-- lookup, and the lock keeps it true until the transaction ends: a tenant
+-- changed meanwhile is seen here (the lock reads the row's newest version)
+-- or waits for this transaction. add looks names up without it: a name is
+-- taken whoever's endpoint holds it.
 SELECT id FROM outbox.endpoints
 WHERE name = %(name)s AND removed_at IS NULL
+  AND (%(as_tenant)s::text IS NULL OR tenant OPERATOR(pg_catalog.=) %(as_tenant)s::text)
 FOR UPDATE;
 
 -- name: endpoint_insert
@@ -51,7 +64,8 @@ INSERT INTO outbox.endpoints
      min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
      format, headers, breaker_failures, breaker_cooldown_seconds, max_pending,
      breaker_window_seconds, breaker_rate, max_pending_per_tenant, send_tracestate, ca_file,
-     client_cert, client_key, tenant, description, when_full, keep_dead_seconds, trace_context)
+     client_cert, client_key, tenant, description, when_full, keep_dead_seconds, trace_context,
+     guarded)
 VALUES
     (%(name)s, %(url)s, %(events)s::text[], %(events_like)s::text[], %(secret)s::text,
      %(max_attempts)s, %(timeout_seconds)s, %(min_backoff_seconds)s,
@@ -61,7 +75,7 @@ VALUES
      %(max_pending_per_tenant)s::bigint,
      %(send_tracestate)s::boolean, %(ca_file)s::text, %(client_cert)s::text,
      %(client_key)s::text, %(tenant)s::text, %(description)s::text, %(when_full)s::text,
-     %(keep_dead_seconds)s::float8, %(trace_context)s::boolean)
+     %(keep_dead_seconds)s::float8, %(trace_context)s::boolean, %(guarded)s::boolean)
 RETURNING id;
 
 -- name: endpoint_update
@@ -100,6 +114,8 @@ UPDATE outbox.endpoints SET
     when_full = %(when_full)s::text,
     keep_dead_seconds = %(keep_dead_seconds)s::float8,
     trace_context = %(trace_context)s::boolean,
+    -- Sticky: saved once with its URL checked (check_url=True), it stays guarded.
+    guarded = guarded OR %(guarded)s::boolean,
     updated_at = now()
 WHERE id = %(id)s;
 
@@ -121,6 +137,7 @@ WITH changed AS (
     UPDATE outbox.endpoints
     SET enabled = %(enabled)s, disabled_reason = %(reason)s::text, updated_at = now()
     WHERE name = %(name)s AND removed_at IS NULL
+    AND (%(as_tenant)s::text IS NULL OR tenant OPERATOR(pg_catalog.=) %(as_tenant)s::text)
     RETURNING id, enabled
 )
 SELECT id, (SELECT pg_notify('outbox_wakeup', '') WHERE changed.enabled) AS woke
@@ -169,15 +186,18 @@ WHERE id = %(id)s;
 -- function of the schema (rotate_endpoint_secret) does it, with its owner's
 -- rights: the endpoint manager, which may not read the secret it retires,
 -- rotates through it too; for a caller other than the owner it refuses an
--- env: secret, and for an endpoint manager an endpoint without a tenant.
+-- env: secret, and for an endpoint manager an endpoint without a tenant;
+-- as_tenant (the application's tenant guard) finds only that tenant's.
 SELECT r.id, r.old_signs_until, r.retired_until
-FROM outbox.rotate_endpoint_secret(%(name)s::text, %(secret)s::text, %(overlap)s::float8) AS r;
+FROM outbox.rotate_endpoint_secret(%(name)s::text, %(secret)s::text, %(overlap)s::float8,
+                                   %(as_tenant)s::text) AS r;
 
 -- name: endpoint_retry_target
 -- The endpoint `retry-now` acts on, locked as a removal or rotation locks it
 -- (FOR UPDATE: the viewer role, which may not write, is refused here).
 SELECT id, enabled FROM outbox.endpoints
 WHERE name = %(name)s AND removed_at IS NULL
+  AND (%(as_tenant)s::text IS NULL OR tenant OPERATOR(pg_catalog.=) %(as_tenant)s::text)
 FOR UPDATE;
 
 -- name: endpoint_retry_count
@@ -194,7 +214,8 @@ SELECT e.id, e.enabled,
                WHERE s.endpoint_id OPERATOR(pg_catalog.=) e.id
                  AND s.circuit = 'open') AS half_open
 FROM outbox.endpoints e
-WHERE e.name = %(name)s AND e.removed_at IS NULL;
+WHERE e.name = %(name)s AND e.removed_at IS NULL
+  AND (%(as_tenant)s::text IS NULL OR e.tenant OPERATOR(pg_catalog.=) %(as_tenant)s::text);
 
 -- name: endpoint_retry_now
 -- `retry-now`: the endpoint's pending deliveries waiting for a later attempt

@@ -16,14 +16,20 @@ WHERE ev.id = %(event_id)s;
 -- count over its whole life, as the history numbers it. A delivery parked
 -- behind an earlier event of its key is due at 'infinity' (see park_blocked),
 -- which a Python datetime cannot hold: it comes as NULL and a flag.
-SELECT d.id, coalesce(e.name, '#' || d.endpoint_id::text), e.removed_at IS NOT NULL,
-       d.state, d.attempts_before + d.attempts,
-       nullif(d.next_attempt_at, 'infinity'), d.last_error,
+-- as_tenant (outbox.endpoints.attempts' tenant guard; NULL for `show`): the
+-- deliveries at that tenant's endpoints of that tenant's event only, so that
+-- another tenant's event reads as an unknown one.
+-- Every column is named: outbox.endpoints reads the rows as dicts.
+SELECT d.id, coalesce(e.name, '#' || d.endpoint_id::text) AS endpoint,
+       e.removed_at IS NOT NULL AS removed, d.state, d.attempts_before + d.attempts AS attempts,
+       nullif(d.next_attempt_at, 'infinity') AS next_attempt_at, d.last_error,
        d.last_status, d.finished_at, d.last_duration_seconds,
-       d.next_attempt_at = 'infinity'
+       d.next_attempt_at = 'infinity' AS parked
 FROM outbox.deliveries d
 LEFT JOIN outbox.endpoints e ON e.id = d.endpoint_id
 WHERE d.event_id = %(event_id)s
+  AND (%(as_tenant)s::text IS NULL
+       OR (e.tenant = %(as_tenant)s::text AND d.tenant = %(as_tenant)s::text))
 ORDER BY 2, d.id;
 
 -- name: show_attempts
