@@ -77,7 +77,8 @@ GRANT INSERT (consumer, event_id) ON outbox.inbox TO {application};
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM {dispatcher};
 GRANT USAGE ON SCHEMA outbox TO {dispatcher};
 GRANT SELECT ON outbox.schema_version, outbox.endpoints TO {dispatcher};
-GRANT UPDATE (enabled, disabled_reason, updated_at) ON outbox.endpoints TO {dispatcher};
+GRANT UPDATE (enabled, disabled_reason, disabled_by, updated_at) ON outbox.endpoints
+    TO {dispatcher};
 GRANT SELECT, DELETE ON outbox.events TO {dispatcher};
 GRANT SELECT, UPDATE, DELETE ON outbox.deliveries TO {dispatcher};
 GRANT SELECT, INSERT, DELETE ON outbox.attempts TO {dispatcher};
