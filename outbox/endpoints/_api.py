@@ -138,7 +138,8 @@ async def aremove(conn: Any, name: str, *, force: bool = False) -> int:
 
 
 def enable(conn: Any, name: str) -> None:
-    """Resume deliveries to the endpoint (what waited while it was disabled goes out)."""
+    """Resume deliveries to the endpoint (what waited while it was disabled goes out; after
+    ``disable(..., drop=True)``, what is published from now on)."""
     _store.run(conn, _store.enabling(name, enabled=True))
 
 
@@ -147,14 +148,29 @@ async def aenable(conn: Any, name: str) -> None:
     await _store.arun(conn, _store.enabling(name, enabled=True))
 
 
-def disable(conn: Any, name: str) -> None:
-    """Hold deliveries to the endpoint; what is published meanwhile waits for it."""
-    _store.run(conn, _store.enabling(name, enabled=False, reason=DISABLED_REASON))
+def disable(conn: Any, name: str, *, drop: bool = False) -> int:
+    """Hold deliveries to the endpoint; what is published meanwhile waits for it.
+
+    ``drop=True``: stop sending instead. Requests in flight finish; the
+    endpoint's pending deliveries are discarded now (returns how many; 0 without
+    ``drop``), and every delivery made for it until :func:`enable` is discarded
+    by the dispatcher. A later plain ``disable`` makes it a pause again.
+    """
+    return _store.run(conn, _store.enabling(name, enabled=False, reason=_reason(drop),
+                                            by="application", drop=drop))
 
 
-async def adisable(conn: Any, name: str) -> None:
+async def adisable(conn: Any, name: str, *, drop: bool = False) -> int:
     """The async twin of :func:`disable`."""
-    await _store.arun(conn, _store.enabling(name, enabled=False, reason=DISABLED_REASON))
+    return await _store.arun(conn, _store.enabling(name, enabled=False, reason=_reason(drop),
+                                                   by="application", drop=drop))
+
+
+def _reason(drop: bool) -> str:
+    """Why the endpoint is disabled, as its ``disabled_reason`` says; ``drop`` checked first."""
+    if not isinstance(drop, bool):
+        raise InvalidEndpoint(f"must be True or False, not {drop!r}", "drop")
+    return DISABLED_REASON + (", dropping what is published for it" if drop else "")
 
 
 def retry_now(conn: Any, name: str, *, tenant: str | None = None) -> int:

@@ -822,10 +822,171 @@ SET state = 'dead', last_error = 'endpoint removed while this delivery was pendi
 FROM removed r
 WHERE d.id = r.id AND d.state = 'pending';
 
+-- name: discard_over
+-- The endpoints' policies (docs/concepts.md, "When the backlog is full" and
+-- "Stop sending"), applied by the fleet's maintainer about once a second
+-- while an endpoint has one: the dispatcher passes their ids, so that a
+-- database without a policy never runs this. Pending deliveries are
+-- discarded (state 'discarded', finished, last_error saying why):
+-- * at an endpoint disabled with --drop (dropping): every one, whoever made it;
+-- * at a --when-full drop-oldest endpoint past a bound (backlog_over_v1, a
+--   look at its counter while it keeps within them): a tenant past
+--   --max-pending-per-tenant keeps its newest (by publish order, seq) up to
+--   the bound less its deliveries in flight and loses the rest, its own only;
+--   then the endpoint keeps its newest remaining up to --max-pending less
+--   all its deliveries in flight, and loses the rest. Deliveries in flight
+--   are never discarded; they count against the bounds.
+-- The rows are chosen by rank on one snapshot, then locked in id order (as
+-- every writer of deliveries takes them) and written only where still
+-- pending: a row claimed, finished or discarded meanwhile is skipped, never
+-- replaced by a younger one. So two maintainers at once (the lease changing
+-- hands) choose the same oldest rows and write each once: never more than
+-- needed, never one counted twice (each dispatcher counts the rows its own
+-- statement wrote, which come back here). What was skipped, the next round sees.
+-- Discarded deliveries leave the --max-pending count (shard -1, locked after
+-- the deliveries and in endpoint order, as complete takes them). A keyed
+-- delivery discarded ahead of a parked one of its key hands nothing over:
+-- the maintainer's sweep (unpark_orphans) makes that one due.
+-- Cost: while every endpoint keeps within its bounds, its counter's 17 rows;
+-- past them, one pass over its pending rows, sorted.
+WITH policy AS MATERIALIZED (
+    SELECT e.id, e.dropping, e.max_pending, e.max_pending_per_tenant
+    FROM outbox.endpoints e
+    WHERE e.id = ANY (%(ids)s::bigint[]) AND e.removed_at IS NULL
+      AND (e.dropping OR (e.when_full = 'drop-oldest' AND e.max_pending IS NOT NULL))
+),
+over AS MATERIALIZED (
+    SELECT p.* FROM policy p
+    WHERE p.dropping
+       OR EXISTS (SELECT FROM outbox.backlog_over_v1(p.id, p.max_pending,
+                                                     p.max_pending_per_tenant) b
+                  WHERE b.over)
+),
+flying AS MATERIALIZED (
+    SELECT d.endpoint_id, d.tenant, count(*) AS n
+    FROM over o
+    JOIN outbox.deliveries d ON d.endpoint_id = o.id AND d.state = 'in_flight'
+    WHERE NOT o.dropping
+    GROUP BY d.endpoint_id, d.tenant
+),
+waiting AS MATERIALIZED (
+    SELECT d.id, d.endpoint_id, d.seq, o.dropping, o.max_pending, o.max_pending_per_tenant,
+           d.tenant IS NOT NULL AND o.max_pending_per_tenant IS NOT NULL
+           AND row_number() OVER (PARTITION BY d.endpoint_id, d.tenant
+                                  ORDER BY d.seq DESC, d.id DESC)
+               > o.max_pending_per_tenant
+                 - coalesce((SELECT f.n FROM flying f
+                             WHERE f.endpoint_id = d.endpoint_id AND f.tenant = d.tenant), 0)
+               AS tenant_over
+    FROM over o
+    JOIN outbox.deliveries d ON d.endpoint_id = o.id AND d.state = 'pending'
+),
+kept AS MATERIALIZED (
+    SELECT w.id, w.max_pending,
+           row_number() OVER (PARTITION BY w.endpoint_id ORDER BY w.seq DESC, w.id DESC)
+               > w.max_pending
+                 - coalesce((SELECT sum(f.n) FROM flying f
+                             WHERE f.endpoint_id = w.endpoint_id), 0)::bigint AS past_bound
+    FROM waiting w
+    WHERE NOT w.dropping AND NOT w.tenant_over
+),
+doomed AS MATERIALIZED (
+    SELECT w.id, 'disabled' AS reason,
+           'discarded: the endpoint was disabled with drop (stop sending)' AS why
+    FROM waiting w WHERE w.dropping
+    UNION ALL
+    SELECT w.id, 'backlog-full',
+           'discarded: its tenant held more than max_pending_per_tenant ('
+           || w.max_pending_per_tenant::text
+           || ') undelivered deliveries at the endpoint (when_full = drop-oldest)'
+    FROM waiting w WHERE NOT w.dropping AND w.tenant_over
+    UNION ALL
+    SELECT k.id, 'backlog-full',
+           'discarded: the endpoint held more than max_pending (' || k.max_pending::text
+           || ') undelivered deliveries (when_full = drop-oldest)'
+    FROM kept k WHERE k.past_bound
+),
+locked AS MATERIALIZED (
+    SELECT d.id FROM outbox.deliveries d
+    WHERE d.id = ANY (ARRAY(SELECT x.id FROM doomed x)) AND d.state = 'pending'
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d
+),
+discarded AS (
+    UPDATE outbox.deliveries d
+    SET state = 'discarded', finished_at = now(), last_error = x.why,
+        lease_token = NULL, lease_expires_at = NULL
+    FROM locked l
+    JOIN doomed x ON x.id = l.id
+    WHERE d.id = l.id AND d.state = 'pending'
+    RETURNING d.endpoint_id, x.reason
+),
+counted AS MATERIALIZED (
+    SELECT endpoint_id, reason, count(*) AS n FROM discarded GROUP BY endpoint_id, reason
+),
+shards AS MATERIALIZED (
+    SELECT b.endpoint_id, c.n
+    FROM (SELECT endpoint_id, sum(n)::bigint AS n FROM counted GROUP BY endpoint_id) c
+    JOIN outbox.endpoint_backlog b ON b.endpoint_id = c.endpoint_id AND b.shard = -1
+    ORDER BY b.endpoint_id
+    FOR NO KEY UPDATE OF b
+),
+uncounted AS (
+    UPDATE outbox.endpoint_backlog b
+    SET undelivered = b.undelivered - s.n
+    FROM shards s
+    WHERE b.endpoint_id = s.endpoint_id AND b.shard = -1
+)
+SELECT endpoint_id, reason, n FROM counted ORDER BY endpoint_id, reason;
+
+-- name: expire_dead
+-- --keep-dead: the dead letters of these endpoints (the dispatcher passes
+-- those that have keep_dead_seconds) that died longer ago than that are
+-- discarded, by the maintainer's retention: at most batch_size per endpoint
+-- and statement, the oldest first, each endpoint's read through
+-- deliveries_finished as one range. A discarded row's finished_at is the
+-- moment of the discard, so that it shows as discarded for the retention's
+-- period before it goes; its last_error keeps the dead letter's, after the
+-- why. Rows locked in id order, as every writer of deliveries takes them; one
+-- retried meanwhile is left alone.
+WITH doomed AS MATERIALIZED (
+    SELECT x.id
+    FROM outbox.endpoints e
+    CROSS JOIN LATERAL (
+        SELECT d.id FROM outbox.deliveries d
+        WHERE d.state = 'dead' AND d.endpoint_id = e.id
+          AND d.finished_at < now() - make_interval(secs => e.keep_dead_seconds)
+        ORDER BY d.finished_at
+        LIMIT %(batch_size)s
+    ) x
+    WHERE e.id = ANY (%(ids)s::bigint[]) AND e.removed_at IS NULL
+      AND e.keep_dead_seconds IS NOT NULL
+),
+locked AS MATERIALIZED (
+    SELECT d.id FROM outbox.deliveries d
+    WHERE d.id = ANY (ARRAY(SELECT x.id FROM doomed x)) AND d.state = 'dead'
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d
+),
+discarded AS (
+    UPDATE outbox.deliveries d
+    SET state = 'discarded', finished_at = now(),
+        last_error = 'discarded: a dead letter kept longer than the endpoint''s keep_dead: '
+                     || coalesce(d.last_error, '(no error recorded)')
+    FROM locked l
+    WHERE d.id = l.id AND d.state = 'dead'
+    RETURNING d.endpoint_id
+)
+SELECT endpoint_id, count(*) FROM discarded GROUP BY endpoint_id ORDER BY endpoint_id;
+
 -- name: disable_endpoint
+-- A 410 Gone pauses the endpoint (what is published meanwhile waits for it);
+-- disabled_by says so. An endpoint disabled meanwhile (a request in flight
+-- answered after an operator's or the application's disable, with --drop or
+-- not) stays as they left it.
 UPDATE outbox.endpoints
-SET enabled = false, disabled_reason = %(reason)s, updated_at = now()
-WHERE id = %(id)s AND removed_at IS NULL;
+SET enabled = false, disabled_reason = %(reason)s, disabled_by = 'gone', updated_at = now()
+WHERE id = %(id)s AND removed_at IS NULL AND enabled;
 
 -- name: endpoints_fingerprint
 -- Whether any live endpoint changed since the last look, in one row: a digest
@@ -848,11 +1009,16 @@ WHERE removed_at IS NULL;
 -- name: load_endpoints
 -- These endpoints' definitions (those still live), each with its row version.
 -- now() comes along so that the dispatcher judges rotated secrets' overlaps
--- (previous_secrets' expires_at) on the database clock, never its own.
+-- (previous_secrets' expires_at) on the database clock, never its own. The
+-- policies come as the maintainer needs them: whether the backlog drops its
+-- oldest (a bound to drop to included), whether the endpoint drops what is
+-- made for it, how long its dead letters are kept.
 SELECT id, name, url, secret, previous_secrets::text, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
        format, headers::text, enabled, breaker_failures, breaker_window_seconds,
-       send_tracestate, ca_file, client_cert, client_key, tenant, now(), xmin::text
+       send_tracestate, ca_file, client_cert, client_key, tenant,
+       when_full = 'drop-oldest' AND max_pending IS NOT NULL, dropping, keep_dead_seconds,
+       now(), xmin::text
 FROM outbox.endpoints
 WHERE removed_at IS NULL AND id = ANY (%(ids)s::bigint[])
 ORDER BY id;
