@@ -166,7 +166,7 @@ def test_the_throttle_lets_a_password_through_once_the_oldest_failure_leaves_the
     """Ten failures in the window close it; it opens when the oldest is a window old."""
     now = [100.0]
     throttle = Throttle(limit=10, window=60.0, clock=lambda: now[0])
-    for n in range(10):
+    for _ in range(10):
         assert throttle.wait() == 0
         throttle.failed()
         now[0] += 1
