@@ -245,8 +245,10 @@ CREATE TABLE IF NOT EXISTS outbox.endpoint_slots (
 -- publish (counted: its new deliveries, shards 0-15), complete (uncounted:
 -- deliveries delivered or dead leave, shard -1), admin_retry_dead and
 -- admin_replay (counted: deliveries pending again, shard -1), discard_over
--- and endpoint_discard_pending (uncounted: deliveries discarded by the
--- endpoint's policy, shard -1), and the endpoint_backlog_rows trigger. A statement that makes a delivery
+-- (uncounted: deliveries the endpoint's policy discarded, shard -1),
+-- endpoint_discard_pending (uncounted, disable --drop in the application's
+-- transaction: on a producer's shard, as publish picks one), and the
+-- endpoint_backlog_rows trigger. A statement that makes a delivery
 -- undelivered, or finishes one, at a bounded endpoint belongs in this list.
 CREATE TABLE IF NOT EXISTS outbox.endpoint_backlog (
     endpoint_id  bigint NOT NULL,

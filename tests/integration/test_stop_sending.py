@@ -70,6 +70,26 @@ def test_disable_with_drop_discards_what_waits_and_says_how_many(conn: Conn) -> 
     assert row == (0,)
 
 
+def test_an_open_transaction_that_dropped_holds_up_no_dispatcher(dsn: str, conn: Conn) -> None:
+    """While the application's transaction that called disable(drop=True) stays open, a
+    dispatcher still records its results at that bounded endpoint and the maintainer's
+    discard runs (neither waits for it); once it commits, the counter adds up."""
+    hooks = _hooks(conn, max_pending=100, when_full="drop-oldest")
+    _publish(conn, 4)
+    first, second = claim(conn, [hooks], rows=2, requests=2)
+    assert endpoints.disable(conn, "hooks", drop=True) == 2  # not committed yet
+    with psycopg.connect(dsn, autocommit=True) as other:
+        other.execute("SET lock_timeout = '2s'")
+        finish(other, first)
+        other.execute(queries["discard_over"], {"ids": [hooks]}).fetchall()
+    conn.commit()
+    finish(conn, second, "pending")
+    assert _discard(conn, hooks) == [(hooks, "disabled", 1)]
+    assert _states(conn) == {"delivered": 1, "discarded": 3}
+    row = conn.execute("SELECT held FROM outbox.backlog_v1(%s)", (hooks,)).fetchone()
+    assert row == (0,)
+
+
 def test_what_is_made_meanwhile_is_discarded_and_nothing_brings_it_back(conn: Conn) -> None:
     """Publishes after disable --drop make deliveries the maintainer discards (reason
     disabled); replay, retry-now and dead retry count 0 and change nothing there."""

@@ -842,7 +842,10 @@ WHERE d.id = r.id AND d.state = 'pending';
 -- replaced by a younger one. So two maintainers at once (the lease changing
 -- hands) choose the same oldest rows and write each once: never more than
 -- needed, never one counted twice (each dispatcher counts the rows its own
--- statement wrote, which come back here). What was skipped, the next round sees.
+-- statement wrote, which come back here). A row another transaction holds is
+-- skipped too (SKIP LOCKED): a claim about to send it, or an application's
+-- disable(drop=True) whose transaction is still open, which the maintainer
+-- must never wait for. What was skipped, the next round sees.
 -- Discarded deliveries leave the --max-pending count (shard -1, locked after
 -- the deliveries and in endpoint order, as complete takes them). A keyed
 -- delivery discarded ahead of a parked one of its key hands nothing over:
@@ -910,7 +913,7 @@ locked AS MATERIALIZED (
     SELECT d.id FROM outbox.deliveries d
     WHERE d.id = ANY (ARRAY(SELECT x.id FROM doomed x)) AND d.state = 'pending'
     ORDER BY d.id
-    FOR NO KEY UPDATE OF d
+    FOR NO KEY UPDATE OF d SKIP LOCKED
 ),
 discarded AS (
     UPDATE outbox.deliveries d
@@ -948,7 +951,8 @@ SELECT endpoint_id, reason, n FROM counted ORDER BY endpoint_id, reason;
 -- moment of the discard, so that it shows as discarded for the retention's
 -- period before it goes; its last_error keeps the dead letter's, after the
 -- why. Rows locked in id order, as every writer of deliveries takes them; one
--- retried meanwhile is left alone.
+-- retried meanwhile, or held by another transaction (SKIP LOCKED: the
+-- maintainer never waits for one), is left alone, until the next round.
 WITH doomed AS MATERIALIZED (
     SELECT x.id
     FROM outbox.endpoints e
@@ -966,7 +970,7 @@ locked AS MATERIALIZED (
     SELECT d.id FROM outbox.deliveries d
     WHERE d.id = ANY (ARRAY(SELECT x.id FROM doomed x)) AND d.state = 'dead'
     ORDER BY d.id
-    FOR NO KEY UPDATE OF d
+    FOR NO KEY UPDATE OF d SKIP LOCKED
 ),
 discarded AS (
     UPDATE outbox.deliveries d

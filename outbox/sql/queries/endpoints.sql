@@ -139,8 +139,13 @@ FROM changed;
 -- Run again by enable before it clears dropping, so that nothing made while
 -- the endpoint dropped goes out after it (the dispatcher discards those about
 -- once a second; a few may be left). Returns how many. Rows locked in id
--- order first, as the dispatchers' statements take them; discarded
--- deliveries leave the --max-pending count (shard -1).
+-- order first, as the dispatchers' statements take them. Discarded
+-- deliveries leave the --max-pending count as a producer's would add to it:
+-- on one of the 16 producer shards that no other open transaction holds
+-- (SKIP LOCKED, as publish picks one; a shard may go below 0, the sum is the
+-- count). It runs in the caller's transaction, which may stay open a while:
+-- shard -1 is for short transactions, and every dispatcher's results (the
+-- complete statement) would wait behind it.
 WITH target AS MATERIALIZED (
     SELECT id FROM outbox.endpoints
     WHERE name = %(name)s AND removed_at IS NULL AND dropping
@@ -161,10 +166,18 @@ discarded AS (
     RETURNING d.id
 ),
 uncounted AS (
-    UPDATE outbox.endpoint_backlog b
-    SET undelivered = b.undelivered - (SELECT count(*) FROM discarded)
+    UPDATE outbox.endpoint_backlog s
+    SET undelivered = s.undelivered - (SELECT count(*) FROM discarded)
     FROM target t
-    WHERE b.endpoint_id = t.id AND b.shard = -1
+    CROSS JOIN LATERAL (
+        SELECT coalesce((SELECT b.shard FROM outbox.endpoint_backlog b
+                         WHERE b.endpoint_id = t.id AND b.shard >= 0
+                         ORDER BY b.shard = pg_backend_pid() %% 16 DESC, b.shard
+                         LIMIT 1
+                         FOR UPDATE SKIP LOCKED),
+                        pg_backend_pid() %% 16) AS shard) pick
+    WHERE s.endpoint_id = t.id AND s.shard = pick.shard
+      AND EXISTS (SELECT FROM discarded)
 )
 SELECT count(*) AS discarded FROM discarded;
 
