@@ -166,7 +166,7 @@ def add_endpoint(conn: Conn, spec: EndpointSpec) -> int:
         raise EndpointExists(spec.name) from exc
 
 
-def enabling(name: str, *, enabled: bool, reason: str | None = None, by: str | None = None,
+def enabling(name: str, *, enabled: bool, reason: str | None = None, by: str = "operator",
              drop: bool = False) -> Plan[int]:
     """Enable an endpoint by name (clearing why, by whom and how it was disabled) or disable
     it (``by``: ``operator`` or ``application``); returns how many deliveries were discarded.
@@ -196,7 +196,7 @@ def _discard_pending(name: str) -> Plan[int]:
 
 
 def set_enabled(conn: Conn, name: str, *, enabled: bool, reason: str | None = None,
-                by: str | None = None, drop: bool = False) -> int:
+                by: str = "operator", drop: bool = False) -> int:
     """Enable or disable an endpoint by name (see :func:`enabling`); the deliveries
     discarded."""
     return run(conn, enabling(name, enabled=enabled, reason=reason, by=by, drop=drop))

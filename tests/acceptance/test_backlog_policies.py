@@ -186,6 +186,8 @@ def test_stop_sending_from_the_command_line(dsn: str, receiver: Receiver, fleet:
     dispatcher = fleet.start()
     dispatcher.wait_status("/readyz", 200)
     assert run_outbox(dsn, "endpoints", "disable", "hooks").returncode == 0
+    [listed] = json.loads(run_outbox(dsn, "endpoints", "list", "--json").stdout)
+    assert (listed["dropping"], listed["disabled_by"]) == (False, "operator")
     with psycopg.connect(dsn) as conn:
         for _ in range(3):
             outbox.publish(conn, "order.created", {})
