@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
 import threading
 import time
 import uuid
@@ -152,6 +153,37 @@ def test_drop_oldest_holds_for_a_fleet_and_concurrent_publishers(
                 counted_by=[d.metric("outbox_dropped_total") for d in dispatchers])
     finally:
         held.set()
+
+
+def test_a_maintainer_frozen_and_woken_counts_nothing_twice(dsn: str, fleet: Fleet) -> None:
+    """The maintainer frozen (SIGSTOP) while publishers go on: the other dispatcher takes
+    the lease over and discards; the frozen one, woken, goes on as a member of the fleet. The
+    bound holds exactly, and the counts of both add up to the discarded rows. (Two looks at
+    once are tests/integration/test_drop_oldest.py's.)"""
+    add_endpoint(dsn, "http://127.0.0.1:9/", name="drops", max_pending=20,
+                 when_full="drop-oldest", enabled=False)
+    dispatchers = [fleet.start(), fleet.start()]
+    for dispatcher in dispatchers:
+        dispatcher.wait_status("/readyz", 200)
+    with Publishers(dsn, 2) as publishers:
+        first = wait_until(lambda: next((d for d in dispatchers
+                                         if d.metric("outbox_dropped_total")), None),
+                           15, "the maintainer's first discard")
+        other = next(d for d in dispatchers if d is not first)
+        first.signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: other.metric("outbox_dropped_total"), 30,
+                       "the other dispatcher to take the discarding over")
+        finally:
+            first.signal(signal.SIGCONT)
+        time.sleep(3.0)  # the woken one's next steps, beside its successor
+    assert publishers.errors == []
+    wait_until(lambda: _undelivered(dsn, "drops") == 20, 10, "the bound to hold again")
+    time.sleep(1.5)  # a last look by each, if any
+    discarded = len(_states(dsn, "drops")["discarded"])
+    assert sum(d.metric("outbox_dropped_total") for d in dispatchers) == discarded
+    assert _undelivered(dsn, "drops") == 20
+    assert discarded + 20 == publishers.published
 
 
 def test_a_tenant_past_its_bound_loses_only_its_own(dsn: str, fleet: Fleet) -> None:
