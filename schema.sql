@@ -244,7 +244,10 @@ CREATE TABLE IF NOT EXISTS outbox.endpoint_slots (
 -- backlog_v1 (publish's check, `outbox status`). Its writers, every one:
 -- publish (counted: its new deliveries, shards 0-15), complete (uncounted:
 -- deliveries delivered or dead leave, shard -1), admin_retry_dead and
--- admin_replay (counted: deliveries pending again, shard -1), and the
+-- admin_replay (counted: deliveries pending again, shard -1), discard_over
+-- (uncounted: deliveries the endpoint's policy discarded, shard -1),
+-- endpoint_discard_pending (uncounted, disable --drop in the application's
+-- transaction: on a producer's shard, as publish picks one), and the
 -- endpoint_backlog_rows trigger. A statement that makes a delivery
 -- undelivered, or finishes one, at a bounded endpoint belongs in this list.
 CREATE TABLE IF NOT EXISTS outbox.endpoint_backlog (
@@ -914,6 +917,35 @@ LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
                   LIMIT cap) f)
 $$;
 
+-- The backlog's policy (--when-full drop-oldest): whether an endpoint holds
+-- more undelivered deliveries than max_pending (its counter, backlog_v1), or
+-- one tenant more than per_tenant. A tenant's rows are counted only while the
+-- whole holds more than per_tenant (no tenant can before): an index lookup of
+-- 17 rows while the endpoint keeps within its bounds, one pass over its
+-- undelivered rows while it holds more than a tenant may. Version 20; the
+-- dispatcher's discard (discard_over) and a cold database's look
+-- (database_due) read it.
+CREATE OR REPLACE FUNCTION outbox.backlog_over_v1(endpoint_id bigint, max_pending bigint,
+                                                  per_tenant bigint)
+RETURNS TABLE (over boolean)
+LANGUAGE sql STABLE PARALLEL SAFE ROWS 1 AS $$
+    SELECT h.held OPERATOR(pg_catalog.>) max_pending
+        OR (h.held OPERATOR(pg_catalog.>) per_tenant
+            AND EXISTS (SELECT FROM (
+                            SELECT d.tenant FROM outbox.deliveries d
+                            WHERE d.endpoint_id OPERATOR(pg_catalog.=) backlog_over_v1.endpoint_id
+                              AND d.state OPERATOR(pg_catalog.=) 'pending'
+                              AND d.tenant IS NOT NULL
+                            UNION ALL
+                            SELECT d.tenant FROM outbox.deliveries d
+                            WHERE d.endpoint_id OPERATOR(pg_catalog.=) backlog_over_v1.endpoint_id
+                              AND d.state OPERATOR(pg_catalog.=) 'in_flight'
+                              AND d.tenant IS NOT NULL) u
+                        GROUP BY u.tenant
+                        HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) per_tenant))
+    FROM outbox.backlog_v1(backlog_over_v1.endpoint_id) h
+$$;
+
 -- Key order: the next delivery of this key and tenant (NULL: no tenant, a
 -- tenant of its own) for this endpoint after seq (0: the key's head, seqs
 -- start at 1) that has not finished: the one whose turn comes when the
@@ -965,6 +997,7 @@ GRANT EXECUTE ON FUNCTION
     outbox.tenant_turns_v1(bigint, timestamptz, text, boolean, integer, integer, integer),
     outbox.backlog_v1(bigint),
     outbox.tenant_backlog_v1(bigint, text, bigint),
+    outbox.backlog_over_v1(bigint, bigint, bigint),
     outbox.key_next_v1(bigint, text, text, bigint),
     outbox.event_matches_v1(text, timestamptz, text, text[], timestamptz, timestamptz, text)
     TO PUBLIC;

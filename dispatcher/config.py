@@ -80,8 +80,8 @@ class DispatcherConfig:
     allow_networks: tuple[str, ...] = ()
     """CIDRs or host names exempt from the block. Defaults to none."""
     retention: timedelta = timedelta(days=7)
-    """Delivered deliveries and finished events older than this are purged. Defaults to 7d;
-    0 turns purging off."""
+    """Delivered (and discarded) deliveries and finished events older than this are purged.
+    Defaults to 7d; 0 turns purging off."""
     log_format: Literal["text", "json"] = "text"
     """Log line format. Defaults to text."""
     log_level: str = "INFO"

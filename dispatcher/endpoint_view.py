@@ -94,8 +94,18 @@ class EndpointRow(NamedTuple):
     tenant: str | None  # the tenant it belongs to; None: every tenant's events go to it
     guarded: bool  # saved with its URL checked: the private-network guard applies always
     trace_context: bool  # False: neither traceparent nor tracestate goes out
+    drops_oldest: bool  # --when-full drop-oldest, with a --max-pending to drop to
+    dropping: bool  # disabled with --drop: what is made for it is discarded
+    keep_dead_seconds: float | None  # --keep-dead; None: dead letters are kept
     now: datetime  # the database's clock, for rotated secrets' overlaps
     version: str  # the row's xmin
+
+
+def _member(members: set[int], endpoint_id: int, belongs: bool) -> None:
+    if belongs:
+        members.add(endpoint_id)
+    else:
+        members.discard(endpoint_id)
 
 
 def _tls_files(row: EndpointRow) -> TlsFiles | None:
@@ -123,6 +133,8 @@ class EndpointView:
         self._renew: dict[int, datetime] = {}  # endpoint -> end of its next overlap
         self.digest: str | None = None
         self._longest_timeout = 0.0
+        self._discarding: set[int] = set()  # drop-oldest or dropping: discard_over's ids
+        self._keep_dead: set[int] = set()  # with --keep-dead: expire_dead's ids
 
     def current(self, digest: str, now: datetime) -> bool:
         """Nothing changed since the last update, and no overlap has ended since."""
@@ -160,6 +172,8 @@ class EndpointView:
         self._broken.pop(ep_id, None)
         self._versions.pop(ep_id, None)
         self._renew.pop(ep_id, None)
+        self._discarding.discard(ep_id)
+        self._keep_dead.discard(ep_id)
 
     def _load(self, row: EndpointRow) -> None:
         earlier = _earlier(row.name, row.previous_secrets, row.now)
@@ -185,6 +199,8 @@ class EndpointView:
             guarded=bool(row.guarded), trace_context=bool(row.trace_context))
         self._enabled[row.id] = bool(row.enabled)
         self._versions[row.id] = row.version
+        _member(self._discarding, row.id, bool(row.drops_oldest or row.dropping))
+        _member(self._keep_dead, row.id, row.keep_dead_seconds is not None)
         # Read again when the first overlap still running ends (its secret stops signing).
         renew = min((old.expires for old in earlier), default=None)
         if renew is None:
@@ -197,6 +213,15 @@ class EndpointView:
         if not self._enabled.get(endpoint_id) or endpoint_id in self._broken:
             return None
         return self.by_id.get(endpoint_id)
+
+    def discarding(self) -> list[int]:
+        """The endpoints whose policy discards pending deliveries (``--when-full drop-oldest``,
+        ``disable --drop``), by id: none, and the maintainer runs no statement for them."""
+        return sorted(self._discarding)
+
+    def keeping_dead(self) -> list[int]:
+        """The endpoints whose dead letters expire (``--keep-dead``), by id."""
+        return sorted(self._keep_dead)
 
     def problems(self, tls: Mapping[TlsFiles, str] | None = None) -> dict[str, str]:
         """Endpoint name -> why this process cannot serve it: a secret it cannot use, else

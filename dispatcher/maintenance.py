@@ -17,6 +17,11 @@ than a session advisory lock, which a frozen process would keep for ever):
 
 - rescue: expired leases of dead or frozen dispatchers back to pending;
 - sweep: deliveries of removed endpoints buried, orphaned parked rows unparked;
+- policies: what an endpoint's policy discards (``--when-full drop-oldest``
+  past a bound, everything at an endpoint disabled with ``--drop``), every
+  second, and dead letters kept longer than ``--keep-dead``, every minute;
+  each counted in ``outbox_dropped_total``. Only while some endpoint has such
+  a policy (the endpoint view knows): otherwise no statement at all;
 - retention: old finished rows purged in small batches.
 
 Fifty idle sidecars then cost one sidecar's sweeps, not fifty. Each step
@@ -52,6 +57,12 @@ from outbox.retention import apurge
 log = logging.getLogger("dispatcher.maintenance")
 ENDPOINT_REFRESH = 5.0
 RETENTION_PERIOD = 60.0
+DISCARD_PERIOD = 1.0
+"""Seconds between two rounds of the endpoints' discarding policies on the maintainer: a
+backlog past its drop-oldest bound is back within it about this long after the commit that
+passed it (the promise is 5 s; the rest is room for a slow round and a busy machine)."""
+EXPIRE_BATCH = 1000
+"""Dead letters discarded per endpoint and statement by ``--keep-dead``."""
 MAINTAINER_LEASE = 10.0
 """Seconds the maintainer lease lasts; renewed every MAINTAINER_RENEW seconds."""
 MAINTAINER_RENEW = 3.0
@@ -96,6 +107,8 @@ class Maintenance:
             _Step(HEARTBEAT, self.beat, fleet=False),
             _Step(max(0.5, min(lease / 2, 10.0)), self.rescue, fleet=True),
             _Step(ENDPOINT_REFRESH, self.sweep, fleet=True),
+            _Step(DISCARD_PERIOD, self.discard, fleet=True),
+            _Step(RETENTION_PERIOD, self.expire_dead, fleet=True),
         ]
         if config.retention.total_seconds() > 0:
             self._steps.append(_Step(RETENTION_PERIOD, self.purge, fleet=True))
@@ -162,6 +175,27 @@ class Maintenance:
         await self._db.fetch("heartbeat_sweep")
         if await self._db.fetch("unpark_orphans"):
             self._wake()
+
+    async def discard(self) -> None:
+        """Apply the endpoints' discarding policies (``discard_over``); nothing to run while
+        no endpoint has one."""
+        ids = self._endpoints.discarding()
+        if ids:
+            rows = await self._db.fetch("discard_over", {"ids": ids})
+            for endpoint_id, reason, count in rows:
+                self._metrics.dropped(self._endpoints.describe(endpoint_id), reason, int(count))
+
+    async def expire_dead(self) -> None:
+        """Discard the dead letters kept past their endpoint's ``--keep-dead``, a batch per
+        endpoint and statement until none is full; nothing to run while no endpoint has one."""
+        ids = self._endpoints.keeping_dead()
+        while ids:
+            rows = await self._db.fetch("expire_dead", {"ids": ids,
+                                                        "batch_size": EXPIRE_BATCH})
+            for endpoint_id, count in rows:
+                self._metrics.dropped(self._endpoints.describe(endpoint_id), "dead-expired",
+                                      int(count))
+            ids = [int(endpoint_id) for endpoint_id, count in rows if count >= EXPIRE_BATCH]
 
     async def purge(self) -> None:
         """The same code as `outbox purge`, on a connection of its own: its batches are

@@ -53,7 +53,11 @@ class EndpointStatus:
     """The --max-pending bound on pending plus in-flight deliveries; None: no bound."""
     problem: str | None = None
     """Why its deliveries do not go out, when something stops them: a secret the running
-    dispatchers cannot read, a circuit open since a time, a pause by 410 or an operator."""
+    dispatchers cannot read, a circuit open since a time, a pause by 410 or an operator,
+    a disable with drop."""
+    discarded: int = 0
+    """Deliveries discarded by the endpoint's policy that retention still keeps (not in
+    ``status --json``, whose keys are fixed; ``outbox_dropped_total`` counts them all)."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,9 @@ class RetryResult:
     skipped: dict[str, int] = field(default_factory=dict)
     """Dead letters chosen but not retried, by endpoint: it was removed (no dispatcher
     serves a removed endpoint; replay their events to a live one instead)."""
+    dropping_endpoints: list[str] = field(default_factory=list)
+    """Endpoints disabled with ``--drop`` whose dead letters were chosen: none is retried
+    there (nor counted), since what waits there is discarded."""
 
 
 @dataclass(frozen=True)
@@ -231,6 +238,8 @@ class ReplayResult:
     rerouted: int
     """Of the replayed events, how many were unrouted until now."""
     endpoint_enabled: bool
+    endpoint_dropping: bool = False
+    """The endpoint is disabled with ``--drop``: nothing is replayed there (nor skipped)."""
 
 
 def status(conn: psycopg.Connection[Any]) -> Status:
@@ -244,14 +253,21 @@ def status(conn: psycopg.Connection[Any]) -> Status:
                        delivered=delivered, dead=dead,
                        oldest_pending_seconds=round(float(oldest), 3), circuit=circuit,
                        max_pending=bound,
-                       problem=_problem(enabled, reason, circuit, opened, reported.get(name)))
+                       problem=_DROPPING if dropping else _problem(
+                           enabled, reason, circuit, opened, reported.get(name)),
+                       discarded=int(discarded or 0))
         for (_, name, enabled, pending, in_flight, delivered, dead, oldest, circuit, bound,
-             reason, opened) in rows
+             reason, opened, discarded, dropping) in rows
         if name is not None
     ]
     alive = max(int(beating), 1 if maintained else 0)
     return Status(endpoints=endpoints, unrouted=int(rows[0][0]) if rows else 0,
                   dispatchers=alive)
+
+
+_DROPPING = ("disabled with --drop: what is published for it is discarded "
+             "(`outbox endpoints enable` to receive again)")
+"""What stops an endpoint disabled with ``--drop``, before anything else."""
 
 
 def _problem(enabled: bool, reason: str | None, circuit: str, opened: datetime | None,
@@ -348,13 +364,15 @@ def retry_dead(conn: psycopg.Connection[Any], *, event_ids: Sequence[uuid.UUID] 
         endpoint_id = None
         if endpoint is not None:
             endpoint_id, _ = _live_endpoint(cur, endpoint)
-        retried, eligible, disabled, skipped, _ = _row(cur.execute(queries["admin_retry_dead"], {
+        retried, eligible, disabled, skipped, _, dropping = _row(cur.execute(
+            queries["admin_retry_dead"], {
             "endpoint_id": endpoint_id, "dry_run": dry_run,
             "event_ids": list(event_ids) if event_ids is not None else None,
             **_filter_params(cur, where)}))
     return RetryResult(retried=int(eligible if dry_run else retried),
                        disabled_endpoints=list(disabled),
-                       skipped={str(name): int(n) for name, n in json.loads(skipped)})
+                       skipped={str(name): int(n) for name, n in json.loads(skipped)},
+                       dropping_endpoints=list(dropping))
 
 
 def discard_dead(conn: psycopg.Connection[Any], *,
@@ -412,13 +430,14 @@ def replay(conn: psycopg.Connection[Any], endpoint: str, *,
             missing = cur.execute(queries["admin_missing_events"], params).fetchall()
             if missing:
                 raise EventsNotFound([m[0] for m in missing])
-        chosen, inserted, fresh, rerouted, enabled, _ = _row(
+        chosen, inserted, fresh, rerouted, enabled, _, dropping = _row(
             cur.execute(queries["admin_replay"], params))
         if enabled is None:  # removed between the lookup and the insert
             raise EndpointNotFound(endpoint)
     replayed = int(fresh if dry_run else inserted)
-    return ReplayResult(replayed=replayed, skipped=int(chosen) - replayed,
-                        rerouted=int(rerouted), endpoint_enabled=bool(enabled))
+    return ReplayResult(replayed=replayed, skipped=0 if dropping else int(chosen) - replayed,
+                        rerouted=int(rerouted), endpoint_enabled=bool(enabled),
+                        endpoint_dropping=bool(dropping))
 
 
 def _one_selector(event_ids: Sequence[uuid.UUID] | None, endpoint: str | None,

@@ -1,13 +1,15 @@
-"""Retention: delete old delivered deliveries and the events nothing needs any more.
+"""Retention: delete old finished deliveries and the events nothing needs any more.
 
 Used by ``outbox purge`` and by the dispatcher's ``--retention`` setting.
 
-What goes: delivered deliveries whose ``finished_at`` is older than the
-cutoff, then events created before the cutoff that have no delivery left
-(old unrouted events included). What stays: pending and in-flight
-deliveries, dead letters, and the events of all of those. Dead letters are
-kept until an operator retries them (``outbox dead retry``; once delivered
-they age out like any other delivery) or deletes them by hand.
+What goes: delivered deliveries, and those discarded by their endpoint's
+policy, whose ``finished_at`` is older than the cutoff, then events created
+before the cutoff that have no delivery left (old unrouted events included).
+What stays: pending and in-flight deliveries, dead letters, and the events of
+all of those. Dead letters are kept until an operator retries them (``outbox
+dead retry``; once delivered they age out like any other delivery) or deletes
+them by hand, or, at an endpoint with ``--keep-dead``, until the
+dispatcher's maintainer discards them (after which they age out too).
 
 The work goes in small batches, each its own short transaction, so that a
 large purge never holds many row locks or an old snapshot (which would keep
@@ -54,7 +56,7 @@ _NIL = str(uuid.UUID(int=0))
 @dataclass(frozen=True)
 class PurgeResult:
     deliveries: int
-    """Delivered deliveries deleted."""
+    """Finished deliveries deleted: delivered, or discarded by the endpoint's policy."""
     events: int
     """Events deleted."""
     inbox: int = 0
@@ -106,11 +108,10 @@ def _plan(older_than: timedelta, batch_size: int, inbox: bool) -> Plan:
     deliveries = 0
     for endpoint_id in endpoint_ids:
         while True:
-            rows = yield [(queries["purge_delivered_batch"],
-                           {**base, "endpoint_id": endpoint_id})]
-            deleted = int(rows[0][0])
-            deliveries += deleted
-            if deleted < batch_size:
+            rows = yield [(queries["purge_finished_batch"], {**base, "endpoint_id": endpoint_id})]
+            delivered, discarded = int(rows[0][0]), int(rows[0][1])
+            deliveries += delivered + discarded
+            if delivered < batch_size and discarded < batch_size:
                 break
 
     events = 0
@@ -164,7 +165,7 @@ def _idle(status: psycopg.pq.TransactionStatus) -> None:
 
 def purge(conn: psycopg.Connection[Any], older_than: timedelta,
           batch_size: int = DEFAULT_BATCH_SIZE, *, inbox: bool = False) -> PurgeResult:
-    """Delete delivered deliveries and unneeded events older than ``older_than``.
+    """Delete delivered (and discarded) deliveries and unneeded events older than ``older_than``.
 
     ``inbox``: inbox records processed before then too. Commits after each
     batch; the connection must not be inside a transaction.

@@ -4,7 +4,8 @@ Users' dashboards and alert rules depend on these names, so they are spelled
 out once here and nowhere else. Two kinds of numbers:
 
 - Events the delivery loop reports as they happen (attempts, deliveries,
-  failures, dead letters): counters and histograms, updated in memory.
+  failures, dead letters), and the deliveries the maintainer discards by an
+  endpoint's policy: counters and histograms, updated in memory.
 - The backlog (``outbox_pending``, ``outbox_oldest_pending_seconds``, and of
   its tenants ``outbox_tenants_due`` and ``outbox_tenant_pending_max``) and the
   circuits (``outbox_circuit_open``) and whether each endpoint is enabled
@@ -65,6 +66,9 @@ from outbox.sql import SCHEMA_VERSION, queries
 
 REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")
 """The values of the ``reason`` label; anything else is counted as ``other``."""
+DROP_REASONS = ("backlog-full", "disabled", "dead-expired")
+"""The values of ``outbox_dropped_total``'s ``reason``: which policy of the endpoint
+discarded the delivery (``--when-full drop-oldest``, ``disable --drop``, ``--keep-dead``)."""
 
 # One HTTP attempt: a local webhook answers in milliseconds, a slow one runs
 # into its timeout (10 s by default); +Inf catches longer timeouts.
@@ -225,6 +229,12 @@ class Metrics:
         self._dead = Counter(
             "outbox_dead_letters_total", "Deliveries dead-lettered, per endpoint.",
             ["endpoint"], registry=None)
+        self._dropped = Counter(
+            "outbox_dropped_total",
+            "Deliveries discarded by the endpoint's policy, per endpoint and reason: "
+            "backlog-full (--when-full drop-oldest), disabled (disable --drop), dead-expired "
+            "(--keep-dead). Counted once, by the dispatcher that discarded them.",
+            ["endpoint", "reason"], registry=None)
         self._resent = Counter(
             "outbox_requests_resent_total",
             "Requests sent again at once on a new connection, per endpoint: the reused "
@@ -239,8 +249,8 @@ class Metrics:
             "successful delivery.",
             ["endpoint"], buckets=LAG_BUCKETS, registry=None)
         self.registry.register(_Instruments(
-            (self._delivered, self._failures, self._dead, self._resent, self._duration,
-             self._lag)))
+            (self._delivered, self._failures, self._dead, self._dropped, self._resent,
+             self._duration, self._lag)))
         self.registry.register(_Backlog(self))
         self.horizon = HorizonWatch(clock, stale_after)
         self.registry.register(HorizonCollector(self.horizon))
@@ -279,6 +289,11 @@ class Metrics:
         """One delivery was dead-lettered."""
         self._dead.labels(endpoint).inc()
 
+    def dropped(self, endpoint: str, reason: str, count: int) -> None:
+        """``count`` deliveries were discarded by the endpoint's policy (``reason``, one of
+        :data:`DROP_REASONS`)."""
+        self._dropped.labels(endpoint, reason).inc(count)
+
     def resent(self, endpoint: str) -> None:
         """One request went twice: the reused connection closed before answering."""
         self._resent.labels(endpoint).inc()
@@ -297,6 +312,8 @@ class Metrics:
             self._lag.labels(name)
             for reason in REASONS:
                 self._failures.labels(name, reason)
+            for reason in DROP_REASONS:
+                self._dropped.labels(name, reason)
 
     # -- the backlog, measured at scrape time --------------------------------
 

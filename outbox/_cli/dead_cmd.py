@@ -112,6 +112,9 @@ def run_retry(args: argparse.Namespace) -> int:
     for name in result.disabled_endpoints:
         print(f"endpoint {name!r} is disabled: its retried deliveries wait until it is enabled",
               file=sys.stderr)
+    for name in result.dropping_endpoints:
+        print(f"endpoint {name!r} is disabled with --drop: its dead letters are not retried "
+              "(nor counted) until it is enabled", file=sys.stderr)
     return common.EXIT_OK
 
 

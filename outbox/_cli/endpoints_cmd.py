@@ -74,9 +74,15 @@ def register(sub: Any) -> None:
                        "show endpoints with their limits (never their secrets)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     listing.add_argument("--tenant", metavar="TENANT", help="only the endpoints of this tenant")
-    for name, func, text in (("enable", _enable, "resume deliveries to an endpoint"),
-                             ("disable", _disable, "hold deliveries to an endpoint")):
-        _command(commands, name, func, text).add_argument("name", metavar="NAME")
+    _command(commands, "enable", _enable, "resume deliveries to an endpoint").add_argument(
+        "name", metavar="NAME")
+    disable = _command(commands, "disable", _disable,
+                       "hold deliveries to an endpoint (with --drop: stop sending to it)")
+    disable.add_argument("name", metavar="NAME")
+    disable.add_argument("--drop", action="store_true",
+                         help="stop sending: requests in flight finish, its pending deliveries "
+                         "are discarded now (the number is printed), and so is every delivery "
+                         "made for it until it is enabled")
     retry = _command(commands, "retry-now", _retry_now,
                      "make an endpoint's pending deliveries due now and its open circuit "
                      "half-open (once it is fixed)")
@@ -232,16 +238,27 @@ def _warn_about_files(spec: EndpointSpec, *, cli: bool) -> None:
 
 def _enable(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
-        store.set_enabled(conn, args.name, enabled=True)
-    print(f"enabled endpoint {args.name}")
+        late = store.set_enabled(conn, args.name, enabled=True)
+    suffix = (f"; {late} deliveries made while it was disabled with --drop were discarded"
+              if late else "")
+    print(f"enabled endpoint {args.name}{suffix}")
     return common.EXIT_OK
 
 
 def _disable(args: argparse.Namespace) -> int:
+    reason = "disabled by an operator" + (", dropping what is published for it"
+                                          if args.drop else "")
     with common.connect(args) as conn:
-        store.set_enabled(conn, args.name, enabled=False,
-                          reason="disabled by an operator")
-    print(f"disabled endpoint {args.name}; its deliveries wait until it is enabled again")
+        discarded = store.set_enabled(conn, args.name, enabled=False, reason=reason,
+                                      by="operator", drop=args.drop)
+    if not args.drop:
+        print(f"disabled endpoint {args.name}; its deliveries wait until it is enabled again")
+        return common.EXIT_OK
+    # The number alone on stdout, for scripts, as retry-now prints its own.
+    print(discarded)
+    print(f"disabled endpoint {args.name} and discarded its {discarded} pending deliveries; "
+          "requests in flight finish, and what is published for it is discarded until it is "
+          "enabled", file=sys.stderr)
     return common.EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""``outbox purge``: delete old delivered deliveries and the events nothing needs any more."""
+"""``outbox purge``: delete old finished deliveries and the events nothing needs any more."""
 
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ def duration(text: str) -> timedelta:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
-        "purge", help="delete delivered deliveries, events and inbox records older than a "
-        "duration",
-        description="Delete delivered deliveries finished more than DURATION ago, then events "
+        "purge", help="delete delivered or discarded deliveries, events and inbox records "
+        "older than a duration",
+        description="Delete delivered deliveries, and those discarded by their endpoint's "
+        "policy, finished more than DURATION ago, then events "
         "created more than DURATION ago that have no delivery left (old unrouted events "
         "included), and inbox records (event ids a receiver processed) older than DURATION: "
         "a delivery of such an event that arrives later is processed again. Pending and "
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             result = retention.purge(conn, args.older_than, inbox=True)
     verb = "would purge" if args.dry_run else "purged"
-    print(f"{verb} {counted(result.deliveries, 'delivered delivery', 'delivered deliveries')}, "
+    finished = counted(result.deliveries, "delivered or discarded delivery",
+                       "delivered or discarded deliveries")
+    print(f"{verb} {finished}, "
           f"{counted(result.events, 'event')} and {counted(result.inbox, 'inbox record')}")
     return common.EXIT_OK

@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     if result.skipped:
         line += f" ({result.skipped} skipped: already pending or in flight there)"
     print(line)
+    if result.endpoint_dropping:
+        print(f"endpoint {args.endpoint!r} is disabled with --drop: nothing is replayed there "
+              "until it is enabled", file=sys.stderr)
     if not result.endpoint_enabled and result.replayed and not args.dry_run:
         print(f"endpoint {args.endpoint!r} is disabled: the deliveries wait until it is enabled",
               file=sys.stderr)

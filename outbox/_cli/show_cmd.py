@@ -91,6 +91,8 @@ def as_text(story: history.EventStory) -> list[str]:
         if unrecorded > 0:
             lines.append(f"  ({counted(unrecorded, 'earlier attempt')} without a record: "
                          "made before the history existed, or cut off)")
-        if d.state == "dead" and d.last_error and not any(a.error for a in d.history):
+        # A discarded delivery always says why (its endpoint's policy), whatever it tried.
+        if d.last_error and (d.state == "discarded"
+                             or (d.state == "dead" and not any(a.error for a in d.history))):
             lines.append(f"  last error: {' '.join(d.last_error.split())}")
     return lines

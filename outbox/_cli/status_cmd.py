@@ -114,11 +114,13 @@ def _show(conn: Any, *, as_json: bool, tenants: bool = False) -> None:
         shown = shapes.status(result, holder, backlogs)
         common.print_json(shown)
         return
+    # The discarded column only where an endpoint's policy discarded something.
+    discarding = any(e.discarded for e in result.endpoints)
     common.print_table(
         ["endpoint", "state", "circuit", "pending", "in flight", "bound", "delivered", "dead",
-         "oldest pending"],
+         *(["discarded"] if discarding else []), "oldest pending"],
         [(e.name, "enabled" if e.enabled else "disabled", e.circuit, e.pending, e.in_flight,
-          _bound(e), e.delivered, e.dead,
+          _bound(e), e.delivered, e.dead, *([e.discarded] if discarding else []),
           format_age(e.oldest_pending_seconds) if e.pending else "-")
          for e in result.endpoints],
     )
@@ -137,6 +139,10 @@ def _show(conn: Any, *, as_json: bool, tenants: bool = False) -> None:
     if any(e.delivered for e in result.endpoints):
         print("delivered: the deliveries retention still keeps (the dispatcher purges them "
               "after its --retention); outbox_delivered_total counts them all")
+    if discarding:
+        print("discarded: deliveries the endpoint's policy dropped (--when-full drop-oldest, "
+              "disable --drop, --keep-dead) that retention still keeps; outbox_dropped_total "
+              "counts them all")
     print(f"unrouted events: {result.unrouted}")
     if result.dispatchers:
         print(f"dispatchers alive: {result.dispatchers}")

@@ -30,7 +30,10 @@ def status(result: admin.Status, holder: admin.HorizonHolder | None,
            backlogs: Sequence[admin.TenantBacklog] | None = None) -> dict[str, Any]:
     """``status --json`` (``backlogs``: with ``--tenants``)."""
     shown: dict[str, Any] = {
-        "endpoints": [asdict(e) for e in result.endpoints],
+        # The endpoints' keys are the documented ones and those the project added before;
+        # the count of discarded deliveries is the table's only.
+        "endpoints": [{k: v for k, v in asdict(e).items() if k != "discarded"}
+                      for e in result.endpoints],
         "unrouted": result.unrouted,
         "dispatchers": result.dispatchers,
         "horizon": None if holder is None else asdict(holder),

@@ -199,14 +199,23 @@ async def aremove(conn: Any, name: str, *, force: bool = False,
     return await _store.arun(conn, _removing(name, force, as_tenant))
 
 
-def _enabling(name: str, enabled: bool, as_tenant: object) -> _store.Plan[None]:
+def _enabling(name: str, enabled: bool, as_tenant: object, *,
+              drop: object = False) -> _store.Plan[int]:
     return _store.enabling(_args.name(name), enabled=enabled,
-                           reason=None if enabled else DISABLED_REASON,
-                           as_tenant=_args.guard(as_tenant))
+                           reason=None if enabled else _reason(drop), by="application",
+                           drop=bool(drop), as_tenant=_args.guard(as_tenant))
+
+
+def _reason(drop: object) -> str:
+    """Why the endpoint is disabled, as its ``disabled_reason`` says; ``drop`` checked first."""
+    if not isinstance(drop, bool):
+        raise InvalidEndpoint(f"must be True or False, not {drop!r}", "drop")
+    return DISABLED_REASON + (", dropping what is published for it" if drop else "")
 
 
 def enable(conn: Any, name: str, *, as_tenant: str | None = None) -> None:
-    """Resume deliveries to the endpoint (what waited while it was disabled goes out)."""
+    """Resume deliveries to the endpoint (what waited while it was disabled goes out; after
+    ``disable(..., drop=True)``, what is published from now on)."""
     _store.run(conn, _enabling(name, True, as_tenant))
 
 
@@ -215,14 +224,21 @@ async def aenable(conn: Any, name: str, *, as_tenant: str | None = None) -> None
     await _store.arun(conn, _enabling(name, True, as_tenant))
 
 
-def disable(conn: Any, name: str, *, as_tenant: str | None = None) -> None:
-    """Hold deliveries to the endpoint; what is published meanwhile waits for it."""
-    _store.run(conn, _enabling(name, False, as_tenant))
+def disable(conn: Any, name: str, *, drop: bool = False, as_tenant: str | None = None) -> int:
+    """Hold deliveries to the endpoint; what is published meanwhile waits for it.
+
+    ``drop=True``: stop sending instead. Requests in flight finish; the
+    endpoint's pending deliveries are discarded now (returns how many; 0 without
+    ``drop``), and every delivery made for it until :func:`enable` is discarded
+    by the dispatcher. A later plain ``disable`` makes it a pause again.
+    """
+    return _store.run(conn, _enabling(name, False, as_tenant, drop=drop))
 
 
-async def adisable(conn: Any, name: str, *, as_tenant: str | None = None) -> None:
+async def adisable(conn: Any, name: str, *, drop: bool = False,
+                   as_tenant: str | None = None) -> int:
     """The async twin of :func:`disable`."""
-    await _store.arun(conn, _enabling(name, False, as_tenant))
+    return await _store.arun(conn, _enabling(name, False, as_tenant, drop=drop))
 
 
 def _retrying(name: str, tenant: object, as_tenant: object) -> _store.Plan[_store.RetryNow]:

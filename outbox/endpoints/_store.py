@@ -216,19 +216,42 @@ def add_endpoint(conn: Conn, spec: EndpointSpec) -> int:
         raise EndpointExists(spec.name) from exc
 
 
-def enabling(name: str, *, enabled: bool, reason: str | None = None,
-             as_tenant: str | None = None) -> Plan[None]:
-    """Enable (clearing the disabled reason) or disable an endpoint by name."""
+def enabling(name: str, *, enabled: bool, reason: str | None = None, by: str = "operator",
+             drop: bool = False, as_tenant: str | None = None) -> Plan[int]:
+    """Enable an endpoint by name (clearing why, by whom and how it was disabled) or disable
+    it (``by``: ``operator`` or ``application``); returns how many deliveries were discarded.
+
+    ``drop`` (disabling): stop sending: its pending deliveries are discarded now, and the
+    dispatchers discard whatever is made for it until it is enabled. Enabling an endpoint
+    so disabled first discards what was made for it that they have not discarded yet, so
+    that only what is published afterwards goes out. ``as_tenant``: that tenant's endpoint
+    only (another is not found, and nothing changes).
+    """
     yield from _lock()
+    discarded = 0
+    if enabled:
+        discarded = yield from _discard_pending(name, as_tenant)
     params = {"name": name, "enabled": enabled, "reason": None if enabled else reason,
+              "by": None if enabled else by, "drop": drop and not enabled,
               "as_tenant": as_tenant}
     if not (yield queries["endpoint_set_enabled"], params):
         raise EndpointNotFound(name)
+    if drop and not enabled:
+        discarded = yield from _discard_pending(name, as_tenant)
+    return discarded
 
 
-def set_enabled(conn: Conn, name: str, *, enabled: bool, reason: str | None = None) -> None:
-    """Enable (clearing the disabled reason) or disable an endpoint by name."""
-    run(conn, enabling(name, enabled=enabled, reason=reason))
+def _discard_pending(name: str, as_tenant: str | None = None) -> Plan[int]:
+    """The pending deliveries of the endpoint, while it drops them, discarded; how many."""
+    rows = yield queries["endpoint_discard_pending"], {"name": name, "as_tenant": as_tenant}
+    return int(rows[0]["discarded"])
+
+
+def set_enabled(conn: Conn, name: str, *, enabled: bool, reason: str | None = None,
+                by: str = "operator", drop: bool = False) -> int:
+    """Enable or disable an endpoint by name (see :func:`enabling`); the deliveries
+    discarded."""
+    return run(conn, enabling(name, enabled=enabled, reason=reason, by=by, drop=drop))
 
 
 class RetryNow(NamedTuple):

@@ -4,7 +4,7 @@
 -- them. No DDL, no new endpoints.
 GRANT USAGE ON SCHEMA outbox TO {role};
 GRANT SELECT ON outbox.schema_version, outbox.endpoints TO {role};
-GRANT UPDATE (enabled, disabled_reason, updated_at) ON outbox.endpoints TO {role};
+GRANT UPDATE (enabled, disabled_reason, disabled_by, updated_at) ON outbox.endpoints TO {role};
 GRANT SELECT, DELETE ON outbox.events TO {role};
 GRANT SELECT, UPDATE, DELETE ON outbox.deliveries TO {role};
 GRANT SELECT, INSERT, DELETE ON outbox.attempts TO {role};

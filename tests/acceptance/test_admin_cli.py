@@ -244,12 +244,14 @@ def test_purge_deletes_old_delivered_and_keeps_dead_and_pending(
     aged = {name: age_event(conn, event, days=8) for name, event in scene.items()}
     result = outbox(dsn, "purge", "--older-than", "7d")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "purged 1 delivered delivery, 2 events and 0 inbox records"
+    assert result.stdout.strip() == ("purged 1 delivered or discarded delivery, 2 events and 0 "
+                                     "inbox records")
     assert count(conn, "events") == 3
     assert [d[1] for d in deliveries(conn, aged["dead"])] == ["dead"]
     assert [d[1] for d in deliveries(conn, aged["pending"])] == ["pending"]
     again = outbox(dsn, "purge", "--older-than", "7d")
-    assert again.stdout.strip() == "purged 0 delivered deliveries, 0 events and 0 inbox records"
+    assert again.stdout.strip() == ("purged 0 delivered or discarded deliveries, 0 events and 0 "
+                                    "inbox records")
 
 
 def test_purge_dry_run_counts_what_purge_then_deletes_and_deletes_nothing(
@@ -263,7 +265,8 @@ def test_purge_dry_run_counts_what_purge_then_deletes_and_deletes_nothing(
     before = snapshot(conn)
     dry = outbox(dsn, "purge", "--older-than", "7d", "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert dry.stdout.strip() == "would purge 1 delivered delivery, 2 events and 0 inbox records"
+    assert dry.stdout.strip() == ("would purge 1 delivered or discarded delivery, 2 events and 0 "
+                                  "inbox records")
     assert snapshot(conn) == before
     zero = outbox(dsn, "purge", "--older-than", "0")
     assert zero.returncode == 2
@@ -272,7 +275,8 @@ def test_purge_dry_run_counts_what_purge_then_deletes_and_deletes_nothing(
         "nearly everything, say so with a duration such as 1s)" in zero.stderr
     assert snapshot(conn) == before
     done = outbox(dsn, "purge", "--older-than", "7d")
-    assert done.stdout.strip() == "purged 1 delivered delivery, 2 events and 0 inbox records"
+    assert done.stdout.strip() == ("purged 1 delivered or discarded delivery, 2 events and 0 "
+                                   "inbox records")
 
 
 def test_unreachable_database_is_exit_1_in_one_line(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def test_purge_removes_inbox_records_older_than_the_duration(dsn: str) -> None:
     record(dsn, "new-1", days_ago=1)
     result = run_outbox(dsn, "purge", "--older-than", "7d")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == ("purged 0 delivered deliveries, 0 events "
+    assert result.stdout.strip() == ("purged 0 delivered or discarded deliveries, 0 events "
                                      "and 3 inbox records")
     assert remaining(dsn) == ["new-1"]
 

@@ -108,7 +108,29 @@ def test_a_pause_for_410_is_written_with_the_results(
         dsn: str, conn: psycopg.Connection[Any]) -> None:
     """The completer writes an endpoint's 410 pause beside the results: the one writer."""
     [row] = claimed(conn, 1)
+    _gone(dsn, row)
+    paused = conn.execute("SELECT enabled, disabled_reason, disabled_by "
+                          "FROM outbox.endpoints").fetchone()
+    assert paused == (False, "410 Gone at 2026-12-01T00:00:00+00:00", "gone")
+    assert states(conn) == {"dead": 1}
 
+
+def test_a_410_after_a_disable_keeps_who_disabled_it_and_how(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """A request in flight answered 410 after an operator's disable --drop leaves the endpoint
+    as the operator left it: disabled by the operator, dropping."""
+    [row] = claimed(conn, 1)
+    conn.execute("UPDATE outbox.endpoints SET enabled = false, disabled_by = 'operator', "
+                 "disabled_reason = 'disabled by an operator', dropping = true")
+    conn.commit()
+    _gone(dsn, row)
+    paused = conn.execute("SELECT enabled, disabled_reason, disabled_by, dropping "
+                          "FROM outbox.endpoints").fetchone()
+    assert paused == (False, "disabled by an operator", "operator", True)
+
+
+def _gone(dsn: str, row: tuple[Any, ...]) -> None:
+    """The completer records the claimed row dead on a 410, and the endpoint's pause."""
     async def scenario() -> None:
         completer = Completer(Database(dsn, Health(), "complete"), Leases(30, lambda: 0.0),
                               lambda: None, asyncio.Event())
@@ -116,6 +138,3 @@ def test_a_pause_for_410_is_written_with_the_results(
         await write(completer, [Record(row[ID], row[TOKEN], "dead", status=410)])
 
     asyncio.run(scenario())
-    paused = conn.execute("SELECT enabled, disabled_reason FROM outbox.endpoints").fetchone()
-    assert paused == (False, "410 Gone at 2026-12-01T00:00:00+00:00")
-    assert states(conn) == {"dead": 1}

@@ -110,6 +110,7 @@ _CALLS: dict[str, str] = {
     "tenant_turns_v1": "1::bigint, now(), 't', false, 4, 2, 16",
     "backlog_v1": "1::bigint",
     "tenant_backlog_v1": "1::bigint, 't', 5::bigint",
+    "backlog_over_v1": "1::bigint, 10::bigint, 5::bigint",
     "key_next_v1": "1::bigint, 'k', 't', 9::bigint",
     "event_matches_v1": "'a.b', now(), 't', '{a.%}'::text[], now(), now(), 't'",
 }

@@ -32,6 +32,8 @@ _STATEMENTS: dict[QueryName, dict[str, Any]] = {
                 "idempotency_keys": "[]", "delays": "[]", "traceparents": "[]",
                 "tracestates": "[]", "tenants": "[]"},
     "admin_tenant_backlogs": {"per_endpoint": 5, "endpoint": None},
+    "discard_over": {"ids": [1]},
+    "database_due": {},
     "web_endpoint_circuit": {"name": "e"},
     "admin_dead_list": {"endpoint": None, "types": ["order.%"], "since": None, "until": None,
                         "failed_since": None, "limit": 10, "tenant": None, "before_at": None,

@@ -50,7 +50,7 @@ def set_state(conn: psycopg.Connection[Any], event_id: uuid.UUID, endpoint: str,
                lease_expires_at = CASE WHEN %(state)s = 'in_flight'
                                        THEN now() + interval '1 minute' END,
                last_error = %(error)s, last_status = %(status)s,
-               finished_at = CASE WHEN %(state)s IN ('delivered', 'dead')
+               finished_at = CASE WHEN %(state)s IN ('delivered', 'dead', 'discarded')
                                   THEN now() - %(ago)s::interval END
         FROM outbox.endpoints e
         WHERE e.id = d.endpoint_id AND e.name = %(endpoint)s AND d.event_id = %(event_id)s

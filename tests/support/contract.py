@@ -13,6 +13,7 @@ METRICS = {
     "outbox_endpoint_enabled": ("gauge", {"endpoint"}),
     "outbox_delivery_duration_seconds": ("histogram", {"endpoint"}),
     "outbox_delivery_lag_seconds": ("histogram", {"endpoint"}),
+    "outbox_dropped_total": ("counter", {"endpoint", "reason"}),
 }
 # Metrics the project adds beside the documented ones (docs/production.md, "Metrics and health").
 PROJECT_METRICS = {
@@ -34,3 +35,4 @@ MANY_METRICS = {
 # The standard collectors' series every Python exporter has (names' prefixes).
 STANDARD_PREFIXES = ("process_", "python_")
 FAILURE_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "other")
+DROP_REASONS = ("backlog-full", "disabled", "dead-expired")

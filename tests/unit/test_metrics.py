@@ -5,11 +5,24 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from dispatcher.observe.metrics import DURATION_BUCKETS, LAG_BUCKETS, REASONS, BacklogRow, Metrics
+from dispatcher.observe.metrics import DROP_REASONS as METRIC_DROP_REASONS
+from dispatcher.observe.metrics import (
+    DURATION_BUCKETS,
+    LAG_BUCKETS,
+    REASONS,
+    BacklogRow,
+    Metrics,
+)
 from outbox import __version__
 from outbox.sql import SCHEMA_VERSION
 from tests.support.clock import FakeClock
-from tests.support.contract import FAILURE_REASONS, METRICS, PROJECT_METRICS, STANDARD_PREFIXES
+from tests.support.contract import (
+    DROP_REASONS,
+    FAILURE_REASONS,
+    METRICS,
+    PROJECT_METRICS,
+    STANDARD_PREFIXES,
+)
 
 CONTRACT = METRICS
 CONTRACT_REASONS = FAILURE_REASONS
@@ -43,6 +56,7 @@ def exercised() -> Metrics:
     metrics.delivered("workflow", 0.3)
     metrics.failed("workflow", "http_5xx")
     metrics.dead("workflow")
+    metrics.dropped("workflow", "backlog-full", 2)
     metrics.record_backlog([BacklogRow("workflow", 3, 12.5)])
     return metrics
 
@@ -120,6 +134,19 @@ def test_verbs_count_what_they_say() -> None:
     assert value(metrics, "outbox_delivery_lag_seconds_count", endpoint="a") == 3
 
 
+def test_dropped_counts_each_reason_apart() -> None:
+    """dropped adds its count to the endpoint's series of that reason, the documented three."""
+    metrics = Metrics()
+    metrics.dropped("a", "backlog-full", 3)
+    metrics.dropped("a", "backlog-full", 2)
+    metrics.dropped("a", "disabled", 1)
+    metrics.dropped("b", "dead-expired", 4)
+    assert value(metrics, "outbox_dropped_total", endpoint="a", reason="backlog-full") == 5
+    assert value(metrics, "outbox_dropped_total", endpoint="a", reason="disabled") == 1
+    assert value(metrics, "outbox_dropped_total", endpoint="b", reason="dead-expired") == 4
+    assert set(METRIC_DROP_REASONS) == set(DROP_REASONS)
+
+
 def test_unknown_reason_counts_as_other() -> None:
     """A reason outside the documented five is counted as other, keeping labels bounded."""
     metrics = Metrics()
@@ -142,6 +169,8 @@ def test_known_endpoints_start_every_series_at_zero() -> None:
                          endpoint=endpoint, reason=reason) == 0
         assert value(metrics, "outbox_delivery_duration_seconds_count", endpoint=endpoint) == 0
         assert value(metrics, "outbox_delivery_lag_seconds_count", endpoint=endpoint) == 0
+        for reason in DROP_REASONS:
+            assert value(metrics, "outbox_dropped_total", endpoint=endpoint, reason=reason) == 0
 
 
 def test_duration_buckets_span_milliseconds_to_thirty_seconds() -> None:

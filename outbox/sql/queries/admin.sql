@@ -9,12 +9,15 @@
 -- table itself is never scanned. The oldest pending age needs created_at, a
 -- heap column, so only the pending rows' heap tuples are visited. The LEFT JOIN
 -- keeps one row (with a NULL name) when no live endpoint exists, so that the
--- unrouted count always comes back.
+-- unrouted count always comes back. Discarded deliveries (by the endpoint's
+-- policy) are counted through deliveries_discarded, and whether the endpoint
+-- drops what is made for it (disable --drop) comes along.
 SELECT u.unrouted, ep.name, ep.enabled, ep.pending, ep.in_flight, ep.delivered, ep.dead,
-       ep.oldest_pending_seconds, ep.circuit, ep.max_pending, ep.disabled_reason, ep.opened_at
+       ep.oldest_pending_seconds, ep.circuit, ep.max_pending, ep.disabled_reason, ep.opened_at,
+       ep.discarded, ep.dropping
 FROM (SELECT count(*) AS unrouted FROM outbox.events WHERE unrouted) AS u
 LEFT JOIN LATERAL (
-    SELECT e.name, e.enabled, e.max_pending, e.disabled_reason, p.pending,
+    SELECT e.name, e.enabled, e.max_pending, e.disabled_reason, e.dropping, p.pending,
            p.oldest_pending_seconds,
            coalesce((SELECT s.circuit FROM outbox.endpoint_state s WHERE s.endpoint_id = e.id),
                     'closed') AS circuit,
@@ -25,7 +28,9 @@ LEFT JOIN LATERAL (
            (SELECT count(*) FROM outbox.deliveries d
             WHERE d.state = 'delivered' AND d.endpoint_id = e.id) AS delivered,
            (SELECT count(*) FROM outbox.deliveries d
-            WHERE d.state = 'dead' AND d.endpoint_id = e.id) AS dead
+            WHERE d.state = 'dead' AND d.endpoint_id = e.id) AS dead,
+           (SELECT count(*) FROM outbox.deliveries d
+            WHERE d.state = 'discarded' AND d.endpoint_id = e.id) AS discarded
     FROM outbox.endpoints e
     CROSS JOIN LATERAL (
         SELECT count(*) AS pending,
@@ -206,9 +211,11 @@ LIMIT %(limit)s;
 -- A dead letter of another tenant's event at an endpoint that belongs to a
 -- tenant (made by hand, or before the endpoint had its tenant) is never
 -- chosen: retried, it could only die again, and it is not counted.
+-- At an endpoint disabled with --drop nothing is retried (what would wait
+-- there is being discarded): those are not counted, and named apart.
 -- pg_notify is queued until commit: dispatchers wake only if the retry commits.
 WITH live AS (
-    SELECT id, name, enabled FROM outbox.endpoints
+    SELECT id, name, enabled, dropping FROM outbox.endpoints
     WHERE removed_at IS NULL
       AND (%(endpoint_id)s::bigint IS NULL OR id = %(endpoint_id)s::bigint)
     FOR SHARE
@@ -232,6 +239,7 @@ chosen AS MATERIALIZED (
 ),
 eligible AS (
     SELECT c.id, c.endpoint_id FROM chosen c JOIN live ON live.id = c.endpoint_id
+    WHERE NOT live.dropping
 ),
 retried AS (
     UPDATE outbox.deliveries d
@@ -262,7 +270,11 @@ SELECT (SELECT count(*) FROM retried) AS retried,
               LEFT JOIN outbox.endpoints e ON e.id = c.endpoint_id
               WHERE NOT EXISTS (SELECT 1 FROM live WHERE live.id = c.endpoint_id)
               GROUP BY 1) s),
-       (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM retried));
+       (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM retried)),
+       ARRAY(SELECT DISTINCT live.name FROM live
+             WHERE live.dropping
+               AND EXISTS (SELECT 1 FROM chosen c WHERE c.endpoint_id = live.id)
+             ORDER BY live.name);
 
 -- name: admin_dead_discard
 -- Dead letters deleted on purpose (`outbox dead discard`), chosen as dead
@@ -325,9 +337,10 @@ WHERE NOT EXISTS (SELECT 1 FROM outbox.events ev
 -- (admin_replay_since) so that the planner can estimate the range.
 -- The endpoint row is locked FOR SHARE (see admin_retry_dead for why).
 -- An endpoint that belongs to a tenant is replayed only that tenant's events:
--- the others are not chosen, nor counted.
+-- the others are not chosen, nor counted. An endpoint disabled with --drop is
+-- replayed nothing (what would wait there is being discarded).
 WITH target AS (
-    SELECT id, enabled, tenant FROM outbox.endpoints
+    SELECT id, enabled, tenant, dropping FROM outbox.endpoints
     WHERE id = %(endpoint_id)s AND removed_at IS NULL
     FOR SHARE
 ),
@@ -359,7 +372,8 @@ chosen AS MATERIALIZED (
 fresh AS MATERIALIZED (
     SELECT c.id, c.seq, c.key, c.tenant, c.deliver_after, t.id AS endpoint_id
     FROM chosen c, target t
-    WHERE NOT EXISTS (
+    WHERE NOT t.dropping
+      AND NOT EXISTS (
         SELECT 1 FROM outbox.deliveries d
         WHERE d.event_id = c.id AND d.endpoint_id = t.id AND d.state IN ('pending', 'in_flight')
     )
@@ -395,7 +409,8 @@ SELECT (SELECT count(*) FROM chosen) AS chosen,
        (SELECT count(*) FROM fresh) AS fresh,
        (SELECT count(*) FROM rerouted) AS rerouted,
        (SELECT enabled FROM target) AS enabled,
-       (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM inserted)) AS woke;
+       (SELECT pg_notify('outbox_wakeup', '') WHERE EXISTS (SELECT 1 FROM inserted)) AS woke,
+       (SELECT dropping FROM target) AS dropping;
 
 -- name: purge_start
 -- The cutoff on the database clock, fixed once so that every batch agrees, and
@@ -404,37 +419,55 @@ SELECT now() - %(older_than)s::interval, ARRAY(SELECT id FROM outbox.endpoints O
 
 -- name: purge_would_delete
 -- What `outbox purge --dry-run` reports, deleting nothing: with purge_start's
--- cutoff, the delivered deliveries finished before it, and the events
--- published before it (by id bound and by created_at, as purge_events_batch
--- judges) whose every delivery is one of those.
+-- cutoff, the delivered and the discarded deliveries finished before it (each
+-- state through its own index), and the events published before it (by id
+-- bound and by created_at, as purge_events_batch judges) whose every delivery
+-- is one of those.
 SELECT (SELECT count(*) FROM outbox.deliveries d
-        WHERE d.state = 'delivered' AND d.finished_at < %(cutoff)s),
+        WHERE d.state = 'delivered' AND d.finished_at < %(cutoff)s)
+       + (SELECT count(*) FROM outbox.deliveries d
+          WHERE d.state = 'discarded' AND d.finished_at < %(cutoff)s),
        (SELECT count(*) FROM outbox.events ev
         WHERE ev.id < %(bound)s::uuid AND ev.created_at < %(cutoff)s
           AND NOT EXISTS (SELECT 1 FROM outbox.deliveries d
                           WHERE d.event_id = ev.id
-                            AND NOT (d.state = 'delivered' AND d.finished_at < %(cutoff)s)));
+                            AND NOT (d.state IN ('delivered', 'discarded')
+                                     AND d.finished_at < %(cutoff)s)));
 
--- name: purge_delivered_batch
+-- name: purge_finished_batch
 -- One endpoint at a time: deliveries_finished is (state, endpoint_id,
 -- finished_at), so "this endpoint's delivered rows older than the cutoff" is
--- one tight index range. Without endpoint_id the scan would wade, batch after
--- batch, through the recent rows of every endpoint before the current one.
--- The CTE fixes the LIMIT (PostgreSQL bug #15715); SKIP LOCKED lets two
--- dispatchers purge side by side without waiting on each other.
-WITH doomed AS (
+-- one tight index range; deliveries_discarded, (endpoint_id, finished_at)
+-- partial on the state, is the same for the rows discarded by the endpoint's
+-- policy. Each state is its own arm, the state written out, so that each
+-- reads its own partial index (a state given as a parameter would match
+-- neither in a generic plan). Without endpoint_id the scan would wade, batch
+-- after batch, through the recent rows of every endpoint before the current
+-- one. The CTEs fix the LIMIT (PostgreSQL bug #15715); SKIP LOCKED lets two
+-- dispatchers purge side by side without waiting on each other. Returns how
+-- many of each went: the caller goes on while either arm filled its batch.
+WITH delivered AS (
     SELECT id FROM outbox.deliveries
     WHERE state = 'delivered' AND endpoint_id = %(endpoint_id)s
       AND finished_at < %(cutoff)s
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
 ),
+discarded AS (
+    SELECT id FROM outbox.deliveries
+    WHERE state = 'discarded' AND endpoint_id = %(endpoint_id)s
+      AND finished_at < %(cutoff)s
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+),
 gone AS (
-    DELETE FROM outbox.deliveries d USING doomed
-    WHERE d.id = doomed.id
-    RETURNING 1
+    DELETE FROM outbox.deliveries d
+    WHERE d.id = ANY (ARRAY(SELECT id FROM delivered UNION ALL SELECT id FROM discarded))
+    RETURNING d.state
 )
-SELECT count(*) FROM gone;
+SELECT count(*) FILTER (WHERE state = 'delivered'),
+       count(*) FILTER (WHERE state = 'discarded')
+FROM gone;
 
 -- name: purge_events_lock
 -- Taken in its own statement, before purge_events_batch takes its snapshot:

@@ -822,10 +822,202 @@ SET state = 'dead', last_error = 'endpoint removed while this delivery was pendi
 FROM removed r
 WHERE d.id = r.id AND d.state = 'pending';
 
+-- name: discard_over
+-- The endpoints' policies (docs/concepts.md, "When the backlog is full" and
+-- "Stop sending"), applied by the fleet's maintainer about once a second
+-- while an endpoint has one: the dispatcher passes their ids, so that a
+-- database without a policy never runs this. Pending deliveries are
+-- discarded (state 'discarded', finished, last_error saying why):
+-- * at an endpoint disabled with --drop (dropping): every one, whoever made it;
+-- * at a --when-full drop-oldest endpoint past a bound (backlog_over_v1, a
+--   look at its counter while it keeps within them): a tenant past
+--   --max-pending-per-tenant loses its oldest pending (by publish order,
+--   seq), its own only, as many as it holds undelivered past the bound
+--   (tenant_doomed); then the endpoint loses its oldest pending of the rest,
+--   as many as it still holds past --max-pending (endpoint_doomed).
+--   Deliveries in flight are never discarded; they count against the bounds.
+-- Each "oldest" is a top-N (ORDER BY seq LIMIT the excess) over the
+-- endpoint's (or the tenant's, through deliveries_turns) pending rows, and
+-- the counts are index-only counts of its pending and in-flight rows: no
+-- sort of the backlog, no window over it. (A rank over every pending row, the
+-- first shape, took 540 ms a look at 100,000 pending; this takes a pass.)
+-- The rows are chosen on one snapshot, then locked in id order (as every
+-- writer of deliveries takes them) and written only where still pending: a
+-- row claimed, finished or discarded meanwhile is skipped, never replaced by
+-- a younger one. So two maintainers at once (the lease changing hands)
+-- choose the same oldest rows and write each once: never more than needed,
+-- never one counted twice (each dispatcher counts the rows its own statement
+-- wrote, which come back here). A row another transaction holds is skipped
+-- too (SKIP LOCKED): a claim about to send it, or an application's
+-- disable(drop=True) whose transaction is still open, which the maintainer
+-- must never wait for. What was skipped, the next round sees.
+-- Discarded deliveries leave the --max-pending count (shard -1, locked after
+-- the deliveries and in endpoint order, as complete takes them). A keyed
+-- delivery discarded ahead of a parked one of its key hands nothing over:
+-- the maintainer's sweep (unpark_orphans) makes that one due.
+-- Cost: while every endpoint keeps within its bounds, its counter's 17 rows;
+-- past them, a pass over its pending rows (and, with a bound per tenant
+-- while it holds more than a tenant may, one over its undelivered rows).
+WITH policy AS MATERIALIZED (
+    SELECT e.id, e.dropping, e.max_pending, e.max_pending_per_tenant
+    FROM outbox.endpoints e
+    WHERE e.id = ANY (%(ids)s::bigint[]) AND e.removed_at IS NULL
+      AND (e.dropping OR (e.when_full = 'drop-oldest' AND e.max_pending IS NOT NULL))
+),
+over AS MATERIALIZED (
+    SELECT p.* FROM policy p
+    WHERE p.dropping
+       OR EXISTS (SELECT FROM outbox.backlog_over_v1(p.id, p.max_pending,
+                                                     p.max_pending_per_tenant) b
+                  WHERE b.over)
+),
+tenants AS MATERIALIZED (
+    SELECT u.endpoint_id, u.tenant, count(*) AS held
+    FROM (SELECT d.endpoint_id, d.tenant
+          FROM over o
+          JOIN outbox.deliveries d ON d.endpoint_id = o.id AND d.state = 'pending'
+          WHERE NOT o.dropping AND o.max_pending_per_tenant IS NOT NULL
+            AND d.tenant IS NOT NULL
+          UNION ALL
+          SELECT d.endpoint_id, d.tenant
+          FROM over o
+          JOIN outbox.deliveries d ON d.endpoint_id = o.id AND d.state = 'in_flight'
+          WHERE NOT o.dropping AND o.max_pending_per_tenant IS NOT NULL
+            AND d.tenant IS NOT NULL) u
+    GROUP BY u.endpoint_id, u.tenant
+),
+tenant_doomed AS MATERIALIZED (
+    SELECT x.id, o.id AS endpoint_id, o.max_pending_per_tenant AS bound
+    FROM over o
+    JOIN tenants t ON t.endpoint_id = o.id AND t.held > o.max_pending_per_tenant
+    CROSS JOIN LATERAL (
+        SELECT d.id FROM outbox.deliveries d
+        WHERE d.endpoint_id = o.id AND d.tenant = t.tenant AND d.state = 'pending'
+        ORDER BY d.seq, d.id
+        LIMIT t.held - o.max_pending_per_tenant
+    ) x
+),
+held AS MATERIALIZED (
+    SELECT o.id, o.max_pending,
+           (SELECT count(*) FROM outbox.deliveries d
+            WHERE d.endpoint_id = o.id AND d.state = 'pending')
+           + (SELECT count(*) FROM outbox.deliveries d
+              WHERE d.endpoint_id = o.id AND d.state = 'in_flight')
+           - (SELECT count(*) FROM tenant_doomed x WHERE x.endpoint_id = o.id) AS held
+    FROM over o
+    WHERE NOT o.dropping
+),
+endpoint_doomed AS MATERIALIZED (
+    SELECT x.id, h.max_pending AS bound
+    FROM held h
+    CROSS JOIN LATERAL (
+        SELECT d.id FROM outbox.deliveries d
+        WHERE d.endpoint_id = h.id AND d.state = 'pending'
+          AND d.id <> ALL (ARRAY(SELECT y.id FROM tenant_doomed y WHERE y.endpoint_id = h.id))
+        ORDER BY d.seq, d.id
+        LIMIT h.held - h.max_pending
+    ) x
+    WHERE h.held > h.max_pending
+),
+doomed AS MATERIALIZED (
+    SELECT d.id, 'disabled' AS reason,
+           'discarded: the endpoint was disabled with drop (stop sending)' AS why
+    FROM over o
+    JOIN outbox.deliveries d ON d.endpoint_id = o.id AND d.state = 'pending'
+    WHERE o.dropping
+    UNION ALL
+    SELECT x.id, 'backlog-full',
+           'discarded: its tenant held more than max_pending_per_tenant ('
+           || x.bound::text || ') undelivered deliveries at the endpoint (when_full = drop-oldest)'
+    FROM tenant_doomed x
+    UNION ALL
+    SELECT x.id, 'backlog-full',
+           'discarded: the endpoint held more than max_pending (' || x.bound::text
+           || ') undelivered deliveries (when_full = drop-oldest)'
+    FROM endpoint_doomed x
+),
+locked AS MATERIALIZED (
+    SELECT d.id FROM outbox.deliveries d
+    WHERE d.id = ANY (ARRAY(SELECT x.id FROM doomed x)) AND d.state = 'pending'
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d SKIP LOCKED
+),
+discarded AS (
+    UPDATE outbox.deliveries d
+    SET state = 'discarded', finished_at = now(), last_error = x.why,
+        lease_token = NULL, lease_expires_at = NULL
+    FROM locked l
+    JOIN doomed x ON x.id = l.id
+    WHERE d.id = l.id AND d.state = 'pending'
+    RETURNING d.endpoint_id, x.reason
+),
+counted AS MATERIALIZED (
+    SELECT endpoint_id, reason, count(*) AS n FROM discarded GROUP BY endpoint_id, reason
+),
+shards AS MATERIALIZED (
+    SELECT b.endpoint_id, c.n
+    FROM (SELECT endpoint_id, sum(n)::bigint AS n FROM counted GROUP BY endpoint_id) c
+    JOIN outbox.endpoint_backlog b ON b.endpoint_id = c.endpoint_id AND b.shard = -1
+    ORDER BY b.endpoint_id
+    FOR NO KEY UPDATE OF b
+),
+uncounted AS (
+    UPDATE outbox.endpoint_backlog b
+    SET undelivered = b.undelivered - s.n
+    FROM shards s
+    WHERE b.endpoint_id = s.endpoint_id AND b.shard = -1
+)
+SELECT endpoint_id, reason, n FROM counted ORDER BY endpoint_id, reason;
+
+-- name: expire_dead
+-- --keep-dead: the dead letters of these endpoints (the dispatcher passes
+-- those that have keep_dead_seconds) that died longer ago than that are
+-- discarded, by the maintainer's retention: at most batch_size per endpoint
+-- and statement, the oldest first, each endpoint's read through
+-- deliveries_finished as one range. A discarded row's finished_at is the
+-- moment of the discard, so that it shows as discarded for the retention's
+-- period before it goes; its last_error keeps the dead letter's, after the
+-- why. Rows locked in id order, as every writer of deliveries takes them; one
+-- retried meanwhile, or held by another transaction (SKIP LOCKED: the
+-- maintainer never waits for one), is left alone, until the next round.
+WITH doomed AS MATERIALIZED (
+    SELECT x.id
+    FROM outbox.endpoints e
+    CROSS JOIN LATERAL (
+        SELECT d.id FROM outbox.deliveries d
+        WHERE d.state = 'dead' AND d.endpoint_id = e.id
+          AND d.finished_at < now() - make_interval(secs => e.keep_dead_seconds)
+        ORDER BY d.finished_at
+        LIMIT %(batch_size)s
+    ) x
+    WHERE e.id = ANY (%(ids)s::bigint[]) AND e.removed_at IS NULL
+      AND e.keep_dead_seconds IS NOT NULL
+),
+locked AS MATERIALIZED (
+    SELECT d.id FROM outbox.deliveries d
+    WHERE d.id = ANY (ARRAY(SELECT x.id FROM doomed x)) AND d.state = 'dead'
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d SKIP LOCKED
+),
+discarded AS (
+    UPDATE outbox.deliveries d
+    SET state = 'discarded', finished_at = now(),
+        last_error = 'discarded: a dead letter kept longer than the endpoint''s keep_dead: '
+                     || coalesce(d.last_error, '(no error recorded)')
+    FROM locked l
+    WHERE d.id = l.id AND d.state = 'dead'
+    RETURNING d.endpoint_id
+)
+SELECT endpoint_id, count(*) FROM discarded GROUP BY endpoint_id ORDER BY endpoint_id;
+
 -- name: disable_endpoint
+-- A 410 Gone pauses the endpoint (what is published meanwhile waits for it);
+-- disabled_by says so. An endpoint disabled meanwhile (a request in flight
+-- answered after an operator's or the application's disable, with --drop or
+-- not) stays as they left it.
 UPDATE outbox.endpoints
-SET enabled = false, disabled_reason = %(reason)s, updated_at = now()
-WHERE id = %(id)s AND removed_at IS NULL;
+SET enabled = false, disabled_reason = %(reason)s, disabled_by = 'gone', updated_at = now()
+WHERE id = %(id)s AND removed_at IS NULL AND enabled;
 
 -- name: endpoints_fingerprint
 -- Whether any live endpoint changed since the last look, in one row: a digest
@@ -851,11 +1043,15 @@ WHERE removed_at IS NULL;
 -- (previous_secrets' expires_at) on the database clock, never its own.
 -- guarded (saved with its URL checked: the private-network guard applies to
 -- it whatever the flags) and trace_context (false: no traceparent, no
--- tracestate) are schema 18's.
+-- tracestate) are schema 18's. The policies come as the maintainer needs
+-- them: whether the backlog drops its oldest (a bound to drop to included),
+-- whether the endpoint drops what is made for it, how long its dead letters
+-- are kept.
 SELECT id, name, url, secret, previous_secrets::text, max_attempts, timeout_seconds,
        min_backoff_seconds, max_backoff_seconds, max_in_flight, rate_limit, max_batch,
        format, headers::text, enabled, breaker_failures, breaker_window_seconds,
        send_tracestate, ca_file, client_cert, client_key, tenant, guarded, trace_context,
+       when_full = 'drop-oldest' AND max_pending IS NOT NULL, dropping, keep_dead_seconds,
        now(), xmin::text
 FROM outbox.endpoints
 WHERE removed_at IS NULL AND id = ANY (%(ids)s::bigint[])

@@ -131,17 +131,73 @@ UPDATE outbox.endpoints SET headers = %(headers)s::jsonb, updated_at = now()
 WHERE id = %(id)s;
 
 -- name: endpoint_set_enabled
--- Enabling clears the reason it was disabled and wakes the dispatchers, so
--- that the deliveries that waited resume at once rather than at the next poll.
+-- Enabling clears the reason it was disabled, who disabled it and dropping,
+-- and wakes the dispatchers, so that the deliveries that waited resume at
+-- once rather than at the next poll. Disabling says who (by: 'operator' from
+-- the command, 'application' from outbox.endpoints) and whether what is made
+-- for the endpoint is discarded meanwhile (drop; a plain disable is a pause
+-- that keeps everything, also after a disable --drop).
 WITH changed AS (
     UPDATE outbox.endpoints
-    SET enabled = %(enabled)s, disabled_reason = %(reason)s::text, updated_at = now()
+    SET enabled = %(enabled)s, disabled_reason = %(reason)s::text,
+        disabled_by = %(by)s::text, dropping = %(drop)s::boolean, updated_at = now()
     WHERE name = %(name)s AND removed_at IS NULL
     AND (%(as_tenant)s::text IS NULL OR tenant OPERATOR(pg_catalog.=) %(as_tenant)s::text)
     RETURNING id, enabled
 )
 SELECT id, (SELECT pg_notify('outbox_wakeup', '') WHERE changed.enabled) AS woke
 FROM changed;
+
+-- name: endpoint_discard_pending
+-- "Stop sending" (disable --drop), in the caller's transaction: the pending
+-- deliveries of the named endpoint, while it is dropping, are discarded at
+-- once (requests in flight finish; what fails of them comes back pending and
+-- the dispatcher discards it, as everything made for the endpoint meanwhile).
+-- Run again by enable before it clears dropping, so that nothing made while
+-- the endpoint dropped goes out after it (the dispatcher discards those about
+-- once a second; a few may be left). Returns how many. Rows locked in id
+-- order first, as the dispatchers' statements take them. Discarded
+-- deliveries leave the --max-pending count as a producer's would add to it:
+-- on one of the 16 producer shards that no other open transaction holds
+-- (SKIP LOCKED, as publish picks one; a shard may go below 0, the sum is the
+-- count). It runs in the caller's transaction, which may stay open a while:
+-- shard -1 is for short transactions, and every dispatcher's results (the
+-- complete statement) would wait behind it.
+WITH target AS MATERIALIZED (
+    SELECT id FROM outbox.endpoints
+    WHERE name = %(name)s AND removed_at IS NULL AND dropping
+      AND (%(as_tenant)s::text IS NULL OR tenant OPERATOR(pg_catalog.=) %(as_tenant)s::text)
+),
+doomed AS MATERIALIZED (
+    SELECT d.id FROM outbox.deliveries d
+    WHERE d.endpoint_id = (SELECT t.id FROM target t) AND d.state = 'pending'
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d
+),
+discarded AS (
+    UPDATE outbox.deliveries d
+    SET state = 'discarded', finished_at = clock_timestamp(),
+        last_error = 'discarded: the endpoint was disabled with drop (stop sending)',
+        lease_token = NULL, lease_expires_at = NULL
+    FROM doomed x
+    WHERE d.id = x.id AND d.state = 'pending'
+    RETURNING d.id
+),
+uncounted AS (
+    UPDATE outbox.endpoint_backlog s
+    SET undelivered = s.undelivered - (SELECT count(*) FROM discarded)
+    FROM target t
+    CROSS JOIN LATERAL (
+        SELECT coalesce((SELECT b.shard FROM outbox.endpoint_backlog b
+                         WHERE b.endpoint_id = t.id AND b.shard >= 0
+                         ORDER BY b.shard = pg_backend_pid() %% 16 DESC, b.shard
+                         LIMIT 1
+                         FOR UPDATE SKIP LOCKED),
+                        pg_backend_pid() %% 16) AS shard) pick
+    WHERE s.endpoint_id = t.id AND s.shard = pick.shard
+      AND EXISTS (SELECT FROM discarded)
+)
+SELECT count(*) AS discarded FROM discarded;
 
 -- name: endpoint_undelivered
 -- Written as an OR of equalities rather than IN (...): the planner can then
@@ -206,13 +262,14 @@ FOR UPDATE;
 SELECT e.id, e.enabled,
        (SELECT count(*) FROM outbox.deliveries d
         WHERE d.endpoint_id OPERATOR(pg_catalog.=) e.id AND d.state = 'pending'
+          AND NOT e.dropping
           AND d.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
           AND d.next_attempt_at OPERATOR(pg_catalog.<>) 'infinity'::timestamptz
           AND (%(tenant)s::text IS NULL
                OR d.tenant OPERATOR(pg_catalog.=) %(tenant)s::text)) AS due,
        EXISTS (SELECT 1 FROM outbox.endpoint_state s
                WHERE s.endpoint_id OPERATOR(pg_catalog.=) e.id
-                 AND s.circuit = 'open') AS half_open
+                 AND s.circuit = 'open' AND NOT e.dropping) AS half_open
 FROM outbox.endpoints e
 WHERE e.name = %(name)s AND e.removed_at IS NULL
   AND (%(as_tenant)s::text IS NULL OR e.tenant OPERATOR(pg_catalog.=) %(as_tenant)s::text);
@@ -228,10 +285,16 @@ WHERE e.name = %(name)s AND e.removed_at IS NULL
 -- touched. Rows locked in id order first, as the dispatchers' statements take
 -- them. The stamp is clock_timestamp(), taken as this statement writes, as a
 -- publisher stamps its rows (dispatcher.policy.floors relies on that).
--- Dispatchers are woken at commit.
-WITH due AS MATERIALIZED (
+-- Dispatchers are woken at commit. At an endpoint disabled with --drop it
+-- changes nothing: what waits there is being discarded.
+WITH target AS MATERIALIZED (
+    SELECT e.id FROM outbox.endpoints e
+    WHERE e.id OPERATOR(pg_catalog.=) %(id)s::bigint AND NOT e.dropping
+),
+due AS MATERIALIZED (
     SELECT d.id FROM outbox.deliveries d
-    WHERE d.endpoint_id OPERATOR(pg_catalog.=) %(id)s::bigint AND d.state = 'pending'
+    WHERE d.endpoint_id OPERATOR(pg_catalog.=) (SELECT t.id FROM target t)
+      AND d.state = 'pending'
       AND d.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
       AND d.next_attempt_at OPERATOR(pg_catalog.<>) 'infinity'::timestamptz
       AND (%(tenant)s::text IS NULL OR d.tenant OPERATOR(pg_catalog.=) %(tenant)s::text)
@@ -249,7 +312,8 @@ made_due AS (
 half_open AS (
     UPDATE outbox.endpoint_state s
     SET circuit = 'half-open', probe_until = '-infinity'
-    WHERE s.endpoint_id OPERATOR(pg_catalog.=) %(id)s::bigint AND s.circuit = 'open'
+    WHERE s.endpoint_id OPERATOR(pg_catalog.=) (SELECT t.id FROM target t)
+      AND s.circuit = 'open'
     RETURNING s.endpoint_id
 )
 SELECT (SELECT count(*) FROM made_due) AS due,

@@ -4,17 +4,32 @@
 -- 'infinity' and disabled or removed endpoints' rows do not count), whether a
 -- lease ran out (a dispatcher died holding it), and the database's clock. One
 -- look per endpoint down deliveries_pending, so a backlog costs no scan.
-SELECT (SELECT pg_catalog.min(n.next_attempt_at)
-        FROM outbox.endpoints e
-        CROSS JOIN LATERAL (
-            SELECT d.next_attempt_at
-            FROM outbox.deliveries d
-            WHERE d.endpoint_id = e.id AND d.state = 'pending'
-              AND d.next_attempt_at < 'infinity'
-            ORDER BY d.next_attempt_at
-            LIMIT 1
-        ) n
-        WHERE e.enabled AND e.removed_at IS NULL),
+-- An endpoint's policy makes work due now, whatever its deliveries' times, so
+-- that a site's maintainer applies it (discard_over): one disabled with --drop
+-- that has a pending delivery, one whose backlog drops its oldest past a
+-- bound (backlog_over_v1). Only endpoints with such a policy are read.
+SELECT least((SELECT pg_catalog.min(n.next_attempt_at)
+              FROM outbox.endpoints e
+              CROSS JOIN LATERAL (
+                  SELECT d.next_attempt_at
+                  FROM outbox.deliveries d
+                  WHERE d.endpoint_id = e.id AND d.state = 'pending'
+                    AND d.next_attempt_at < 'infinity'
+                  ORDER BY d.next_attempt_at
+                  LIMIT 1
+              ) n
+              WHERE e.enabled AND e.removed_at IS NULL),
+             (SELECT pg_catalog.now()
+              WHERE EXISTS (
+                  SELECT FROM outbox.endpoints e
+                  WHERE e.removed_at IS NULL
+                    AND ((e.dropping
+                          AND EXISTS (SELECT FROM outbox.deliveries d
+                                      WHERE d.endpoint_id = e.id AND d.state = 'pending'))
+                         OR (e.when_full = 'drop-oldest'
+                             AND EXISTS (SELECT FROM outbox.backlog_over_v1(
+                                             e.id, e.max_pending, e.max_pending_per_tenant) b
+                                         WHERE b.over)))))),
        EXISTS (SELECT FROM outbox.deliveries d
                WHERE d.state = 'in_flight' AND d.lease_expires_at < pg_catalog.now()),
        pg_catalog.now();

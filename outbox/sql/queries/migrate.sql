@@ -47,12 +47,13 @@ SELECT to_regclass('outbox.schema_version') IS NOT NULL AS versions,
 -- grants.sql (a test keeps them equal), retention's DELETEs included: checked
 -- at start, so that a role without its grants waits, not ready, naming them,
 -- instead of failing at the first statement that needs one. Tables are found
--- in the catalogue (no lookup through a schema we may not use); tables of
--- later versions that are not there yet are the schema check's to report.
+-- in the catalogue (no lookup through a schema we may not use); tables and
+-- columns of later versions that are not there yet are the schema check's to
+-- report.
 WITH needed (relname, privilege, columns) AS (VALUES
     ('schema_version', 'SELECT', NULL::text[]),
     ('endpoints', 'SELECT', NULL),
-    ('endpoints', 'UPDATE', ARRAY['enabled', 'disabled_reason', 'updated_at']),
+    ('endpoints', 'UPDATE', ARRAY['enabled', 'disabled_reason', 'disabled_by', 'updated_at']),
     ('events', 'SELECT', NULL), ('events', 'DELETE', NULL),
     ('deliveries', 'SELECT', NULL), ('deliveries', 'UPDATE', NULL),
     ('deliveries', 'DELETE', NULL),
@@ -80,7 +81,10 @@ SELECT current_user::text,
                 WHERE CASE WHEN w.columns IS NULL
                            THEN NOT has_table_privilege(c.oid, w.privilege)
                            ELSE EXISTS (SELECT 1 FROM unnest(w.columns) AS col(name)
-                                        WHERE NOT has_column_privilege(c.oid, col.name,
+                                        JOIN pg_catalog.pg_attribute a
+                                          ON a.attrelid = c.oid AND a.attname = col.name
+                                             AND NOT a.attisdropped
+                                        WHERE NOT has_column_privilege(c.oid, a.attnum,
                                                                        w.privilege))
                       END
                 UNION ALL

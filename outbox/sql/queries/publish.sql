@@ -44,6 +44,10 @@
 -- --max-pending, concurrent transactions that each see room may together
 -- pass the bound, by at most their number. The first refusal (by endpoint name, then tenant) is the one
 -- reported; refused names the tenant, NULL for the endpoint's own bound.
+-- --when-full drop-oldest: such an endpoint's bounds refuse nothing (over
+-- and over_tenant pass it by); its new deliveries are counted all the same,
+-- and the dispatcher discards its oldest pending ones past the bounds
+-- (discard_over in dispatch.sql).
 -- Key order is per tenant (no tenant being a tenant of its own): the key
 -- locks of a tenant's keys are its own, and an event without a tenant takes
 -- the same lock as the previous release's publishers take for its key.
@@ -73,11 +77,11 @@ WITH input AS (
                            traceparent, tracestate, tenant, ord)
 ),
 targets AS (
-    SELECT id, name, events_like, max_pending, max_pending_per_tenant, tenant
+    SELECT id, name, events_like, max_pending, max_pending_per_tenant, tenant, when_full
     FROM outbox.endpoints
     WHERE removed_at IS NULL AND tenant IS NULL
     UNION ALL
-    SELECT id, name, events_like, max_pending, max_pending_per_tenant, tenant
+    SELECT id, name, events_like, max_pending, max_pending_per_tenant, tenant, when_full
     FROM outbox.endpoints
     WHERE removed_at IS NULL
       AND tenant OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT DISTINCT i.tenant FROM input i
@@ -85,7 +89,7 @@ targets AS (
 ),
 over AS MATERIALIZED (
     SELECT t.name, t.max_pending, h.held
-    FROM (SELECT * FROM targets WHERE max_pending IS NOT NULL) t
+    FROM (SELECT * FROM targets WHERE max_pending IS NOT NULL AND when_full = 'refuse') t
     CROSS JOIN LATERAL (SELECT count(*) AS routed FROM input i
                         WHERE i.type LIKE ANY (t.events_like)
                           AND (t.tenant IS NULL OR t.tenant OPERATOR(pg_catalog.=) i.tenant)) r
@@ -96,7 +100,8 @@ over AS MATERIALIZED (
 ),
 over_tenant AS MATERIALIZED (
     SELECT t.name, t.max_pending_per_tenant AS bound, h.pending + h.in_flight AS held, x.tenant
-    FROM (SELECT * FROM targets WHERE max_pending_per_tenant IS NOT NULL) t
+    FROM (SELECT * FROM targets
+          WHERE max_pending_per_tenant IS NOT NULL AND when_full = 'refuse') t
     CROSS JOIN LATERAL (SELECT i.tenant, count(*) AS routed FROM input i
                         WHERE i.tenant IS NOT NULL AND i.type LIKE ANY (t.events_like)
                           AND (t.tenant IS NULL OR t.tenant OPERATOR(pg_catalog.=) i.tenant)
