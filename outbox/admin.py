@@ -364,7 +364,7 @@ def retry_dead(conn: psycopg.Connection[Any], *, event_ids: Sequence[uuid.UUID] 
         endpoint_id = None
         if endpoint is not None:
             endpoint_id, _ = _live_endpoint(cur, endpoint)
-        retried, eligible, disabled, skipped, _, dropping = _row(cur.execute(
+        retried, eligible, disabled, skipped, dropping = _row(cur.execute(
             queries["admin_retry_dead"], {
             "endpoint_id": endpoint_id, "dry_run": dry_run,
             "event_ids": list(event_ids) if event_ids is not None else None,

@@ -5,8 +5,9 @@
 -- writes the endpoints' options (a secret and headers too, which it can
 -- never read back), under the guard of the endpoints' trigger (no env:
 -- secret, no endpoint without a tenant); it publishes a test event as the
--- application does; and it changes deliveries and rotates secrets only
--- through the functions below, which keep the same rules. It cannot move a
+-- application does, and replays (new pending deliveries, the event no longer
+-- unrouted); it changes deliveries' states and rotates secrets only through
+-- the functions below, which keep the same rules. It cannot move a
 -- delivery to delivered or dead by SQL, nor write an attempt.
 GRANT USAGE ON SCHEMA outbox TO {role};
 GRANT SELECT ON outbox.schema_version, outbox.endpoints_shown, outbox.delivery_log,
@@ -38,9 +39,14 @@ GRANT SELECT (id, seq, type, key, idempotency_key, created_at, deliver_after, un
               traceparent, tenant) ON outbox.events TO {role};
 GRANT INSERT (id, type, key, payload, headers, idempotency_key, created_at, deliver_after,
               unrouted, traceparent, tracestate, tenant) ON outbox.events TO {role};
-GRANT INSERT (event_id, endpoint_id, seq, key, tenant, next_attempt_at)
+GRANT INSERT (event_id, endpoint_id, seq, key, tenant, next_attempt_at, attempts_before)
     ON outbox.deliveries TO {role};
+GRANT UPDATE (unrouted) ON outbox.events TO {role};
 GRANT SELECT, UPDATE (undelivered) ON outbox.endpoint_backlog TO {role};
 GRANT EXECUTE ON FUNCTION
-    outbox.rotate_endpoint_secret(text, text, double precision, text)
+    outbox.rotate_endpoint_secret(text, text, double precision, text),
+    outbox.retry_endpoint_now(bigint, text),
+    outbox.bury_endpoint_deliveries(bigint, text),
+    outbox.discard_endpoint_pending(text, text),
+    outbox.retry_dead_deliveries(bigint, uuid[], text[], timestamptz, timestamptz, text, boolean)
     TO {role};

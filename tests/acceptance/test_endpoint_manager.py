@@ -10,6 +10,7 @@ secret, touch an endpoint without a tenant, or finish a delivery.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,41 @@ def test_the_functions_work_with_the_managers_grants_alone(roles: Roles,
         row = conn.execute("SELECT url, secret, headers FROM outbox.endpoints "
                            "WHERE name = 'acme-hook' AND removed_at IS NULL").fetchone()
     assert row == (receiver.url + "acme2", rotated, {"x-customer": "acme"})
+
+
+def test_every_function_works_as_the_manager_on_its_tenants_endpoint(
+        roles: Roles, receiver: Receiver) -> None:
+    """Every outbox.endpoints function, under the tenant guard, as the manager role alone:
+    the deliveries' changes (retry-now, dead retry, stop sending, a forced removal) go
+    through the schema's functions, a test event and a replay as the application's."""
+    _manager_ready(roles, receiver)
+    acme = {"as_tenant": "acme"}
+    with roles.connect(roles.manager) as conn:
+        sent = endpoints.send_test(conn, "acme-hook", **acme)
+        conn.commit()
+        log = endpoints.deliveries(conn, "acme-hook", **acme)
+        assert [(row["event_id"], row["state"]) for row in log] == [(str(sent), "pending")]
+        assert [d["endpoint"] for d in endpoints.attempts(conn, sent, **acme)] == ["acme-hook"]
+        assert endpoints.retry_now(conn, "acme-hook", **acme) == 0  # due already
+        assert endpoints.replay(conn, "acme-hook", since=timedelta(hours=1), **acme) == 0
+        assert endpoints.retry_dead(conn, "acme-hook", **acme) == 0
+        conn.commit()
+    with roles.connect(roles.operator) as conn:  # a dead letter and a delivered one
+        conn.execute("UPDATE outbox.deliveries SET state = 'dead', finished_at = now() "
+                     "WHERE event_id = %s", (sent,))
+        conn.commit()
+    with roles.connect(roles.manager) as conn:
+        assert endpoints.retry_dead(conn, "acme-hook", **acme) == 1
+        assert endpoints.disable(conn, "acme-hook", drop=True, **acme) == 1
+        endpoints.enable(conn, "acme-hook", **acme)
+        endpoints.send_test(conn, "acme-hook", **acme)
+        assert endpoints.remove(conn, "acme-hook", force=True, **acme) == 1
+        conn.commit()
+    with roles.connect(roles.operator) as conn:
+        states = conn.execute("SELECT d.state FROM outbox.deliveries d "
+                              "JOIN outbox.endpoints e ON e.id = d.endpoint_id "
+                              "WHERE e.name = 'acme-hook' ORDER BY d.id").fetchall()
+    assert states == [("discarded",), ("dead",)]
 
 
 def test_by_sql_the_manager_reads_no_secret_and_finishes_nothing(roles: Roles,

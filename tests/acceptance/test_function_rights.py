@@ -93,7 +93,12 @@ def test_the_history_trigger_refuses_a_table_not_its_own(roles: Roles,
 
 
 DEFINERS = {"outbox.endpoint_fleet_rows()", "outbox.endpoint_backlog_rows()",
-            "outbox.rotate_endpoint_secret(text,text,double precision,text)"}
+            "outbox.rotate_endpoint_secret(text,text,double precision,text)",
+            "outbox.retry_endpoint_now(bigint,text)",
+            "outbox.bury_endpoint_deliveries(bigint,text)",
+            "outbox.discard_endpoint_pending(text,text)",
+            "outbox.retry_dead_deliveries(bigint,uuid[],text[],timestamp with time zone,"
+            "timestamp with time zone,text,boolean)"}
 """With their owner's rights, for the endpoint manager alone: the triggers that keep an
 endpoint's fleet rows (which fire for a write the application and the dispatcher never
 make), and the functions granted to that role alone."""

@@ -151,53 +151,12 @@ FROM changed;
 -- name: endpoint_discard_pending
 -- "Stop sending" (disable --drop), in the caller's transaction: the pending
 -- deliveries of the named endpoint, while it is dropping, are discarded at
--- once (requests in flight finish; what fails of them comes back pending and
--- the dispatcher discards it, as everything made for the endpoint meanwhile).
--- Run again by enable before it clears dropping, so that nothing made while
--- the endpoint dropped goes out after it (the dispatcher discards those about
--- once a second; a few may be left). Returns how many. Rows locked in id
--- order first, as the dispatchers' statements take them. Discarded
--- deliveries leave the --max-pending count as a producer's would add to it:
--- on one of the 16 producer shards that no other open transaction holds
--- (SKIP LOCKED, as publish picks one; a shard may go below 0, the sum is the
--- count). It runs in the caller's transaction, which may stay open a while:
--- shard -1 is for short transactions, and every dispatcher's results (the
--- complete statement) would wait behind it.
-WITH target AS MATERIALIZED (
-    SELECT id FROM outbox.endpoints
-    WHERE name = %(name)s AND removed_at IS NULL AND dropping
-      AND (%(as_tenant)s::text IS NULL OR tenant OPERATOR(pg_catalog.=) %(as_tenant)s::text)
-),
-doomed AS MATERIALIZED (
-    SELECT d.id FROM outbox.deliveries d
-    WHERE d.endpoint_id = (SELECT t.id FROM target t) AND d.state = 'pending'
-    ORDER BY d.id
-    FOR NO KEY UPDATE OF d
-),
-discarded AS (
-    UPDATE outbox.deliveries d
-    SET state = 'discarded', finished_at = clock_timestamp(),
-        last_error = 'discarded: the endpoint was disabled with drop (stop sending)',
-        lease_token = NULL, lease_expires_at = NULL
-    FROM doomed x
-    WHERE d.id = x.id AND d.state = 'pending'
-    RETURNING d.id
-),
-uncounted AS (
-    UPDATE outbox.endpoint_backlog s
-    SET undelivered = s.undelivered - (SELECT count(*) FROM discarded)
-    FROM target t
-    CROSS JOIN LATERAL (
-        SELECT coalesce((SELECT b.shard FROM outbox.endpoint_backlog b
-                         WHERE b.endpoint_id = t.id AND b.shard >= 0
-                         ORDER BY b.shard = pg_backend_pid() %% 16 DESC, b.shard
-                         LIMIT 1
-                         FOR UPDATE SKIP LOCKED),
-                        pg_backend_pid() %% 16) AS shard) pick
-    WHERE s.endpoint_id = t.id AND s.shard = pick.shard
-      AND EXISTS (SELECT FROM discarded)
-)
-SELECT count(*) AS discarded FROM discarded;
+-- once, and leave the --max-pending count; run again by enable before it
+-- clears dropping, so that nothing made while the endpoint dropped goes out
+-- after it. Returns how many. A function of the schema
+-- (discard_endpoint_pending, schema.sql has its why), which the endpoint
+-- manager, which may not update deliveries, calls too.
+SELECT outbox.discard_endpoint_pending(%(name)s::text, %(as_tenant)s::text) AS discarded;
 
 -- name: endpoint_undelivered
 -- Written as an OR of equalities rather than IN (...): the planner can then
@@ -211,21 +170,10 @@ GROUP BY endpoint_id;
 
 -- name: endpoint_dead_letter_all
 -- A forced removal: every undelivered delivery becomes a dead letter saying
--- why. Clearing the lease makes a dispatcher still holding one unable to
--- record a result over this (its writes are guarded by lease_token). Rows
--- locked in id order first, as the dispatchers' statements take them.
-WITH doomed AS MATERIALIZED (
-    SELECT id FROM outbox.deliveries
-    WHERE endpoint_id = %(id)s
-      AND (state = 'pending' OR state = 'in_flight')
-    ORDER BY id
-    FOR NO KEY UPDATE
-)
-UPDATE outbox.deliveries d
-SET state = 'dead', last_error = %(reason)s, finished_at = clock_timestamp(),
-    lease_token = NULL, lease_expires_at = NULL
-FROM doomed x
-WHERE d.id = x.id AND (d.state = 'pending' OR d.state = 'in_flight');
+-- why, its lease cleared (a dispatcher still holding one cannot record a
+-- result over it). A function of the schema (bury_endpoint_deliveries), which
+-- the endpoint manager, which may not finish a delivery, calls too.
+SELECT outbox.bury_endpoint_deliveries(%(id)s::bigint, %(reason)s::text) AS buried;
 
 -- name: endpoint_mark_removed
 -- Soft delete: the row stays so that every endpoint_id of old deliveries
@@ -277,46 +225,11 @@ WHERE e.name = %(name)s AND e.removed_at IS NULL
 -- name: endpoint_retry_now
 -- `retry-now`: the endpoint's pending deliveries waiting for a later attempt
 -- (a backoff, a Retry-After) become due now, and an open circuit goes
--- half-open with its probe lease already over, which the claim reads as "the
--- probe may go" (circuit_probe_due_v1): the next request is the probe, at
--- once, whatever the cool-down left. Rows parked behind an earlier delivery
--- of their key ('infinity') stay parked: the key order holds, and they follow
--- when that delivery finishes. In-flight, delivered and dead rows are not
--- touched. Rows locked in id order first, as the dispatchers' statements take
--- them. The stamp is clock_timestamp(), taken as this statement writes, as a
--- publisher stamps its rows (dispatcher.policy.floors relies on that).
--- Dispatchers are woken at commit. At an endpoint disabled with --drop it
--- changes nothing: what waits there is being discarded.
-WITH target AS MATERIALIZED (
-    SELECT e.id FROM outbox.endpoints e
-    WHERE e.id OPERATOR(pg_catalog.=) %(id)s::bigint AND NOT e.dropping
-),
-due AS MATERIALIZED (
-    SELECT d.id FROM outbox.deliveries d
-    WHERE d.endpoint_id OPERATOR(pg_catalog.=) (SELECT t.id FROM target t)
-      AND d.state = 'pending'
-      AND d.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
-      AND d.next_attempt_at OPERATOR(pg_catalog.<>) 'infinity'::timestamptz
-      AND (%(tenant)s::text IS NULL OR d.tenant OPERATOR(pg_catalog.=) %(tenant)s::text)
-    ORDER BY d.id
-    FOR NO KEY UPDATE
-),
-made_due AS (
-    UPDATE outbox.deliveries d
-    SET next_attempt_at = pg_catalog.clock_timestamp()
-    FROM due x
-    WHERE d.id OPERATOR(pg_catalog.=) x.id AND d.state = 'pending'
-      AND d.next_attempt_at OPERATOR(pg_catalog.<>) 'infinity'::timestamptz
-    RETURNING d.id
-),
-half_open AS (
-    UPDATE outbox.endpoint_state s
-    SET circuit = 'half-open', probe_until = '-infinity'
-    WHERE s.endpoint_id OPERATOR(pg_catalog.=) (SELECT t.id FROM target t)
-      AND s.circuit = 'open'
-    RETURNING s.endpoint_id
-)
-SELECT (SELECT count(*) FROM made_due) AS due,
-       EXISTS (SELECT 1 FROM half_open) AS half_open,
-       (SELECT pg_catalog.pg_notify('outbox_wakeup', '')
-        WHERE EXISTS (SELECT 1 FROM made_due) OR EXISTS (SELECT 1 FROM half_open)) AS woke;
+-- half-open with its probe lease already over, so that the next request is
+-- the probe; rows parked behind their key stay parked; nothing changes at an
+-- endpoint disabled with --drop. The statement is a function of the schema
+-- (retry_endpoint_now, schema.sql has its why), which the endpoint manager,
+-- which may not update deliveries, calls too.
+SELECT r.due, r.half_open
+FROM outbox.retry_endpoint_now(%(id)s::bigint, %(tenant)s::text) AS r;
+
