@@ -4,7 +4,9 @@ real PostgreSQL, the real dispatcher)."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from types import ModuleType
@@ -12,13 +14,16 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import outbox
 from outbox.testing import Receiver
 from outbox.testing._receiver import Response
+from tests.support.cli import run_outbox
 from tests.support.dispatcher import run_once
 from tests.support.django_db import django_alias
 from tests.support.receiving import load_example
+from tests.support.roles import ok
 
 APP_TABLES = """
 CREATE TABLE webhook_audit (tenant text, action text, detail text);
@@ -26,16 +31,35 @@ CREATE TABLE shop_order (number int, tenant text, event_id uuid);
 """
 
 
-@pytest.fixture
-def example(dsn: str) -> Iterator[ModuleType]:
+_roles = itertools.count()
+
+
+@pytest.fixture(params=[None, "endpoint-manager"])
+def example(request: pytest.FixtureRequest, dsn: str) -> Iterator[ModuleType]:
     """The example, its database alias pointed at the test's database, with the
-    application's own tables."""
-    with psycopg.connect(dsn) as conn:
+    application's own tables; run as the connection's own role, and as the endpoint
+    manager (`SET LOCAL ROLE` in each transaction) with `outbox grants
+    --endpoint-manager` alone, beside the application's rights on its own tables."""
+    role = None
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(APP_TABLES)
-    with django_alias(dsn) as alias:
-        module = load_example("django_endpoints", {})
-        module.DB = alias
-        yield module
+        if request.param:
+            role = f"endpoints_{os.getpid()}_{next(_roles)}"
+            conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("GRANT SELECT, INSERT ON webhook_audit, shop_order TO {}")
+                         .format(sql.Identifier(role)))
+            ok(run_outbox(dsn, "grants", "--endpoint-manager", role, "--apply"))
+    try:
+        with django_alias(dsn) as alias:
+            module = load_example("django_endpoints", {})
+            module.DB = alias
+            module.ROLE = role
+            yield module
+    finally:
+        if role is not None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def _call(example: ModuleType, method: str, where: str, customer: str = "acme",
