@@ -79,8 +79,8 @@ def build(config: DispatcherConfig) -> Parts:
     control = Control(Heartbeat(max(_ALIVE_AFTER, 3 * config.poll_interval)))
     sender = make_sender(config)
     tracing = configure_tracing(config.traces_exporter, version())
-    return build_site(config, control=control, metrics=Metrics(), sender=sender,
-                      tracing=tracing)
+    return build_site(config, control=control, metrics=Metrics(histograms=config.histograms),
+                      sender=sender, tracing=tracing)
 
 
 def make_sender(config: DispatcherConfig, *, databases: int = 1) -> HttpSender:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dispatcher.config import ConfigError, DispatcherConfig
+from dispatcher.config import HISTOGRAMS, ConfigError, DispatcherConfig
 from dispatcher.observe.logs import setup_logging
 from outbox._shared import extras
 from outbox._shared.argtypes import duration, seconds
@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "transaction pooler (default: $OUTBOX_LISTEN_DSN, else --dsn)")
     p.add_argument("--metrics-host", help="metrics/health address (default 0.0.0.0)")
     p.add_argument("--metrics-port", type=_int, help="metrics/health port (default 9464)")
+    p.add_argument("--histograms", type=str.lower, choices=HISTOGRAMS,
+                   help="the duration and lag histograms per endpoint, or one of each for "
+                        "all endpoints (fleet: for thousands of them; default endpoint)")
     p.add_argument("--concurrency", type=_int, help="HTTP requests in flight (default 64)")
     p.add_argument("--batch-size", type=_int, help="deliveries per claim (default 1000)")
     p.add_argument("--poll-interval", type=seconds, metavar="SECONDS",
@@ -121,6 +124,7 @@ def _spec() -> dict[str, tuple[str, Callable[[str], Any]]]:
         "sweep_interval": ("OUTBOX_SWEEP_INTERVAL", seconds),
         "metrics_host": ("OUTBOX_METRICS_HOST", str),
         "metrics_port": ("OUTBOX_METRICS_PORT", _int),
+        "histograms": ("OUTBOX_HISTOGRAMS", str.lower),
         "concurrency": ("OUTBOX_CONCURRENCY", _int),
         "batch_size": ("OUTBOX_BATCH_SIZE", _int),
         "poll_interval": ("OUTBOX_POLL_INTERVAL", seconds),

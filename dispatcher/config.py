@@ -19,6 +19,8 @@ from dispatcher.http.netguard import parse_allow_list
 from dispatcher.http.proxy import ProxyRoutes
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+HISTOGRAMS = ("endpoint", "fleet")
+"""--histograms: the two histograms per endpoint, or one of each for all endpoints."""
 SITE_CONNECTIONS = 5
 """Connections one database served with pinned connections may hold (with --databases)."""
 MIN_CONNECTIONS = SITE_CONNECTIONS + 2
@@ -60,6 +62,12 @@ class DispatcherConfig:
     """Address of the metrics and health server. Defaults to 0.0.0.0 (all interfaces)."""
     metrics_port: int = 9464
     """Port of the metrics and health server (0: pick a free one). Defaults to 9464."""
+    histograms: Literal["endpoint", "fleet"] = "endpoint"
+    """The two histograms (``outbox_delivery_duration_seconds``,
+    ``outbox_delivery_lag_seconds``): ``endpoint``, one of each per endpoint (39 series
+    an endpoint); ``fleet``, one of each for all endpoints, without the ``endpoint``
+    label (per database with ``--databases``), for thousands of endpoints: 15 of the
+    documented series an endpoint instead of 54. Defaults to endpoint."""
     concurrency: int = 64
     """HTTP requests in flight at once, over all endpoints (with ``--databases``: of each
     database served with pinned connections). Defaults to 64."""
@@ -115,6 +123,8 @@ class DispatcherConfig:
             raise ConfigError("--lease must be between 1 and 86400 seconds")
         if not 0 <= self.shutdown_grace <= 3600:
             raise ConfigError("--shutdown-grace must be between 0 and 3600 seconds")
+        if self.histograms not in HISTOGRAMS:
+            raise ConfigError(f"--histograms must be endpoint or fleet, not {self.histograms!r}")
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"--log-format must be text or json, not {self.log_format!r}")
         if self.log_level.upper() not in LOG_LEVELS:

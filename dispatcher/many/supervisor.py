@@ -105,7 +105,7 @@ class Supervisor:
                  environ: Mapping[str, str]) -> None:
         self._config = config
         self._control = Control(Heartbeat(60.0))
-        self._metrics = FleetMetrics()
+        self._metrics = FleetMetrics(histograms=config.histograms)
         self._budget = Budget(config.max_connections)
         self._roster = Roster(path, first, environ, lease=config.lease, budget=self._budget,
                               stopping=self._control.stopping)

@@ -31,7 +31,8 @@ from dispatcher.observe.metrics import Metrics, register_process_wide
 class ByDatabase:
     """Every database's metrics, labelled with its name; and whether each is served."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, histograms: str = "endpoint") -> None:
+        self._histograms = histograms  # --histograms, for every database's Metrics
         self._sites: dict[str, Metrics] = {}
         self._up: dict[str, bool] = {}
         self._listed: frozenset[str] = frozenset()
@@ -40,7 +41,8 @@ class ByDatabase:
         """The database's metrics, made on first use and kept while the process runs."""
         metrics = self._sites.get(name)
         if metrics is None:
-            metrics = self._sites[name] = Metrics(process_wide=False)
+            metrics = self._sites[name] = Metrics(process_wide=False,
+                                                  histograms=self._histograms)
         return metrics
 
     def served(self, name: str, up: bool) -> None:
@@ -85,9 +87,9 @@ class ByDatabase:
 class FleetMetrics:
     """The process's registry: its own series, and every database's, labelled."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, histograms: str = "endpoint") -> None:
         self.registry = CollectorRegistry()
-        self.databases = ByDatabase()
+        self.databases = ByDatabase(histograms=histograms)
         self.registry.register(self.databases)
         self.loop_lag = LoopLag()
         register_process_wide(self.registry, self.loop_lag)

@@ -7,9 +7,10 @@ out once here and nowhere else. Two kinds of numbers:
   failures, dead letters), and the deliveries the maintainer discards by an
   endpoint's policy: counters and histograms, updated in memory.
 - The backlog (``outbox_pending``, ``outbox_oldest_pending_seconds``, and of
-  its tenants ``outbox_tenants_due`` and ``outbox_tenant_pending_max``) and the
-  circuits (``outbox_circuit_open``) and whether each endpoint is enabled
-  (``outbox_endpoint_enabled``): properties of the database, shared by
+  its tenants ``outbox_tenants_due`` and ``outbox_tenant_pending_max``), the
+  circuits (``outbox_circuit_open``), whether each endpoint is enabled
+  (``outbox_endpoint_enabled``) and whose it is and who disabled it
+  (``outbox_endpoint_info``): properties of the database, shared by
   the whole fleet, not of this process. A custom collector reports
   it from a snapshot that :meth:`Metrics.refresh_backlog` takes with one cheap
   query just before each scrape, so the dispatch loop never pays for it. A
@@ -30,10 +31,13 @@ the documented series it carries what scrapers expect of every Python
 exporter: the process (``process_*``), platform (``python_info``) and garbage
 collector (``python_gc_*``) collectors, and ``outbox_build_info`` (constant
 1, labelled with the package version and the schema version it is built for).
-Labels are endpoint names and failure reasons only: bounded by configuration,
-never an event id. The ``*_created`` series prometheus_client adds to
-counters and histograms by default are left out, to keep exactly the
-documented names.
+Labels are endpoint names, their tenants (``outbox_endpoint_info`` only) and
+failure reasons: bounded by configuration, never an event id. With
+``--histograms fleet`` the two histograms carry no endpoint at all, so that
+thousands of endpoints cost 15 of the documented series each rather than 54
+(docs/production.md, "Series per endpoint"). The ``*_created`` series
+prometheus_client adds to counters and histograms by default are left out,
+to keep exactly the documented names.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from psycopg.rows import tuple_row
 
+from dispatcher.config import HISTOGRAMS
 from dispatcher.observe.horizon import HorizonCollector, HorizonWatch
 from dispatcher.observe.loop_lag import LoopLag, LoopLagCollector
 from outbox._shared.search_path import SET_LOCAL
@@ -93,6 +98,8 @@ class BacklogRow:
     tenants_due: int = 0  # tenants with due deliveries (those without one count as one)
     largest_tenant: int = 0  # the pending deliveries of the tenant with the most
     enabled: bool = True  # False once disabled, by an operator or a 410 Gone
+    tenant: str = ""  # the tenant the endpoint belongs to; "" for none
+    disabled_by: str = ""  # "" while enabled, else operator, application or gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +168,11 @@ class _Backlog:
             "outbox_endpoint_enabled",
             "1 while the endpoint is enabled, 0 while disabled (by an operator or a 410 Gone): "
             "its deliveries wait until `outbox endpoints enable`.", labels=["endpoint"])
+        info = GaugeMetricFamily(
+            "outbox_endpoint_info",
+            "Always 1, one series per endpoint, to join on: its tenant (\"\" for none) and who "
+            "disabled it (\"\" while enabled, else operator, application or gone).",
+            labels=["endpoint", "tenant", "disabled_by"])
         for row in rows:
             tenants.add_metric([row.endpoint], float(row.tenants_due))
             largest.add_metric([row.endpoint], float(row.largest_tenant))
@@ -168,9 +180,10 @@ class _Backlog:
             oldest.add_metric([row.endpoint], row.oldest_seconds)
             circuit.add_metric([row.endpoint], 0.0 if row.circuit == "closed" else 1.0)
             enabled.add_metric([row.endpoint], 1.0 if row.enabled else 0.0)
+            info.add_metric([row.endpoint, row.tenant, row.disabled_by], 1.0)
             if row.max_pending is not None:
                 bound.add_metric([row.endpoint], float(row.max_pending))
-        return [pending, oldest, circuit, bound, tenants, largest, enabled]
+        return [pending, oldest, circuit, bound, tenants, largest, enabled, info]
 
 
 class BuildInfo:
@@ -210,15 +223,22 @@ class Metrics:
 
     def __init__(self, *, stale_after: float = 300.0,
                  clock: Callable[[], float] = time.monotonic,
-                 process_wide: bool = True) -> None:
+                 process_wide: bool = True, histograms: str = "endpoint") -> None:
         """``process_wide``: also the series of the process (``process_*``, ``python_*``,
         the loop's lag, the build); False for one database's share of a process serving
-        several (:mod:`dispatcher.observe.by_database` labels and gathers them)."""
+        several (:mod:`dispatcher.observe.by_database` labels and gathers them).
+        ``histograms``: ``endpoint``, a duration and a lag histogram per endpoint (39
+        series each); ``fleet``, one of each for all endpoints, without the label
+        (``--histograms``)."""
+        if histograms not in HISTOGRAMS:
+            raise ValueError(f"histograms must be one of {', '.join(HISTOGRAMS)}")
         self.registry = CollectorRegistry()
         self._stale_after = stale_after
         self._clock = clock
         self._snapshot: _Snapshot | None = None
         self._by_endpoint: dict[str, _Series] = {}
+        self._per_endpoint = histograms == "endpoint"
+        histogram_labels = ["endpoint"] if self._per_endpoint else []
         self._delivered = Counter(
             "outbox_delivered_total", "Deliveries that succeeded (2xx), per endpoint.",
             ["endpoint"], registry=None)
@@ -242,12 +262,12 @@ class Metrics:
             ["endpoint"], registry=None)
         self._duration = Histogram(
             "outbox_delivery_duration_seconds", "Duration of one HTTP delivery attempt.",
-            ["endpoint"], buckets=DURATION_BUCKETS, registry=None)
+            histogram_labels, buckets=DURATION_BUCKETS, registry=None)
         self._lag = Histogram(
             "outbox_delivery_lag_seconds",
             "Time from the event's insert (its publish, on the database clock) to its "
             "successful delivery.",
-            ["endpoint"], buckets=LAG_BUCKETS, registry=None)
+            histogram_labels, buckets=LAG_BUCKETS, registry=None)
         self.registry.register(_Instruments(
             (self._delivered, self._failures, self._dead, self._dropped, self._resent,
              self._duration, self._lag)))
@@ -276,9 +296,12 @@ class Metrics:
         takes a lock and builds its key on every call, a tenth of the metrics' CPU."""
         series = self._by_endpoint.get(endpoint)
         if series is None:
+            if self._per_endpoint:
+                duration, lag = self._duration.labels(endpoint), self._lag.labels(endpoint)
+            else:  # --histograms fleet: one of each, whatever the endpoint
+                duration, lag = self._duration, self._lag
             series = self._by_endpoint[endpoint] = _Series(
-                self._delivered.labels(endpoint), self._duration.labels(endpoint),
-                self._lag.labels(endpoint))
+                self._delivered.labels(endpoint), duration, lag)
         return series
 
     def failed(self, endpoint: str, reason: str) -> None:
@@ -308,8 +331,9 @@ class Metrics:
             self._delivered.labels(name)
             self._dead.labels(name)
             self._resent.labels(name)
-            self._duration.labels(name)
-            self._lag.labels(name)
+            if self._per_endpoint:
+                self._duration.labels(name)
+                self._lag.labels(name)
             for reason in REASONS:
                 self._failures.labels(name, reason)
             for reason in DROP_REASONS:
@@ -337,9 +361,9 @@ class Metrics:
             self.horizon.observe(int(xid), int(age_xids))
         self.record_backlog(BacklogRow(str(name), int(pending), float(oldest), str(circuit),
                                        None if bound is None else int(bound), int(due),
-                                       int(largest), bool(enabled))
-                            for name, pending, oldest, circuit, bound, due, largest, enabled
-                            in rows)
+                                       int(largest), bool(enabled), str(tenant), str(by))
+                            for name, pending, oldest, circuit, bound, due, largest, enabled,
+                            tenant, by in rows)
 
     def record_backlog(self, rows: Iterable[BacklogRow]) -> None:
         """Keep a backlog measurement for the next scrapes (until it grows stale)."""

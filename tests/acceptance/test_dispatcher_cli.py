@@ -22,6 +22,7 @@ from tests.support.dispatcher import Dispatcher, add_endpoint, publish, wait_unt
     ["--allow-network", "10.0.0.0/33/1"],
     ["--log-format", "xml"],
     ["--metrics-port", "70000"],
+    ["--histograms", "per-tenant"],
 ])
 def test_bad_usage_exits_2_with_one_line_and_no_traceback(args: list[str]) -> None:
     """Every bad option or DSN is refused before anything starts: exit 2, one line, no traceback."""

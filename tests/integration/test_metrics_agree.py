@@ -108,3 +108,24 @@ def test_metrics_match_what_the_receiver_answered(
     assert value(text, "outbox_delivery_lag_seconds_count", endpoint="metered") == tally.ok
     assert value(text, "outbox_pending", endpoint="metered") == 0
     assert value(text, "outbox_delivered_total", endpoint="idle") == 0
+
+
+def test_fleet_histograms_count_every_endpoints_deliveries_in_one(
+        conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
+    """OUTBOX_HISTOGRAMS=fleet: the two histograms come once, without endpoint, counting the
+    deliveries of both endpoints; the counters stay per endpoint."""
+    add_endpoint(conn, "first", receiver.url, events=("a.*",))
+    add_endpoint(conn, "second", receiver.url + "second", events=("b.*",))
+    for event_type in ("a.one", "a.two", "b.one"):
+        outbox.publish(conn, event_type, {})
+    conn.commit()
+    with Dispatcher(dsn, env={"OUTBOX_HISTOGRAMS": "fleet"}) as dispatcher:
+        dispatcher.wait_serving()
+        wait_all_finished(conn, 3, dispatcher=dispatcher)
+        text = dispatcher.get("/metrics").text
+    for name in ("outbox_delivery_duration_seconds", "outbox_delivery_lag_seconds"):
+        assert value(text, f"{name}_count") == 3
+        for suffix in ("_bucket", "_count", "_sum"):
+            assert all("endpoint" not in got for got, _ in samples(text, name + suffix))
+    assert value(text, "outbox_delivered_total", endpoint="first") == 2
+    assert value(text, "outbox_delivered_total", endpoint="second") == 1

@@ -152,7 +152,7 @@ def test_the_gauges_count_tenants_with_due_work_and_the_largest_backlog(conn: Co
     outbox.publish(conn, "t", {}, tenant="later", delay=3600)
     conn.commit()
     [row] = conn.execute(queries["backlog"]).fetchall()
-    name, pending, _oldest, _circuit, _bound, tenants_due, largest, enabled = row
+    name, pending, _oldest, _circuit, _bound, tenants_due, largest, enabled, *_info = row
     assert (name, pending, tenants_due, largest, enabled) == ("e", 13, 3, 7, True)
     assert endpoint
 

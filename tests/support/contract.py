@@ -14,7 +14,12 @@ METRICS = {
     "outbox_delivery_duration_seconds": ("histogram", {"endpoint"}),
     "outbox_delivery_lag_seconds": ("histogram", {"endpoint"}),
     "outbox_dropped_total": ("counter", {"endpoint", "reason"}),
+    "outbox_endpoint_info": ("gauge", {"endpoint", "tenant", "disabled_by"}),
 }
+DISABLED_BY = ("", "operator", "application", "gone")
+"""The values of outbox_endpoint_info's disabled_by ("" while enabled)."""
+HISTOGRAM_MODES = ("endpoint", "fleet")
+"""--histograms: the two histograms per endpoint (their label), or one of each for all."""
 # Metrics the project adds beside the documented ones (docs/production.md, "Metrics and health").
 PROJECT_METRICS = {
     "outbox_max_pending": ("gauge", {"endpoint"}),

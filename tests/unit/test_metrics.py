@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -245,3 +246,42 @@ def test_standard_collectors_and_build_info() -> None:
                  schema_version=str(SCHEMA_VERSION)) == 1.0
     assert type_lines(metrics.render().decode())["outbox_build_info"] == "gauge"
     Metrics()  # each instance has its own registry: a second one collides with nothing
+
+
+def test_endpoint_info_names_each_endpoints_tenant_and_who_disabled_it() -> None:
+    """outbox_endpoint_info: 1 per endpoint, tenant "" for none, disabled_by "" while enabled."""
+    metrics = Metrics()
+    metrics.record_backlog([
+        BacklogRow("ours", 0, 0.0),
+        BacklogRow("acme-hook", 0, 0.0, tenant="acme"),
+        BacklogRow("paused", 2, 9.0, enabled=False, tenant="acme", disabled_by="application"),
+        BacklogRow("moved", 2, 9.0, enabled=False, disabled_by="gone")])
+    info = {s.labels["endpoint"]: (s.labels, s.value) for s in samples(metrics)
+            if s.name == "outbox_endpoint_info"}
+    assert info == {
+        "ours": ({"endpoint": "ours", "tenant": "", "disabled_by": ""}, 1.0),
+        "acme-hook": ({"endpoint": "acme-hook", "tenant": "acme", "disabled_by": ""}, 1.0),
+        "paused": ({"endpoint": "paused", "tenant": "acme", "disabled_by": "application"}, 1.0),
+        "moved": ({"endpoint": "moved", "tenant": "", "disabled_by": "gone"}, 1.0)}
+    metrics.record_backlog([])
+    assert not [s for s in samples(metrics) if s.name == "outbox_endpoint_info"]
+
+
+def test_fleet_histograms_carry_no_endpoint() -> None:
+    """--histograms fleet: one duration and one lag histogram for every endpoint together,
+    from the start; the counters keep their endpoint."""
+    metrics = Metrics(histograms="fleet")
+    assert value(metrics, "outbox_delivery_duration_seconds_count") == 0
+    metrics.known_endpoints(["a", "b"])
+    metrics.attempt("a", 0.2)
+    metrics.attempt("b", 0.4)
+    metrics.delivered("b", 3.0)
+    assert value(metrics, "outbox_delivery_duration_seconds_count") == 2
+    assert value(metrics, "outbox_delivery_duration_seconds_sum") == pytest.approx(0.6)
+    assert value(metrics, "outbox_delivery_lag_seconds_count") == 1
+    assert value(metrics, "outbox_delivery_lag_seconds_bucket", le="5.0") == 1
+    assert value(metrics, "outbox_delivered_total", endpoint="b") == 1
+    histograms = [s for s in samples(metrics) if s.name.startswith(
+        ("outbox_delivery_duration_seconds", "outbox_delivery_lag_seconds"))]
+    assert histograms
+    assert all(set(s.labels) <= {"le"} for s in histograms)

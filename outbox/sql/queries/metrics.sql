@@ -15,8 +15,12 @@
 -- one's backlog: no tenant appears as a label (their number is the users'
 -- customers'), and the count costs what the endpoint's count costs, one pass
 -- over its pending rows (deliveries_turns is ordered by tenant).
--- Whether the endpoint is enabled comes last: an operator's disable and a
--- 410 Gone both leave it false, and its deliveries wait until it is enabled.
+-- Whether the endpoint is enabled: an operator's disable and a 410 Gone both
+-- leave it false, and its deliveries wait until it is enabled. Last, what
+-- outbox_endpoint_info says of it: its tenant ('' for none) and who disabled
+-- it ('' while enabled). An endpoint disabled without disabled_by (a 410 seen
+-- by a dispatcher of the release before it, during a rolling upgrade) is named
+-- by its reason, as the step that added the column named the older ones.
 SELECT e.name,
        p.pending,
        greatest(coalesce(extract(epoch FROM clock_timestamp() - p.oldest), 0), 0)::float8
@@ -25,7 +29,13 @@ SELECT e.name,
        e.max_pending,
        p.tenants_due,
        p.largest_tenant,
-       e.enabled
+       e.enabled,
+       coalesce(e.tenant, '') AS tenant,
+       CASE WHEN e.enabled THEN ''
+            ELSE coalesce(e.disabled_by,
+                          CASE WHEN starts_with(e.disabled_reason, '410 Gone') THEN 'gone'
+                               ELSE 'operator' END)
+       END AS disabled_by
 FROM outbox.endpoints AS e
 LEFT JOIN outbox.endpoint_state AS s ON s.endpoint_id = e.id
 CROSS JOIN LATERAL (
