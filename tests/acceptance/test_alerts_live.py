@@ -17,26 +17,38 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(binary() is None,
                                  reason="prometheus is not installed (Debian: prometheus)")]
 
-# Each alert the test waits for, and the endpoint it must name.
+# Each alert the test waits for, and the endpoint it must name: ours page, a customer's
+# (tenant acme) have their own rules.
 WANTED = {"OutboxDeliveryFailing": "workflow", "OutboxCircuitOpen": "workflow",
-          "OutboxEndpointDisabled": "gone"}
+          "OutboxEndpointDisabled": "gone",
+          "OutboxCustomerDeliveryFailing": "acme-hook", "OutboxCustomerCircuitOpen": "acme-hook",
+          "OutboxCustomerEndpointDisabled": "acme-moved"}
+CUSTOMERS = {"acme-hook", "acme-moved", "acme-paused"}
 
 
 def unavailable(request: Request) -> Response:
-    return Response(410 if request.path.endswith("/gone") else 503)
+    return Response(410 if request.path.endswith(("/gone", "/acme-moved")) else 503)
 
 
 @pytest.mark.timeout(180)
 def test_failing_endpoint_fires_delivery_failing_and_circuit_open(
         conn: psycopg.Connection[Any], dsn: str, receiver: Receiver) -> None:
     """A 503 endpoint fires OutboxDeliveryFailing and OutboxCircuitOpen, a 410 one
-    OutboxEndpointDisabled; the panels show it."""
+    OutboxEndpointDisabled; a customer's the customer rules, with its tenant, and none of
+    ours; one its application disabled, nothing. The panels show it."""
     receiver.responder = unavailable
     add_endpoint(conn, "workflow", receiver.url, max_attempts=10_000, breaker_failures=3,
                  breaker_cooldown_seconds=1)
     add_endpoint(conn, "gone", receiver.url.rstrip("/") + "/gone", events=("order.*",))
+    add_endpoint(conn, "acme-hook", receiver.url.rstrip("/") + "/acme-hook", tenant="acme",
+                 max_attempts=10_000, breaker_failures=3, breaker_cooldown_seconds=1)
+    add_endpoint(conn, "acme-moved", receiver.url.rstrip("/") + "/acme-moved", tenant="acme")
+    add_endpoint(conn, "acme-paused", receiver.url.rstrip("/") + "/acme-paused",
+                 tenant="acme", enabled=False, disabled_by="application",
+                 disabled_reason="disabled by the application")
     for n in range(5):
         publish(conn, "order.created", {"n": n})
+        publish(conn, "order.created", {"n": n}, tenant="acme")
     with Dispatcher(dsn) as dispatcher:
         dispatcher.wait_serving()
         with Prometheus([f"127.0.0.1:{dispatcher.port}"]) as prom:
@@ -53,8 +65,12 @@ def test_failing_endpoint_fires_delivery_failing_and_circuit_open(
             assert states.get("OutboxNoDispatcher") is None
             seen: set[str] = set()
             for alert in prom.api("alerts")["alerts"]:
-                name = alert["labels"]["alertname"]
-                if name in WANTED and alert["labels"]["endpoint"] == WANTED[name]:
+                name, labels = alert["labels"]["alertname"], alert["labels"]
+                customer = labels.get("endpoint") in CUSTOMERS
+                assert labels.get("endpoint") != "acme-paused", alert
+                assert customer == (labels.get("audience") == "customer"), alert
+                assert labels.get("tenant") == ("acme" if customer else None), alert
+                if name in WANTED and labels["endpoint"] == WANTED[name]:
                     seen.add(name)
                     assert alert["annotations"]["runbook_url"] == (
                         "deploy/README.md#" + alert["labels"]["alertname"].lower())

@@ -53,7 +53,8 @@ _COLUMNS = {"secret", "max_attempts", "timeout_seconds", "min_backoff_seconds",
             "breaker_failures", "breaker_cooldown_seconds", "breaker_window_seconds",
             "breaker_rate", "max_pending",
             "send_tracestate", "headers", "enabled", "previous_secrets", "disabled_reason",
-            "ca_file", "client_cert", "client_key", "trace_context", "guarded"}
+            "ca_file", "client_cert", "client_key", "trace_context", "guarded", "tenant",
+            "disabled_by"}
 
 
 def add_endpoint(conn: psycopg.Connection[Any], name: str, url: str, *,

@@ -54,7 +54,8 @@ def test_every_alert_has_severity_text_a_test_and_a_runbook() -> None:
     names = [rule["alert"] for rule in rules()]
     assert len(names) == len(set(names))
     for rule in rules():
-        assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
+        severities = ("info",) if rule["labels"].get("audience") else ("warning", "critical")
+        assert rule["labels"]["severity"] in severities, rule["alert"]
         assert {"summary", "description"} <= set(rule["annotations"]), rule["alert"]
         assert rule["alert"] in fired, f"no test case sees {rule['alert']} fire"
         assert f"### {rule['alert']}" in runbook, f"no runbook section for {rule['alert']}"
@@ -117,3 +118,41 @@ def test_promtool_checks_and_unit_tests_pass() -> None:
         done = subprocess.run(command, cwd=PROMETHEUS, capture_output=True, text=True,
                               check=False, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_customer_rules_are_apart_and_never_a_page() -> None:
+    """Each rule on a failing or disabled endpoint has a customer twin, labelled
+    audience="customer" and severity info, that carries the tenant; the operator's leaves
+    customers' endpoints out, and both leave out an endpoint its application disabled."""
+    by_name = {rule["alert"]: rule for rule in rules()}
+    for name in ("DeliveryFailing", "DeadLetters", "CircuitOpen", "EndpointDisabled"):
+        ours, theirs = by_name[f"Outbox{name}"], by_name[f"OutboxCustomer{name}"]
+        assert "audience" not in ours["labels"]
+        assert theirs["labels"] == {"severity": "info", "audience": "customer"}
+        assert 'outbox_endpoint_info{tenant!=""}' in ours["expr"]
+        assert "tenant" in theirs["expr"]
+        assert 'disabled_by="application"' in ours["expr"]
+        assert "application" in theirs["expr"] or "operator|gone" in theirs["expr"]
+    customer = [rule["alert"] for rule in rules() if rule["labels"].get("audience")]
+    assert sorted(customer) == sorted(f"OutboxCustomer{name}" for name in (
+        "DeliveryFailing", "DeadLetters", "CircuitOpen", "EndpointDisabled"))
+
+
+def runbook_section(alert: str) -> str:
+    text = RUNBOOK.read_text()
+    start = text.index(f"\n### {alert}\n")
+    end = text.find("\n### ", start + 1)
+    return text[start:end if end != -1 else len(text)]
+
+
+def test_runbooks_of_failing_endpoints_open_the_endpoints_page() -> None:
+    """Runbooks of a failing, open or disabled endpoint name its page in the web view,
+    /endpoints/NAME; an open circuit's not the dead letters (nothing is dead yet)."""
+    for alert in ("OutboxDeliveryFailing", "OutboxCircuitOpen", "OutboxEndpointDisabled",
+                  "OutboxCustomerDeliveryFailing", "OutboxCustomerCircuitOpen",
+                  "OutboxCustomerEndpointDisabled"):
+        (web,) = [line for line in runbook_section(alert).splitlines()
+                  if line.startswith("**Web view**")]
+        assert "(http://127.0.0.1:8080/endpoints/NAME)" in web, alert
+        if "CircuitOpen" in alert:
+            assert "/dead" not in web, alert
