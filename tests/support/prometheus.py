@@ -27,7 +27,7 @@ ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "outbox.json"
 # What Grafana puts for the dashboard's variables, as a query would see them.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h",
-                     "$job": "outbox-dispatcher", "$endpoint": ".*"}
+                     "$job": "outbox-dispatcher", "$database": ".*", "$endpoint": ".*"}
 FOR_DIVISOR = 60
 """Each rule's ``for:`` is divided by this: minutes become seconds."""
 
@@ -53,6 +53,7 @@ def parse_duration(text: str) -> float:
 def metric_names(expr: str) -> set[str]:
     """The series names a PromQL expression selects (functions, labels, keywords left out)."""
     bare = re.sub(r"\{[^}]*\}", "", expr)
+    bare = re.sub(r'"[^"]*"', "", bare)  # label_replace's strings
     bare = re.sub(r"\[[^\]]*\]", "", bare)
     bare = _GROUPINGS.sub("", bare)
     names = set()

@@ -34,7 +34,7 @@ def test_panels_have_unique_ids_a_datasource_and_a_query() -> None:
         assert panel["description"], panel["title"]
         assert panel["targets"], panel["title"]
     names = {v["name"] for v in dashboard["templating"]["list"]}
-    assert {"datasource", "job", "endpoint"} <= names
+    assert {"datasource", "job", "database", "endpoint"} <= names
 
 
 def test_queries_read_only_exported_metrics_and_cover_them() -> None:
@@ -59,14 +59,36 @@ def test_queries_read_only_exported_metrics_and_cover_them() -> None:
 
 
 def test_histograms_are_shown_as_quantiles() -> None:
-    """Both histograms appear through histogram_quantile over rates of their buckets, by le."""
+    """Both histograms appear through histogram_quantile over rates of their buckets, by le,
+    per database and endpoint, and, once without endpoint (--histograms fleet), per database."""
     queries = [expr for _, expr in dashboard_queries()]
     for histogram in ("outbox_delivery_duration_seconds", "outbox_delivery_lag_seconds"):
         shown = [q for q in queries if f"{histogram}_bucket" in q]
         assert shown, histogram
         for query in shown:
-            assert query.startswith("histogram_quantile(")
-            assert re.search(r"sum by \(endpoint, le\) \(rate\(", query), query
+            per_endpoint, fleet = query.split(" or ")
+            assert per_endpoint.startswith("histogram_quantile(")
+            assert re.search(r"sum by \(database, endpoint, le\) \(rate\(", per_endpoint)
+            assert 'endpoint!=""' in per_endpoint, query
+            assert fleet.startswith("histogram_quantile(")
+            assert re.search(r"sum by \(database, le\) \(rate\(\w+\{[^}]*endpoint=\"\"", fleet)
+
+
+def test_every_query_keeps_databases_apart() -> None:
+    """Every sum or max by endpoint is also by database (same-named endpoints of two databases
+    never merge), and every selector of an endpoint's series follows the database variable."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for grouping in re.findall(r"\b(?:sum|max) by \(([^)]*)\)", expr):
+                labels = [label.strip() for label in grouping.split(",")]
+                assert "endpoint" not in labels or "database" in labels, (panel["title"], expr)
+            for selector in re.findall(r"\{([^}]*)\}", expr):
+                if "endpoint" in selector:
+                    assert 'database=~"$database"' in selector, (panel["title"], expr)
+            if "{{endpoint}}" in target.get("legendFormat", ""):
+                assert "{{database}}" in target["legendFormat"], panel["title"]
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
@@ -77,5 +99,30 @@ def test_promtool_parses_every_query(tmp_path: Path) -> None:
     path = tmp_path / "dashboard_rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_latency_panels_show_fleet_histograms_as_all_endpoints(tmp_path: Path) -> None:
+    """A dispatcher with --histograms fleet (database alpha) shows in the latency panels as
+    "all endpoints", one with per-endpoint histograms (beta) per endpoint, in one query."""
+    (query,) = [expr for title, expr in dashboard_queries()
+                if title == "Attempt duration" and expr.startswith("histogram_quantile(0.5,")]
+    rules = tmp_path / "rules.yml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "panel", "rules": [
+        {"record": "panel", "expr": query}]}]}))
+    bucket = 'outbox_delivery_duration_seconds_bucket{job="outbox-dispatcher", %s, le="%s"}'
+    series = [{"series": bucket % (labels, le), "values": "0+60x10"}
+              for labels in ('database="alpha"', 'database="beta", endpoint="hook"')
+              for le in ("0.1", "+Inf")]
+    expected = [{"labels": 'panel{database="alpha", endpoint="all endpoints"}', "value": 0.05},
+                {"labels": 'panel{database="beta", endpoint="hook"}', "value": 0.05}]
+    case = {"interval": "1m", "input_series": series, "promql_expr_test": [
+        {"expr": "panel", "eval_time": "5m", "exp_samples": expected}]}
+    tests = tmp_path / "tests.yml"
+    tests.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m",
+                                     "tests": [case]}))
+    done = subprocess.run(["promtool", "test", "rules", str(tests)], capture_output=True,
                           text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
