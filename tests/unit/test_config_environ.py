@@ -50,3 +50,13 @@ def test_the_traces_exporter_is_opentelemetrys_variable() -> None:
     """OTEL_TRACES_EXPORTER is read as the SDK reads it; unset, no spans."""
     assert build_config([], {"OTEL_TRACES_EXPORTER": "otlp"}).traces_exporter == "otlp"
     assert build_config([], {}).traces_exporter == ""
+
+
+def test_histograms_from_the_flag_or_the_environment() -> None:
+    """--histograms, else OUTBOX_HISTOGRAMS (any case); unset: endpoint; anything else: refused."""
+    assert build_config([], {}).histograms == "endpoint"
+    assert build_config([], {"OUTBOX_HISTOGRAMS": "Fleet"}).histograms == "fleet"
+    assert build_config(["--histograms", "endpoint"],
+                        {"OUTBOX_HISTOGRAMS": "fleet"}).histograms == "endpoint"
+    with pytest.raises(ConfigError, match="--histograms must be endpoint or fleet"):
+        build_config([], {"OUTBOX_HISTOGRAMS": "tenant"})
