@@ -275,6 +275,30 @@ def test_a_lone_dsn_labels_no_series_with_a_database(dsn: str, receiver: Receive
     assert "outbox_database_up" not in text
 
 
+def test_fleet_histograms_come_once_per_database(fleet: Fleet, receiver_module: Receiver,
+                                                 tmp_path: Path) -> None:
+    """--databases with --histograms fleet: each database served has one lag and one duration
+    histogram, labelled with its name and no endpoint."""
+    path = fleet.file(tmp_path / "databases.toml", ["db02", "db03"])
+    dispatcher = _many(path, "--histograms", "fleet")
+    try:
+        dispatcher.wait_serving(timeout=60)
+        sent = fleet.publish(["db02", "db03"])
+        wait_until(lambda: _received(receiver_module, sent) == sent, timeout=30,
+                   dispatcher=dispatcher, what="an event of each database")
+        text = dispatcher.get("/metrics").text
+    finally:
+        _stop(dispatcher)
+    histograms = [line for line in _series(text)
+                  if line.startswith(("outbox_delivery_lag_seconds",
+                                      "outbox_delivery_duration_seconds"))]
+    assert not [line for line in histograms if "endpoint=" in line]
+    for name in ("db02", "db03"):
+        (count,) = [line for line in histograms
+                    if line.startswith(f'outbox_delivery_lag_seconds_count{{database="{name}"}}')]
+        assert float(count.split()[-1]) >= 1
+
+
 def test_a_catalog_down_at_start_is_tried_again_and_the_files_databases_served(
         fleet: Fleet, receiver_module: Receiver, tmp_path: Path) -> None:
     """A catalog down at start is retried while the file's databases (OUTBOX_DATABASES) run."""
