@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import select
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -332,6 +333,37 @@ def test_a_failing_render_answers_500_and_the_server_keeps_serving() -> None:
             return [(await client.get(p)).status_code for p in ("/metrics", "/healthz")]
 
     assert run(probe()) == [500, 200]
+
+
+def test_the_probes_answer_while_a_long_render_runs() -> None:
+    """A render that takes seconds of CPU (5,000 endpoints take about 3.7 s) runs beside
+    the loop: /healthz and /readyz answer meanwhile, well within a kubelet's 1 s; two
+    scrapes that come while it runs share it."""
+    renders: list[float] = []
+
+    class Slow(Metrics):
+        def render(self) -> bytes:
+            renders.append(time.monotonic())
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:  # busy, as a long render is
+                sum(range(1000))
+            return super().render()
+
+    async def probe() -> tuple[list[float], list[int]]:
+        async with serving(Slow()) as client:
+            scrapes = [asyncio.create_task(client.get("/metrics")) for _ in range(2)]
+            await asyncio.sleep(0.3)
+            waits = []
+            for path in ("/healthz", "/readyz") * 3:
+                started = time.monotonic()
+                assert (await client.get(path)).status_code == 200
+                waits.append(time.monotonic() - started)
+            return waits, [(await scrape).status_code for scrape in scrapes]
+
+    waits, scraped = run(probe())
+    assert scraped == [200, 200]
+    assert len(renders) == 1
+    assert max(waits) < 1.0, waits
 
 
 async def closed_by_server(reader: asyncio.StreamReader) -> bool:
