@@ -48,8 +48,9 @@ still on its way, a scrape is sent the text rendered for it (if less than a
 second old) rather than a new render, and scrapes share a render under way:
 rendering many endpoints takes seconds of CPU (in a thread, beside the
 loop), and scrapers that never read must not buy a render each. (Once, 32
-clients that asked for /metrics and never read held every connection for good; the kubelet's probes went unanswered
-and it restarted the dispatcher over and over.) Keeping the metrics port to
+clients that asked for /metrics and never read held every connection for
+good; the kubelet's probes went unanswered and it restarted the dispatcher
+over and over.) Keeping the metrics port to
 the scrapers and the kubelet (``deploy/kubernetes/networkpolicy.yaml``) is
 the other half of the defence.
 
