@@ -48,9 +48,9 @@ class DispatcherConfig:
     Defaults to 20."""
     sweep_interval: float = 60.0
     """With ``--databases``: how often a database without recent work is looked at with
-    a short-lived connection (its first look jittered): the look finds work the hint
-    missed, measures its backlog gauges and says this dispatcher serves it, so these
-    are never older than the sweep. Beside the sweep, such a database is looked at
+    a short-lived connection (jittered once, after its first look): the look finds work
+    the hint missed, measures its backlog gauges and says this dispatcher serves it, so
+    these are never older than the sweep. Beside the sweep, such a database is looked at
     when the hint (each server's ``pg_stat_database``, read every second through one
     connection per server) shows rows inserted in it, and when a retry it holds comes
     due. 0 turns the sweep off (hosts that bill or wake per connection; the gauges of

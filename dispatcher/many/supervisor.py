@@ -41,7 +41,7 @@ from dispatcher.many.budget import HELD, KEEP, SITE_COST, Budget
 from dispatcher.many.probe import Look, look
 from dispatcher.many.roster import Roster
 from dispatcher.many.site import Site
-from dispatcher.many.watch import Watcher, measure_once
+from dispatcher.many.watch import Watcher, measure_once, next_look
 from dispatcher.observe.by_database import FleetMetrics
 from dispatcher.observe.logs import tag_databases
 from dispatcher.observe.resources import quiet_resource_errors, raise_open_files_limit
@@ -402,22 +402,6 @@ class Supervisor:
             for site in sites:
                 site.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-
-
-def next_look(now: float, began: float, due_in: float | None, sweep: float, *,
-              first: bool) -> float:
-    """When to look again at a database without recent work, whose look began at ``began``
-    and found its next delivery due in ``due_in`` seconds (None: nothing waits).
-
-    At the latest one sweep after that look began, so that its gauges are never older
-    than a sweep and a look costs one connection per sweep; a database's first look
-    waits a random part of it instead, so that the looks of databases listed together
-    spread over the sweep rather than come all at once, every time.
-    """
-    wait = float("inf") if due_in is None else now + due_in - began
-    if sweep > 0:
-        wait = min(wait, sweep * random.uniform(0.5, 1.0) if first else sweep)  # noqa: S311
-    return began + wait
 
 
 async def run(config: DispatcherConfig, path: str, first: Refreshed,

@@ -17,6 +17,7 @@ seconds, beside the heartbeat its own upkeep writes.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import uuid
 from collections.abc import Sequence
@@ -78,3 +79,20 @@ async def measure_once(dsn: str, watcher: Watcher) -> Measured | None:
         return None
     finally:
         await db.close()
+
+
+def next_look(now: float, began: float, due_in: float | None, sweep: float, *,
+              first: bool) -> float:
+    """When to look again at a database without recent work, whose look began at ``began``
+    and found its next delivery due in ``due_in`` seconds (None: nothing waits).
+
+    At the latest one sweep after that look began, so that its gauges are never older
+    than a sweep and a look costs one connection per sweep; after a database's first
+    look (``first``), the next waits a random part of the sweep instead, so that the
+    looks of databases listed together spread over the sweep rather than come all at
+    once, every time.
+    """
+    wait = float("inf") if due_in is None else now + due_in - began
+    if sweep > 0:
+        wait = min(wait, sweep * random.uniform(0.5, 1.0) if first else sweep)  # noqa: S311
+    return began + wait

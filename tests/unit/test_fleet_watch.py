@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dispatcher.many.supervisor import next_look
-from dispatcher.many.watch import MARGIN, Watcher
+from dispatcher.many.watch import MARGIN, Watcher, next_look
 
 
 def test_an_idle_database_is_looked_at_again_one_sweep_after_its_look_began() -> None:
