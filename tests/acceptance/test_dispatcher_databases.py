@@ -498,10 +498,12 @@ def test_an_idle_database_is_watched_by_the_dispatcher_serving_it(
         assert gauge("outbox_circuit_open") == 0.0
         shown = _status(path, "db46")
         assert dispatcher.process is not None
-        assert shown["served_by"] == [{"host": socket.gethostname(),
-                                       "pid": dispatcher.process.pid}]
+        # (an earlier test's dispatcher, stopped, may still be named until its row lapses)
+        assert {"host": socket.gethostname(), "pid": dispatcher.process.pid} in shown[
+            "served_by"]
         text = _status_text(path, "db46")
-        assert f"served by: {socket.gethostname()} (pid {dispatcher.process.pid})" in text
+        assert f"{socket.gethostname()} (pid {dispatcher.process.pid})" in text
+        assert "served by: " in text
         assert "nothing is delivered" not in text
     finally:
         _stop(dispatcher)
