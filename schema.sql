@@ -70,7 +70,7 @@ DO $$
 BEGIN
     IF to_regclass('outbox.endpoints') IS NOT NULL
        AND to_regclass('outbox.schema_version') IS NOT NULL THEN
-        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 23 THEN
+        IF (SELECT coalesce(max(version), 0) FROM outbox.schema_version) < 24 THEN
             RAISE EXCEPTION 'the outbox schema here is of an earlier version: '
                             'upgrade it with `outbox migrate`, not with schema.sql';
         END IF;
@@ -490,7 +490,11 @@ CREATE OR REPLACE TRIGGER attempts_follow_deliveries
 -- 50 idle sidecars: ten small updates a second, HOT since no index covers
 -- seen_at), deleted when it stops; rows of processes that died are swept by
 -- the maintainer after an hour. An earlier release writes none: status then
--- still counts the maintainer lease as one live dispatcher.
+-- still counts the maintainer lease as one live dispatcher. A dispatcher
+-- serving many databases also writes a row at each short look at a database
+-- it holds no connection to (about once a minute), with serves_until: the row
+-- says a live dispatcher serves the database until then (NULL for a
+-- heartbeat, alive while seen in the last 30 s).
 CREATE TABLE IF NOT EXISTS outbox.dispatchers (
     id          uuid PRIMARY KEY,
     host        text NOT NULL,
@@ -498,7 +502,8 @@ CREATE TABLE IF NOT EXISTS outbox.dispatchers (
     version     text NOT NULL,
     started_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     seen_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    problems    jsonb NOT NULL DEFAULT '{}'
+    problems    jsonb NOT NULL DEFAULT '{}',
+    serves_until timestamptz
 ) WITH (fillfactor = 50);
 
 -- No trigger function of the schema is PUBLIC's to call, nor runs as its owner for
@@ -1395,7 +1400,7 @@ SELECT e.id, e.name, e.url, e.events, e.events_like,
        e.dropping, e.disabled_by
 FROM outbox.endpoints e;
 
-INSERT INTO outbox.schema_version (version) VALUES (23) ON CONFLICT DO NOTHING;
+INSERT INTO outbox.schema_version (version) VALUES (24) ON CONFLICT DO NOTHING;
 
 -- The session's search_path as it was before the first statement.
 DO $unpin$

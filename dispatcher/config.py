@@ -48,13 +48,15 @@ class DispatcherConfig:
     servers, however many databases it serves. Databases with recent work hold up to 5
     each (and LISTEN); the others hold none and are looked at with a short-lived one.
     Defaults to 20."""
-    sweep_interval: float = 30.0
+    sweep_interval: float = 60.0
     """With ``--databases``: how often a database without recent work is looked at with
-    a short-lived connection, jittered. Beside the sweep, such a database is looked at
+    a short-lived connection (jittered once, after its first look): the look finds work
+    the hint missed, measures its backlog gauges and says this dispatcher serves it, so
+    these are never older than the sweep. Beside the sweep, such a database is looked at
     when the hint (each server's ``pg_stat_database``, read every second through one
     connection per server) shows rows inserted in it, and when a retry it holds comes
-    due. 0 turns the sweep off (hosts that bill or wake per connection). Defaults to
-    30."""
+    due. 0 turns the sweep off (hosts that bill or wake per connection; the gauges of
+    an idle database then go unmeasured). Defaults to 60."""
     traces_exporter: str = ""
     """OpenTelemetry's ``OTEL_TRACES_EXPORTER``, as the SDK reads it: the exporters of the
     attempt spans. Defaults to "" (no spans); the SDK reads the other OTEL_* itself."""

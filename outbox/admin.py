@@ -76,8 +76,23 @@ class Status:
     unrouted: int
     """Events no endpoint subscribed to when they were published (and not replayed since)."""
     dispatchers: int = 0
-    """Dispatchers alive: heartbeats seen in the last 30 s; at least 1 while the maintainer
-    lease is held (an earlier release's dispatchers write no heartbeat)."""
+    """Dispatchers alive: heartbeats seen in the last 30 s, or the look of a dispatcher
+    serving many databases that vouches for this idle one (each process once); at least 1
+    while the maintainer lease is held (an earlier release's dispatchers write no
+    heartbeat)."""
+    served_by: list[ServedBy] = field(default_factory=list)
+    """The processes of :attr:`dispatchers` that said so, by host and pid."""
+
+
+@dataclass(frozen=True, order=True)
+class ServedBy:
+    """A dispatcher process serving the database: where it runs."""
+
+    host: str
+    pid: int
+
+    def __str__(self) -> str:
+        return f"{self.host} (pid {self.pid})"
 
 
 @dataclass(frozen=True)
@@ -246,7 +261,8 @@ def status(conn: psycopg.Connection[Any]) -> Status:
     """Per live endpoint: delivery counts by state and the oldest pending age; unrouted events."""
     with conn.transaction(), pinned(conn), conn.cursor(row_factory=tuple_row) as cur:
         rows = cur.execute(queries["admin_status"]).fetchall()
-        beating, maintained, problems = _row(cur.execute(queries["admin_dispatchers"]))
+        beating, maintained, problems, serving = _row(cur.execute(
+            queries["admin_dispatchers"]))
     reported: dict[str, str] = json.loads(problems)
     endpoints = [
         EndpointStatus(name=name, enabled=enabled, pending=pending, in_flight=in_flight,
@@ -262,7 +278,9 @@ def status(conn: psycopg.Connection[Any]) -> Status:
     ]
     alive = max(int(beating), 1 if maintained else 0)
     return Status(endpoints=endpoints, unrouted=int(rows[0][0]) if rows else 0,
-                  dispatchers=alive)
+                  dispatchers=alive,
+                  served_by=sorted(ServedBy(str(p["host"]), int(p["pid"]))
+                                   for p in json.loads(serving)))
 
 
 _DROPPING = ("disabled with --drop: what is published for it is discarded "
@@ -498,6 +516,7 @@ __all__ = [
     "PurgeResult",
     "ReplayResult",
     "RetryResult",
+    "ServedBy",
     "Status",
     "apurge",
     "dead_letters",

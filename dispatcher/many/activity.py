@@ -8,6 +8,9 @@ budget, and only while one database could still pin its connections beside it;
 when the budget has no such room, that server goes without the hint (the sweep still
 comes round). The server's statistics lag its commits by up to
 a second or so (PostgreSQL flushes them at most once a second per session).
+A server's counts outlive its session (closed while none of its databases is
+cold): the first read of a new session compares with them, so that a publish
+between the two sessions is a move, not part of a new baseline.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class Activity:
     def __init__(self, budget: Budget) -> None:
         self._budget = budget
         self._servers: dict[tuple[str, str], _Server] = {}
+        self._counts: dict[tuple[str, str], dict[str, int]] = {}  # kept across sessions
 
     async def moved(self, databases: Iterable[Listed]) -> set[str]:
         """The names (among ``databases``) whose inserted rows rose since the last read."""
@@ -68,7 +72,8 @@ class Activity:
                 if not self._budget.take(1, keep=KEEP + SITE_COST):  # a database can still pin
                     continue
                 server = self._servers[key] = _Server(
-                    Database(dsn_of[key], Health(quiet=True), "activity"))
+                    Database(dsn_of[key], Health(quiet=True), "activity"),
+                    counts=self._counts.setdefault(key, {}))
             server.names = names
             try:
                 rows = await server.db.fetch("databases_activity")

@@ -8,8 +8,9 @@ the supervisor:
   is let go: its site drains (requests finish or are handed back);
 - looks at each owned database without pinned connections (``probe``) when
   its next delivery comes due, when the hint says it had inserts
-  (``activity``), at its sweep (jittered, ``--sweep-interval``), or at the
-  end of its backoff when it was set aside;
+  (``activity``), at its sweep (``--sweep-interval`` after its last look: the
+  watch, which also measures its gauges and says who serves it, ``watch``),
+  or at the end of its backoff when it was set aside;
 - pins connections (a ``site``) for a database with work due, within the
   ``budget``: when it is full, the site least recently busy gives its
   connections back; a site without work for ``RECENT`` seconds gives them
@@ -40,10 +41,11 @@ from dispatcher.many.budget import HELD, KEEP, SITE_COST, Budget
 from dispatcher.many.probe import Look, look
 from dispatcher.many.roster import Roster
 from dispatcher.many.site import Site
+from dispatcher.many.watch import Watcher, measure_once, next_look
 from dispatcher.observe.by_database import FleetMetrics
 from dispatcher.observe.logs import tag_databases
 from dispatcher.observe.resources import quiet_resource_errors, raise_open_files_limit
-from dispatcher.observe.server import HealthServer, dsn_connector
+from dispatcher.observe.server import HealthServer
 from dispatcher.observe.tracing import configure as configure_tracing
 from outbox._shared.database_catalog import Refreshed
 from outbox._shared.databases import Database as Listed
@@ -77,7 +79,8 @@ CHECK_EVERY = 300.0
 by its looks (a site checks them again when it starts)."""
 BACKLOG_EVERY = 15.0
 """Seconds between two measurements of a pinned database's backlog gauges (a scrape opens
-no connection: with hundreds of databases it could not)."""
+no connection: with hundreds of databases it could not). The others' are measured by
+their looks, at least every ``--sweep-interval``."""
 
 State = Literal["cold", "pinned", "aside"]
 
@@ -96,6 +99,7 @@ class _Entry:
     backoff: float = 0.0
     why: str | None = None  # why it is set aside, as last logged
     checked_at: float | None = None  # when its privileges and schema last passed
+    looked_at: float | None = None  # when its last look that answered began
 
 
 class Supervisor:
@@ -118,6 +122,7 @@ class Supervisor:
         self._looks: set[asyncio.Task[None]] = set()
         self._nudge = asyncio.Event()  # something calls for a turn now
         self._sweep = config.sweep_interval
+        self._watcher = Watcher(every=config.sweep_interval)
 
     # -- one turn ---------------------------------------------------------------------
 
@@ -218,14 +223,15 @@ class Supervisor:
             checked = entry.checked_at
             check = checked is None or time.monotonic() - checked > CHECK_EVERY
             async with self._budget.one():
-                found = await look(entry.listed.dsn, check=check)
+                began = time.monotonic()
+                found = await look(entry.listed.dsn, check=check, watcher=self._watcher)
             if check and found.problem is None:
                 entry.checked_at = time.monotonic()
         finally:
             entry.looking = False
-        self._found(entry, found, time.monotonic())
+        self._found(entry, found, time.monotonic(), began)
 
-    def _found(self, entry: _Entry, found: Look, now: float) -> None:
+    def _found(self, entry: _Entry, found: Look, now: float, began: float) -> None:
         if self._entries.get(entry.listed.name) is not entry or entry.state == "pinned":
             return  # let go meanwhile
         if found.problem is not None:
@@ -234,14 +240,15 @@ class Supervisor:
         if entry.state == "aside":
             log.info("database %s answers again and is served", entry.listed.name)
         entry.state, entry.why, entry.backoff, entry.answered = "cold", None, 0.0, True
+        if found.measured is not None:
+            self._metrics.databases.of(entry.listed.name).measured(found.measured.backlog,
+                                                                   found.measured.horizon)
+        first, entry.looked_at = entry.looked_at is None, began
         if found.due_now:
             entry.wanted_since = now
             self._nudge.set()
             return
-        wait = float("inf") if found.due_in is None else found.due_in
-        if self._sweep > 0:
-            wait = min(wait, self._sweep * random.uniform(0.5, 1.0))  # noqa: S311
-        entry.look_at = now + wait
+        entry.look_at = next_look(now, began, found.due_in, self._sweep, first=first)
 
     async def _hint(self) -> None:
         while not self._control.stopping.is_set():
@@ -353,20 +360,20 @@ class Supervisor:
 
     async def _measure(self) -> None:
         """The backlog gauges of the databases with pinned connections, through a short-lived
-        connection each; the others' grow stale and are no longer reported."""
+        connection each (their looks measure the others')."""
         while not self._control.stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._control.stopping.wait(), BACKLOG_EVERY)
             for entry in list(self._entries.values()):
                 if entry.site is None or entry.site.stopping_for is not None:
                     continue
-                try:
-                    async with self._budget.one(), asyncio.timeout(5.0), \
-                            dsn_connector(entry.listed.dsn)() as conn:
-                        await self._metrics.databases.of(entry.listed.name).refresh_backlog(
-                            conn)
-                except Exception:  # a gauge not refreshed is only stale
-                    log.debug("backlog not measured", exc_info=True)
+                measured = None
+                with contextlib.suppress(TimeoutError):  # a gauge not refreshed is only stale
+                    async with self._budget.one(), asyncio.timeout(5.0):
+                        measured = await measure_once(entry.listed.dsn, self._watcher)
+                if measured is not None and self._entries.get(entry.listed.name) is entry:
+                    self._metrics.databases.of(entry.listed.name).measured(measured.backlog,
+                                                                           measured.horizon)
 
     async def _give_up_all(self) -> None:
         await self._control.give_up.wait()

@@ -7,7 +7,12 @@ again), without the series of the process. At each scrape
 sample and gathers the samples of one name into one family, so that the text
 holds each name once, as Prometheus expects. ``outbox_database_up`` says which
 databases this dispatcher serves (1) and which it has set aside (0); those it
-leaves to other dispatchers have no series. ``outbox_database_listed`` is 1
+leaves to other dispatchers have no series. Only a database served here
+exports its other series: one set aside exports ``outbox_database_up 0``
+alone (its gauges would be a measurement nobody can renew), and one let go
+to another dispatcher, or no longer listed, none from that moment (its
+metrics are forgotten: the dispatcher serving it now exports them, and the
+two never add up to twice the backlog for more than a moment). ``outbox_database_listed`` is 1
 for every database its list holds, served here or not: a listed database
 with no ``outbox_database_up`` series on any dispatcher is served by none
 (``OutboxDatabaseUnserved``). With a lone ``--dsn`` none of this is built, and
@@ -50,8 +55,9 @@ class ByDatabase:
         self._up[name] = up
 
     def left(self, name: str) -> None:
-        """The database is another dispatcher's now, or no longer listed: no up series."""
+        """The database is another dispatcher's now, or no longer listed: no series."""
         self._up.pop(name, None)
+        self._sites.pop(name, None)
 
     def listed(self, names: Iterable[str]) -> None:
         """The databases the list in force holds, whoever serves them."""
@@ -63,6 +69,8 @@ class ByDatabase:
     def collect(self) -> Iterable[Metric]:
         merged: dict[str, Metric] = {}
         for name, metrics in sorted(self._sites.items()):
+            if not self._up.get(name):
+                continue  # set aside: its up series alone
             for family in metrics.registry.collect():
                 into = merged.get(family.name)
                 if into is None:

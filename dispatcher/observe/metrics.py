@@ -354,6 +354,13 @@ class Metrics:
             rows = await cur.fetchall()
             await cur.execute(queries["horizon"])
             holder = await cur.fetchone()
+        self.measured(rows, holder)
+
+    def measured(self, rows: Iterable[tuple[Any, ...]], holder: tuple[Any, ...] | None,
+                 ) -> None:
+        """Keep what the ``backlog`` and ``horizon`` queries answered, read here or by a
+        dispatcher serving many databases through its short look at one
+        (:mod:`dispatcher.many.watch`)."""
         if holder is None:
             self.horizon.observe(None, 0)
         else:

@@ -103,6 +103,14 @@ def all_databases(path: str) -> Listing:
         raise CommandFailed(str(exc)) from None
 
 
+def refresh_of(path: str) -> float:
+    """The file's ``refresh``: how often a long-running reader reads it again."""
+    try:
+        return load_databases(path).refresh
+    except BadDatabasesFile as exc:
+        raise UsageError(str(exc)) from None
+
+
 def target_dsn(args: argparse.Namespace) -> str:
     """The DSN of the one database this command works on (see :func:`databases_file`)."""
     path = databases_file(args)

@@ -12,7 +12,7 @@ from typing import Any
 from outbox import admin
 from outbox._cli import common
 from outbox._present import overview, shapes
-from outbox._present.words import describe_horizon, format_age
+from outbox._present.words import alive_line, describe_horizon, format_age, served_line
 
 
 def register(sub: Any) -> None:
@@ -144,11 +144,10 @@ def _show(conn: Any, *, as_json: bool, tenants: bool = False) -> None:
               "disable --drop, --keep-dead) that retention still keeps; outbox_dropped_total "
               "counts them all")
     print(f"unrouted events: {result.unrouted}")
-    if result.dispatchers:
-        print(f"dispatchers alive: {result.dispatchers}")
-    else:
-        print("dispatchers alive: none (no heartbeat in the last 30 s): nothing is delivered "
-              "until one runs")
+    print(alive_line(result))
+    served = served_line(result)
+    if served is not None:
+        print(served)
     if waits is not None and waits.waiting:
         print(f"publishers waiting for a key: {waits.waiting} (longest "
               f"{format_age(waits.longest_wait_seconds)}, behind a transaction open for "

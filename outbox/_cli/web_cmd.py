@@ -83,10 +83,14 @@ def run(args: argparse.Namespace) -> int:
     host, port = args.listen
     path = common.databases_file(args)
     many = path is not None and not (getattr(args, "db", None) or os.environ.get("OUTBOX_DB"))
-    listing = common.all_databases(path) if many and path is not None else Listing(())
+    listing, refresh = Listing(()), 60.0
+    if many and path is not None:
+        listing, refresh = common.all_databases(path), common.refresh_of(path)
     try:
         config = WebConfig(dsn="" if many else common.target_dsn(args), host=host, port=port,
                            databases=listing.databases, set_aside=listing.aside,
+                           databases_file=path if many and path is not None else "",
+                           refresh_seconds=refresh,
                            allow_actions=args.allow_actions,
                            password=os.environ.get("OUTBOX_WEB_PASSWORD") or None,
                            no_password=args.no_password,

@@ -36,6 +36,7 @@ def status(result: admin.Status, holder: admin.HorizonHolder | None,
                       for e in result.endpoints],
         "unrouted": result.unrouted,
         "dispatchers": result.dispatchers,
+        "served_by": [asdict(s) for s in result.served_by],
         "horizon": None if holder is None else asdict(holder),
     }
     if backlogs is not None:

@@ -17,6 +17,22 @@ def format_age(seconds: float) -> str:
     return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
+NONE_ALIVE = "none (no heartbeat in the last 30 s): nothing is delivered until one runs"
+"""What is said of a database no live dispatcher serves (the web view draws it in red)."""
+
+
+def alive_line(status: admin.Status) -> str:
+    """``dispatchers alive: N``, or that none is and nothing is delivered."""
+    return f"dispatchers alive: {status.dispatchers or NONE_ALIVE}"
+
+
+def served_line(status: admin.Status) -> str | None:
+    """``served by: HOST (pid N), ...``: the processes alive here; None when none said so."""
+    if not status.served_by:
+        return None
+    return "served by: " + ", ".join(str(s) for s in status.served_by)
+
+
 def describe_horizon(h: admin.HorizonHolder) -> str:
     """One line naming who holds the horizon back, how long, and what it costs."""
     if h.source == "slot":

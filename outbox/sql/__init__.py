@@ -122,6 +122,7 @@ QueryName = Literal[
     "schema_versions",
     "script_pin_search_path",
     "script_unpin_search_path",
+    "served_by",
     "session_search_path",
     "set_lock_timeout",
     "set_search_path",

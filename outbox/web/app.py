@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from outbox._shared.database_catalog import Refreshed
 from outbox._shared.schema import MISSING, is_missing
 from outbox._shared.text import first_line
 from outbox.errors import EndpointNotFound
@@ -33,6 +34,7 @@ from outbox.web.db import NoConnection, Pool
 from outbox.web.guard import Guard, Tokens
 from outbox.web.params import BadParameter
 from outbox.web.render import problem
+from outbox.web.reread import Reread
 from outbox.web.sites import CONNECTIONS, IDLE_SECONDS, Sites, UnknownDatabase, close
 from outbox.web.state import Hold, Parts
 
@@ -61,10 +63,14 @@ def create_app(config: WebConfig) -> Starlette:
     tokens = Tokens()
     state: Parts | None = None
     sites: Sites | None = None
+    reread: Reread | None = None
     if config.databases:
         sites = Sites(config.databases, lambda database: _parts(
             config, database.dsn, tokens, size=min(config.connections, CONNECTIONS),
             max_idle=IDLE_SECONDS), aside=config.set_aside)
+        if config.databases_file:
+            reread = Reread(config.databases_file, Refreshed(
+                config.databases, config.refresh_seconds, aside=config.set_aside), sites)
     else:
         state = _parts(config, config.dsn, tokens, size=config.connections)
 
@@ -72,7 +78,11 @@ def create_app(config: WebConfig) -> Starlette:
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         if state is not None:
             state.counts.warm()
+        if reread is not None:
+            reread.start()
         yield
+        if reread is not None:
+            reread.stop()
         if state is not None:
             close(state)
         if sites is not None:

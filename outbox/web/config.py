@@ -70,6 +70,11 @@ class WebConfig:
     (``dsn`` is then unused); empty for the one database of ``dsn``."""
     set_aside: tuple[Aside, ...] = ()
     """With ``databases``: the catalog rows set aside, shown on ``/databases`` with why."""
+    databases_file: str = ""
+    """With ``databases``: the file they were read from, read again (with its catalog)
+    every ``refresh_seconds``; "" to keep the first list."""
+    refresh_seconds: float = 60.0
+    """The file's ``refresh``."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

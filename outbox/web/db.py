@@ -24,8 +24,9 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from outbox._shared.dsn import KEEPALIVES, server_options
+from outbox._shared.dsn import KEEPALIVES, server_options, without_passwords
 from outbox._shared.search_path import arrived
+from outbox._shared.text import first_line
 
 
 class NoConnection(Exception):
@@ -61,6 +62,7 @@ class Pool:
         else:
             settings.append(f"-c lock_timeout={min(millis, 2000)}")
         self._wait = wait
+        self._dsn = dsn
         self._expected = (millis, read_only)
         self._ignored: str | None = None
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
@@ -103,8 +105,22 @@ class Pool:
             with self._pool.connection(timeout=self._wait) as conn:
                 yield conn
         except PoolTimeout:
-            raise NoConnection(self._ignored or f"every database connection was busy for "
-                               f"{self._wait:g} s") from None
+            raise NoConnection(self._ignored or self._unreachable()
+                               or f"every database connection was busy for {self._wait:g} s",
+                               ) from None
+
+    def _unreachable(self) -> str | None:
+        """Why no connection could be had, when it is that none can be made: one connection
+        tried here, since the pool keeps its errors to itself and counts a connection it
+        keeps trying to make as one of its own (None: the database answers, and the pool's
+        connections were all lent)."""
+        try:
+            psycopg.connect(self._dsn, connect_timeout=5, application_name="outbox-web",
+                            **KEEPALIVES).close()
+        except psycopg.Error as exc:
+            return "cannot reach the database: " + without_passwords(first_line(exc),
+                                                                     [self._dsn])
+        return None
 
     def busy(self) -> bool:
         """Whether a connection is lent out, or asked for, right now."""

@@ -14,7 +14,10 @@ over every name makes the server hold the view's connections to at most
 
 A request holds its database from :meth:`Sites.hold` until
 :meth:`Sites.release` (``state.Hold`` does both around each request), so
-that its pools are never closed under it.
+that its pools are never closed under it. The list itself is read again at
+the file's ``refresh`` (``reread``): :meth:`Sites.replace` closes at once
+the pools of a database that left it (or whose entry changed) and nothing
+holds, and those of one still held when its last request is done.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class UnknownDatabase(LookupError):
 @dataclass(slots=True)
 class _Open:
     parts: Parts
+    database: Database
     held: int = 0
     """Requests holding it now."""
 
@@ -66,6 +70,7 @@ class Sites:
         self._build = build
         self._most = most_open
         self._open: OrderedDict[str, _Open] = OrderedDict()  # the least recently used first
+        self._retired: list[_Open] = []  # left the list while held: closed once let go
         self._lock = threading.Lock()
 
     def hold(self, name: str | None) -> Parts:
@@ -88,7 +93,7 @@ class Sites:
                         raise NoConnection(f"the view is busy: the {self._most} databases it "
                                            "keeps open at once are all being read")
                     closing = self._open.pop(spare).parts
-                found = _Open(self._build(database))
+                found = _Open(self._build(database), database)
             found.held += 1
             self._open[database.name] = found
         if closing is not None:
@@ -102,11 +107,38 @@ class Sites:
                 if found.parts is part:
                     found.held -= 1
                     return
+            retired = next((o for o in self._retired if o.parts is part), None)
+            if retired is None:
+                return
+            retired.held -= 1
+            if retired.held > 0:
+                return
+            self._retired.remove(retired)
+        close(part)
+
+    def replace(self, databases: tuple[Database, ...], aside: tuple[Aside, ...]) -> None:
+        """The list read again: a database no longer in it, or whose entry changed, is
+        closed (once no request holds it); one added is opened when first asked for."""
+        listed = {d.name: d for d in databases}
+        closing: list[Parts] = []
+        with self._lock:
+            self.databases, self.aside = databases, aside
+            for name, found in list(self._open.items()):
+                if listed.get(name) == found.database:
+                    continue
+                del self._open[name]
+                if found.held:
+                    self._retired.append(found)
+                else:
+                    closing.append(found.parts)
+        for part in closing:
+            close(part)
 
     def close(self) -> None:
         with self._lock:
-            parts = [o.parts for o in self._open.values()]
+            parts = [o.parts for o in (*self._open.values(), *self._retired)]
             self._open.clear()
+            self._retired.clear()
         for part in parts:
             close(part)
 

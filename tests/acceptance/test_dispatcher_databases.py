@@ -4,9 +4,11 @@ removed, and beside databases that are unreachable, on an old schema or without 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -22,7 +24,7 @@ import outbox
 from dispatcher.many import ownership
 from outbox.testing import Receiver
 from tests.conftest import Cluster
-from tests.support.cli import clean_environment
+from tests.support.cli import clean_environment, run_outbox
 from tests.support.dispatcher import Dispatcher, add_endpoint, publish, wait_until
 from tests.support.pgbouncer import PgBouncer, find_pgbouncer
 from tests.support.roles import login_role, role_dsn
@@ -486,3 +488,81 @@ def test_a_session_of_another_role_posing_as_a_member_moves_no_database(
         assert "the fleet has 3 members" not in logs
     finally:
         _stop(*dispatchers)
+
+
+def _gauge(text: str, name: str, database: str) -> float | None:
+    found = re.search(rf'^{name}\{{database="{database}",endpoint="hook"\}} (\S+)$', text, re.M)
+    return None if found is None else float(found.group(1))
+
+
+def test_an_idle_database_is_watched_by_the_dispatcher_serving_it(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """A database nothing pins: its gauges show an endpoint disabled and an event waiting
+    within a sweep, and `outbox status` names the dispatcher serving it."""
+    path = fleet.file(tmp_path / "databases.toml", ["db46", "db47"])
+    dispatcher = _many(path, "--sweep-interval", "5")
+    dsn = fleet.dsns["db46"]
+    try:
+        dispatcher.wait_serving(timeout=60)
+
+        def gauge(name: str) -> float | None:
+            return _gauge(dispatcher.get("/metrics").text, name, "db46")
+        wait_until(lambda: gauge("outbox_endpoint_enabled") == 1.0, timeout=15,
+                   dispatcher=dispatcher, what="db46's gauges while idle")
+        assert gauge("outbox_pending") == 0.0
+        with psycopg.connect(dsn, autocommit=True) as conn:  # no insert: no hint, a sweep
+            conn.execute("UPDATE outbox.endpoints SET enabled = false, "
+                         "disabled_reason = 'by hand' WHERE name = 'hook'")
+        wait_until(lambda: gauge("outbox_endpoint_enabled") == 0.0, timeout=5 + 5,
+                   dispatcher=dispatcher, what="the endpoint disabled, on /metrics")
+        fleet.publish(["db46"])
+        wait_until(lambda: gauge("outbox_pending") == 1.0, timeout=5 + 5,
+                   dispatcher=dispatcher, what="the waiting event, on /metrics")
+        assert gauge("outbox_oldest_pending_seconds") is not None
+        assert gauge("outbox_circuit_open") == 0.0
+        shown = _status(path, "db46")
+        assert dispatcher.process is not None
+        # (an earlier test's dispatcher, stopped, may still be named until its row lapses)
+        assert {"host": socket.gethostname(), "pid": dispatcher.process.pid} in shown[
+            "served_by"]
+        text = _status_text(path, "db46")
+        assert f"{socket.gethostname()} (pid {dispatcher.process.pid})" in text
+        assert "served by: " in text
+        assert "nothing is delivered" not in text
+    finally:
+        _stop(dispatcher)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM outbox.deliveries")
+            conn.execute("UPDATE outbox.endpoints SET enabled = true, disabled_reason = NULL")
+
+
+def _status(path: Path, name: str) -> Any:
+    done = run_outbox(None, "status", "--databases", str(path), "--db", name, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _status_text(path: Path, name: str) -> str:
+    done = run_outbox(None, "status", "--databases", str(path), "--db", name)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_database_let_go_withdraws_its_series_at_once(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """A database removed from the file: the dispatcher that served it exports no series of
+    it from that moment, its counters and gauges included."""
+    path = fleet.file(tmp_path / "databases.toml", ["db48", "db49"], refresh="1s")
+    dispatcher = _many(path, "--sweep-interval", "5")
+    try:
+        dispatcher.wait_serving(timeout=60)
+        wait_until(lambda: _gauge(dispatcher.get("/metrics").text, "outbox_pending", "db48")
+                   is not None, timeout=15, dispatcher=dispatcher, what="db48's gauges")
+        fleet.file(path, ["db49"], refresh="1s")
+        wait_until(lambda: "database db48 is let go" in dispatcher.log(), timeout=30,
+                   dispatcher=dispatcher, what="db48 to be let go")
+        text = dispatcher.get("/metrics").text
+        assert 'database="db48"' not in text
+        assert _gauge(text, "outbox_pending", "db49") is not None
+    finally:
+        _stop(dispatcher)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.cli import clean_environment, run_outbox
+from tests.support.dispatcher import wait_until
 from tests.support.web_server import web_server
 
 
@@ -135,3 +137,29 @@ def test_a_bad_allowed_host_is_a_usage_error(dsn: str, name: str) -> None:
     assert done.returncode == 2, done.stderr
     assert "--allowed-host" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _databases_file(path: Path, entries: dict[str, str]) -> None:
+    lines = ['refresh = "1s"']
+    for name, dsn in entries.items():
+        lines += ["[[database]]", f'name = "{name}"', f"dsn = {dsn!r}"]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_the_databases_file_is_read_again_at_its_refresh(dsn: str, tmp_path: Path) -> None:
+    """`outbox web --databases FILE` reads the file again at its refresh: a database removed
+    leaves /databases and its pages (404), one added appears and is served."""
+    path = tmp_path / "databases.toml"
+    _databases_file(path, {"alpha": dsn, "beta": dsn})
+    with web_server(dsn, "--databases", str(path)) as url, \
+            httpx.Client(base_url=url, trust_env=False, timeout=30) as client:
+        def names() -> list[str]:
+            shown = client.get("/databases?format=json").json()["databases"]
+            return [row["database"] for row in shown]
+        assert names() == ["alpha", "beta"]
+        assert client.get("/?db=beta").status_code == 200
+        _databases_file(path, {"alpha": dsn, "gamma": dsn})
+        wait_until(lambda: names() == ["alpha", "gamma"], timeout=15,
+                   what="the file read again")
+        assert client.get("/?db=beta").status_code == 404
+        assert client.get("/?db=gamma").status_code == 200

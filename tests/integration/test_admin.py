@@ -60,6 +60,25 @@ def test_status_reports_unrouted_without_endpoints(conn: Conn) -> None:
     assert admin.status(conn) == admin.Status(endpoints=[], unrouted=1)
 
 
+def test_status_names_the_dispatchers_serving_the_database(conn: Conn) -> None:
+    """A heartbeat seen lately, or a row whose serves_until (a fleet's look at an idle
+    database) has not passed, counts its process alive once and names it; others do not."""
+    rows = [("web-1", 10, "5 seconds", None),  # a heartbeat
+            ("web-1", 10, "50 seconds", "40 seconds"),
+            ("web-2", 20, "50 seconds", "40 seconds"),
+            ("web-3", 30, "50 seconds", None),  # stopped beating
+            ("web-4", 40, "95 seconds", "-5 seconds")]
+    for host, pid, seen_ago, serves_for in rows:
+        conn.execute("INSERT INTO outbox.dispatchers (id, host, pid, version, seen_at, "
+                     "serves_until) VALUES (%s, %s, %s, 'x', now() - %s::interval, "
+                     "now() + %s::interval)", (uuid.uuid4(), host, pid, seen_ago, serves_for))
+    conn.commit()
+    result = admin.status(conn)
+    assert result.dispatchers == 2
+    assert result.served_by == [admin.ServedBy("web-1", 10), admin.ServedBy("web-2", 20)]
+    assert str(result.served_by[0]) == "web-1 (pid 10)"
+
+
 def test_dead_letters_newest_first_filtered_and_limited(conn: Conn) -> None:
     """dead_letters lists dead deliveries newest first, by endpoint, up to the limit."""
     add_endpoint(conn, "a")

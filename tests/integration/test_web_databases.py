@@ -105,6 +105,17 @@ def test_a_missing_or_unknown_db_is_refused(client: TestClient) -> None:
     assert "alpha, beta, gone" in unknown.text
 
 
+def test_a_page_of_an_unreachable_database_says_why(client: TestClient) -> None:
+    """?db= of a database that cannot be reached is a 503 saying so and why, not that every
+    connection was busy; no password shown."""
+    page = client.get("/?db=gone&format=json")
+    assert page.status_code == 503
+    error = page.json()["error"]
+    assert error.startswith("cannot reach the database: "), error
+    assert "busy" not in error
+    assert "pw-never-shown" not in error
+
+
 def test_open_databases_are_bounded_however_recent_and_busy_ones_stay() -> None:
     """Past the most kept open, the database used longest ago that nothing reads is closed,
     however recently it was read; with every open one being read, the view is busy."""
@@ -152,6 +163,38 @@ def test_open_databases_are_bounded_however_recent_and_busy_ones_stay() -> None:
     sites.release(c)
     sites.close()
     assert sorted(closed) == ["a", "b", "b", "c"]
+
+
+def test_a_database_that_leaves_the_list_is_closed_once_no_page_holds_it() -> None:
+    """The list read again: a database removed, or whose entry changed, is closed at once
+    when nothing holds it, else when its last page is done; one added is opened on use."""
+    closed: list[str] = []
+
+    class Part:
+        def __init__(self, name: str) -> None:
+            self.name, self.writer, self.readers, self.counts = name, None, self, self
+            self.running = False
+
+        def busy(self) -> bool:
+            return False
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    sites = Sites(tuple(Database(n, "host=x") for n in ("a", "b", "c")),
+                  lambda database: Part(f"{database.name} {database.dsn}"))
+    sites.release(sites.hold("a"))
+    held = sites.hold("b")
+    sites.release(sites.hold("c"))
+    sites.replace((Database("c", "host=y"), Database("d", "host=x")), ())
+    assert sorted(closed) == ["a host=x", "c host=x"]
+    sites.release(held)
+    assert sorted(closed) == ["a host=x", "b host=x", "c host=x"]
+    with pytest.raises(UnknownDatabase):
+        sites.hold("a")
+    assert sites.hold("c").name == "c host=y"  # type: ignore[attr-defined]
+    sites.hold("d")
+    assert [d.name for d in sites.databases] == ["c", "d"]
 
 
 @pytest.fixture

@@ -53,6 +53,23 @@ def test_overview_shows_each_endpoint_as_status_does(dsn: str, scene: dict[str, 
     assert (billing["dead"], billing["delivered"]) == (1, 1)
 
 
+def test_overview_names_the_dispatcher_serving_an_idle_database(dsn: str, conn: Conn) -> None:
+    """A fleet's look at an idle database (its row's serves_until ahead): `/` says who
+    serves it, and not that nothing is delivered; its JSON carries served_by."""
+    conn.execute("INSERT INTO outbox.dispatchers (id, host, pid, version, seen_at, "
+                 "serves_until) VALUES (%s, 'fleet-7', 4242, 'x', "
+                 "now() - interval '50 seconds', now() + interval '40 seconds')",
+                 (uuid.uuid4(),))
+    conn.commit()
+    with web_client(dsn) as client:
+        page = client.get("/")
+        doc = client.get("/?format=json").json()
+    assert "fleet-7 (pid 4242)" in page.text
+    assert "nothing is delivered" not in page.text
+    assert doc["served_by"] == [{"host": "fleet-7", "pid": 4242}]
+    assert doc["dispatchers"] == 1
+
+
 def test_dead_letters_page_and_json(dsn: str, scene: dict[str, Any]) -> None:
     """`/dead` lists the dead letter with its error and a link to its event; its JSON is
     `outbox dead list --json`, filters and all."""

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from dispatcher.cli import build_config
 from outbox.endpoints import EndpointSpec, decode_secret
@@ -355,3 +356,124 @@ def test_the_web_view_is_read_only_as_the_viewer_behind_a_password() -> None:
     assert service["spec"]["selector"].items() <= labels
     assert [p["targetPort"] for p in service["spec"]["ports"]] == [port["name"]]
     assert "outbox-dispatcher/scrape" not in dict(labels)  # no metrics port to scrape
+
+
+FLEET = KUBERNETES / "fleet"
+
+
+def fleet_documents() -> list[dict[str, Any]]:
+    return [doc for path in sorted(FLEET.glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def fleet_of_kind(kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in fleet_documents() if doc["kind"] == kind]
+
+
+def fleet_pods() -> dict[str, dict[str, Any]]:
+    """The fleet's Deployment and Job, by name: their pod specs."""
+    return {doc["metadata"]["name"]: doc["spec"]["template"]["spec"]
+            for doc in fleet_documents() if doc["kind"] in ("Deployment", "Job")}
+
+
+def fleet_file(tmp_path: Path, container: dict[str, Any], pod: dict[str, Any]) -> Path:
+    """The databases file a fleet container reads at OUTBOX_DATABASES: the ConfigMap's key
+    its volume mounts there, written out."""
+    path = Path(env_of(container)["OUTBOX_DATABASES"]["value"])
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(path.parent))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    (config,) = fleet_of_kind("ConfigMap")
+    assert volume["configMap"]["name"] == config["metadata"]["name"]
+    written = tmp_path / path.name
+    written.write_text(config["data"][path.name])
+    return written
+
+
+def test_the_fleet_manifests_are_valid_and_restricted() -> None:
+    """deploy/kubernetes/fleet: strict Kubernetes schemas, Pod Security "restricted", the
+    image's user on a read-only root with /tmp, no token."""
+    validate = pytest.importorskip("kubernetes_validate.utils", reason="in the test extras")
+    versions = validate.all_versions()
+    for doc in fleet_documents():
+        for version in (versions[0], versions[-1]):
+            validate.validate(doc, version, strict=True)
+    assert {d["kind"] for d in fleet_documents()} == {
+        "ConfigMap", "Secret", "Deployment", "Job", "PodDisruptionBudget", "NetworkPolicy"}
+    uid = dockerfile_user()
+    for name, pod in fleet_pods().items():
+        assert restricted_problems(pod) == [], name
+        assert pod["automountServiceAccountToken"] is False
+        (container,) = pod["containers"]
+        assert container["image"] == IMAGE
+        context = container["securityContext"]
+        assert (context["runAsUser"], context["readOnlyRootFilesystem"]) == (uid, True)
+        tmp = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+        assert {m["mountPath"]: m["name"] for m in container["volumeMounts"]}["/tmp"] in tmp
+
+
+def test_the_fleet_serves_the_configmaps_file_as_its_own_role(tmp_path: Path) -> None:
+    """The fleet's dispatcher reads OUTBOX_DATABASES from the ConfigMap (a file the
+    dispatcher accepts, whose DSNs name no user or password) and logs in as PGUSER with the
+    Secret's PGPASSWORD; it probes health and readiness, and is scraped and kept by a
+    disruption budget."""
+    from outbox._shared.databases import load
+
+    (deployment,) = fleet_of_kind("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert not {"command", "args"} & set(container)
+    env = env_of(container)
+    environ = {name: e["value"] for name, e in env.items() if "value" in e}
+    path = fleet_file(tmp_path, container, pod)
+    config = build_config([], {**environ, "OUTBOX_DATABASES": str(path)})
+    assert config.databases == str(path)
+    assert config.dsn == ""
+    listed = load(path, {}).databases
+    assert len(listed) >= 2
+    for database in listed:
+        parts = conninfo_to_dict(database.dsn)
+        assert not {"user", "password"} & set(parts), database.name
+    assert environ["PGUSER"] == "outbox_dispatcher"
+    (secret,) = fleet_of_kind("Secret")
+    ref = env["PGPASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == secret["metadata"]["name"]
+    assert ref["key"] in secret["stringData"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert pod["terminationGracePeriodSeconds"] > float(environ["OUTBOX_SHUTDOWN_GRACE"])
+    labels = deployment["spec"]["template"]["metadata"]["labels"].items()
+    (monitor,) = of_kind("PodMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels
+    (budget,) = fleet_of_kind("PodDisruptionBudget")
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels
+    assert 0 < budget["spec"]["minAvailable"] < deployment["spec"]["replicas"]
+    (policy,) = fleet_of_kind("NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels
+    assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] == [
+        "metrics"]
+
+
+def test_the_fleets_job_migrates_and_grants_every_database_as_the_owner(
+        tmp_path: Path) -> None:
+    """The fleet's Job runs `outbox migrate --all` and `outbox grants --all --apply` over the
+    same file, as the schemas' owner; the grants name the dispatcher's PGUSER."""
+    from outbox.cli import build_parser
+
+    (job,) = fleet_of_kind("Job")
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    shell, flags, script = container["command"]
+    assert (shell, flags) == ("sh", "-ec")
+    migrate, grants = (shlex.split(line) for line in script.splitlines() if line.strip())
+    assert migrate == ["outbox", "migrate", "--all"]
+    parsed = build_parser().parse_args(grants[1:])
+    assert (parsed.all, parsed.apply) == (True, True)
+    env = env_of(container)
+    (deployment,) = fleet_of_kind("Deployment")
+    (dispatcher,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert parsed.dispatcher == env_of(dispatcher)["PGUSER"]["value"]
+    owner = env["PGUSER"]["value"]
+    assert owner not in {parsed.dispatcher, parsed.application, parsed.viewer, "postgres"}
+    assert env["OUTBOX_DATABASES"] == env_of(dispatcher)["OUTBOX_DATABASES"]
+    fleet_file(tmp_path, container, pod)
+    release = container["image"].rpartition(":")[2]
+    assert job["metadata"]["name"] == "outbox-migrate-fleet-" + release.replace(".", "-")

@@ -78,14 +78,23 @@ ORDER BY x.name, x.place;
 
 -- name: admin_dispatchers
 -- Dispatchers alive: heartbeats seen in the last 30 s (each writes one every
--- few seconds), and whether the maintainer lease is held (an earlier
--- release's dispatchers write no heartbeat but hold that lease); the problems
--- they report, merged (endpoint name -> why it cannot be served).
-SELECT (SELECT count(*) FROM outbox.dispatchers WHERE seen_at > now() - interval '30 seconds'),
+-- few seconds), and rows a dispatcher serving many databases wrote at its
+-- look at this idle database, alive until their serves_until; whether the
+-- maintainer lease is held (an earlier release's dispatchers write no
+-- heartbeat but hold that lease); the problems they report, merged (endpoint
+-- name -> why it cannot be served); and the processes, host and pid, each
+-- once (a process serving many databases may have a row of each kind here).
+WITH alive AS (
+    SELECT d.host, d.pid, d.problems FROM outbox.dispatchers d
+    WHERE d.seen_at > now() - interval '30 seconds' OR d.serves_until > now()
+)
+SELECT (SELECT count(DISTINCT (a.host, a.pid)) FROM alive a),
        (SELECT expires_at > now() FROM outbox.maintainer),
        (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}')::text
-        FROM outbox.dispatchers d, jsonb_each_text(d.problems) p
-        WHERE d.seen_at > now() - interval '30 seconds');
+        FROM alive a, jsonb_each_text(a.problems) p),
+       (SELECT coalesce(jsonb_agg(DISTINCT jsonb_build_object('host', a.host, 'pid', a.pid)),
+                        '[]')::text
+        FROM alive a);
 
 -- name: admin_key_waits
 -- Producers waiting for a key: publish() takes a transaction-scoped advisory

@@ -81,3 +81,21 @@ WHERE m.beat OPERATOR(pg_catalog.>) (pg_catalog.date_part('epoch', pg_catalog.no
                                      OPERATOR(pg_catalog.-) %(lease)s::float8)
   AND m.beat OPERATOR(pg_catalog.<=) (pg_catalog.date_part('epoch', pg_catalog.now())::float8
                                       OPERATOR(pg_catalog.+) %(skew)s::float8);
+
+-- name: served_by
+-- A look at a database served by no pinned connection: this dispatcher
+-- serves it, and vouches for that until serves_until (its next look is due
+-- well before), so that `outbox status` names it there rather than saying
+-- that nothing is delivered. One row per process (its id is the process's,
+-- the same in every database), updated in place (HOT: no index covers the
+-- times). Rows of processes gone for an hour go at the same time: a database
+-- that is never busy never has a maintainer to sweep them.
+WITH gone AS (
+    DELETE FROM outbox.dispatchers
+    WHERE coalesce(serves_until, seen_at) < pg_catalog.now() - interval '1 hour'
+)
+INSERT INTO outbox.dispatchers (id, host, pid, version, serves_until)
+VALUES (%(me)s, %(host)s, %(pid)s, %(version)s,
+        pg_catalog.now() + pg_catalog.make_interval(secs => %(seconds)s::float8))
+ON CONFLICT (id) DO UPDATE SET seen_at = pg_catalog.now(),
+                               serves_until = EXCLUDED.serves_until;

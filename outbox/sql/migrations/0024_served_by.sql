@@ -1,0 +1,15 @@
+-- Version 24: a dispatcher serving many databases vouches for an idle one.
+-- Such a dispatcher holds no connection to a database without recent work and
+-- writes no heartbeat there every few seconds; it looks at it with a short
+-- connection about once a minute instead, and each look writes its row in
+-- outbox.dispatchers with serves_until, the moment until which the row says a
+-- live dispatcher serves the database (its next look is due well before).
+-- `outbox status` counts a row alive while it is younger than 30 s (a
+-- heartbeat) or before its serves_until, and names the processes: "served by".
+-- NULL for every heartbeat, as the previous release writes them.
+--
+-- Locks: ADD COLUMN of a nullable column without a default only changes the
+-- catalogue (no rewrite), under outbox.dispatchers' ACCESS EXCLUSIVE lock for a
+-- moment and the migrator's lock_timeout; publish() never reads that table, and
+-- the previous release's dispatchers name their columns and never see it.
+ALTER TABLE outbox.dispatchers ADD COLUMN IF NOT EXISTS serves_until timestamptz;
