@@ -22,6 +22,8 @@ from tests.support.web import (
     TestClient,
     command,
     dead_scene,
+    plans,
+    tenants_history,
     web_client,
 )
 
@@ -137,6 +139,16 @@ def test_tenants_page_and_json_as_status_tenants(dsn: str, scene: dict[str, Any]
             row.pop("oldest_pending_seconds")
     assert list(doc) == ["tenants"]
     assert doc["tenants"] == expected
+
+
+def test_the_backlog_by_tenant_reads_the_backlog_not_the_table(conn: Conn) -> None:
+    """On 60,000 finished deliveries of 40 endpoints, an endpoint's backlog by tenant (and
+    `status --tenants`) reads each endpoint's undelivered rows through their partial
+    indexes: its plan never scans the deliveries table (it did once per endpoint: 4.7 s
+    for 500 tenants' endpoints)."""
+    tenants_history(conn)
+    found = plans(conn, {"admin_tenant_backlogs": {"per_endpoint": 5, "endpoint": None}})
+    assert "Seq Scan on deliveries" not in found["admin_tenant_backlogs"], found
 
 
 def page_token(client: TestClient) -> str:
