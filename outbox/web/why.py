@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from outbox import admin, endpoints
 from outbox._present import shapes
+from outbox._present.words import retry_now_said
 from outbox.errors import EndpointNotFound
 from outbox.sql import queries
 from outbox.web.chart import Chart, chart
@@ -139,17 +140,23 @@ def endpoint(request: Request) -> Response:
     cookie = request.cookies.get(COOKIE) or state.tokens.cookie()
     response = page(request, "endpoint.html", view=view, options=view.options,
                     actions=state.config.allow_actions, token=state.tokens.token(cookie),
-                    done=_done(request))
+                    done=_done(request, view.options["name"]))
     if state.config.allow_actions and COOKIE not in request.cookies:
         set_cookie(response, request, COOKIE, cookie)
     return response
 
 
-def _done(request: Request) -> int | None:
-    """How many deliveries the retry-now just taken made due, as its redirect tells it."""
-    count = request.query_params.get("due", "")
-    return int(count) if request.query_params.get("done") == "retry-now" and count.isdigit() \
-        else None
+def _done(request: Request, name: str) -> str | None:
+    """What the retry-now just taken did, as its redirect tells it (shown, never trusted),
+    in the command's words."""
+    params = request.query_params
+    count = params.get("due", "")
+    if params.get("done") != "retry-now" or not count.isdigit():
+        return None
+    done = endpoints.RetryNow(due=int(count), enabled=params.get("enabled") != "0",
+                              half_open=params.get("half_open") == "1")
+    said = retry_now_said(done, name)
+    return said[:1].upper() + said[1:] + "."
 
 
 def tenants(request: Request) -> Response:

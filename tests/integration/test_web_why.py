@@ -198,9 +198,35 @@ def test_retry_now_makes_the_deliveries_due(dsn: str, conn: Conn, scene: dict[st
         after = client.get(done.headers["location"])
         unknown = client.post("/endpoints/nope/retry-now", data={"token": token})
     assert due_later(conn) == 0
-    assert "Made 4 pending deliveries due now" in after.text
+    assert ("Made 4 pending deliveries of endpoint billing due now; its open circuit went "
+            "half-open: the next request is the probe.") in after.text
     assert unknown.status_code == 404
-    assert any("at endpoint 'billing' due now" in r.getMessage() for r in caplog.records)
+    assert any("at endpoint 'billing' due now (its circuit half-open)" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_retry_now_says_the_circuit_went_half_open_when_none_was_made_due(
+        dsn: str, conn: Conn, scene: dict[str, Any]) -> None:
+    """With every pending delivery already due and only the open circuit holding them,
+    retry-now makes none due but sends the probe: the page says both, in the words of
+    `outbox endpoints retry-now`, and says a disabled endpoint keeps them waiting."""
+    conn.execute("UPDATE outbox.deliveries SET next_attempt_at = now() - interval '1 minute' "
+                 "WHERE state = 'pending'")
+    conn.execute("UPDATE outbox.endpoints SET enabled = false WHERE name = 'billing'")
+    conn.commit()
+    with web_client(dsn, allow_actions=True) as client:
+        token = page_token(client)
+        done = client.post("/endpoints/billing/retry-now", data={"token": token})
+        after = client.get(done.headers["location"])
+    circuit = conn.execute("SELECT s.circuit FROM outbox.endpoint_state s JOIN "
+                           "outbox.endpoints e ON e.id = s.endpoint_id "
+                           "WHERE e.name = 'billing'").fetchone()
+    conn.commit()
+    assert circuit == ("half-open",)
+    said = after.text.split('<p class="done">', 1)[1].split("</p>", 1)[0]
+    assert said == ("Made 0 pending deliveries of endpoint billing due now; its open circuit "
+                    "went half-open: the next request is the probe; the endpoint is "
+                    "disabled: they wait until it is enabled.")
 
 
 def test_links_keep_the_database(dsn: str, scene: dict[str, Any]) -> None:
