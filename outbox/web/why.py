@@ -1,5 +1,5 @@
-"""The pages for the why: ``/endpoints/NAME`` (what an endpoint is, what stops it and who
-waits for it) and ``/tenants`` (the tenants with the largest backlogs).
+"""The page for the why: ``/endpoints/NAME`` (what an endpoint is, what stops it and who
+waits for it); the tenants' page is :mod:`.tenants`'s.
 
 An endpoint's page answers as the viewer role of ``outbox grants --viewer``
 too: that role may not read an endpoint's secret, URL or headers, so the
@@ -11,7 +11,7 @@ anything dies.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -91,11 +91,14 @@ def read_endpoint(conn: psycopg.Connection[Any], name: str) -> EndpointView:
     return EndpointView(options, circuit, backlogs, failures, last_hour(conn, name), viewer)
 
 
-def last_hour(conn: psycopg.Connection[Any], name: str | None = None) -> Chart:
-    """The chart of one live endpoint's last hour, or (no name) of every live endpoint's
-    together: one statement either way, whatever the number of endpoints."""
+def last_hour(conn: psycopg.Connection[Any], name: str | None = None, *,
+              tenant: str | None = None) -> Chart:
+    """The chart of one live endpoint's last hour, of one tenant's live endpoints
+    together, or (neither) of every live endpoint's together: one statement either way,
+    whatever the number of endpoints."""
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        minutes = cur.execute(queries["web_minutes"], {"name": name}).fetchall()
+        minutes = cur.execute(queries["web_minutes"],
+                              {"name": name, "tenant": tenant}).fetchall()
     return chart([(m, int(d), int(f), int(p)) for m, d, f, p in minutes])
 
 
@@ -157,17 +160,6 @@ def _done(request: Request, name: str) -> str | None:
                               half_open=params.get("half_open") == "1")
     said = retry_now_said(done, name)
     return said[:1].upper() + said[1:] + "."
-
-
-def tenants(request: Request) -> Response:
-    """``/tenants``: per live endpoint, the tenants with the largest backlogs, as ``outbox
-    status --tenants`` gives them."""
-    with parts(request).readers.connection() as conn:
-        backlogs = admin.tenant_backlogs(conn)
-    if wants_json(request):
-        return document({"tenants": [asdict(b) for b in backlogs]})
-    ranked = sorted(backlogs, key=lambda b: (-(b.pending + b.in_flight), b.endpoint, b.tenant))
-    return page(request, "tenants.html", rows=ranked)
 
 
 def last_failures(conn: psycopg.Connection[Any]) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The web view's pages for the why on a real PostgreSQL: an endpoint's page (its options,
-circuit, backlog by tenant, latest failures while still retried, retry-now) and the
-tenants' page, each with its JSON, and nothing secret on either."""
+circuit, backlog by tenant, latest failures while still retried, retry-now), with its JSON,
+and nothing secret on it (the tenants' page: test_web_tenants.py)."""
 
 from __future__ import annotations
 
@@ -124,23 +124,6 @@ def test_an_unknown_endpoint_is_a_404(dsn: str, scene: dict[str, Any]) -> None:
     assert "nope" in doc.json()["error"]
 
 
-def test_tenants_page_and_json_as_status_tenants(dsn: str, scene: dict[str, Any]) -> None:
-    """`/tenants` lists the largest backlogs, each linking to its dead letters (keeping the
-    database); its JSON is `{"tenants": ...}` as `status --tenants --json` gives them."""
-    with web_client(dsn) as client:
-        page = client.get("/tenants")
-        doc = client.get("/tenants?format=json").json()
-    assert page.status_code == 200
-    assert 'href="/dead?tenant=acme"' in page.text
-    assert page.text.index(">acme<") < page.text.index(">globex<")
-    expected = command(dsn, "status", "--tenants")["tenants"]
-    for rows in (doc["tenants"], expected):
-        for row in rows:
-            row.pop("oldest_pending_seconds")
-    assert list(doc) == ["tenants"]
-    assert doc["tenants"] == expected
-
-
 def test_the_backlog_by_tenant_reads_the_backlog_not_the_table(conn: Conn) -> None:
     """On 60,000 finished deliveries of 40 endpoints, an endpoint's backlog by tenant (and
     `status --tenants`) reads each endpoint's undelivered rows through their partial
@@ -235,7 +218,7 @@ def test_links_keep_the_database(dsn: str, scene: dict[str, Any]) -> None:
         tenants = client.get("/tenants?db=one")
         page = client.get("/endpoints/billing?db=one")
     assert 'href="/dead?tenant=acme&amp;db=one"' in tenants.text
-    assert 'href="/endpoints/billing?db=one"' in tenants.text
+    assert 'href="/?tenant=acme&amp;db=one"' in tenants.text
     assert 'href="/tenants?db=one"' in page.text
 
 

@@ -11,13 +11,13 @@
 -- keeps one row (with a NULL name) when no live endpoint exists, so that the
 -- unrouted count always comes back. Discarded deliveries (by the endpoint's
 -- policy) are counted through deliveries_discarded, and whether the endpoint
--- drops what is made for it (disable --drop) comes along.
+-- drops what is made for it (disable --drop) and its tenant come along.
 SELECT u.unrouted, ep.name, ep.enabled, ep.pending, ep.in_flight, ep.delivered, ep.dead,
        ep.oldest_pending_seconds, ep.circuit, ep.max_pending, ep.disabled_reason, ep.opened_at,
-       ep.discarded, ep.dropping
+       ep.discarded, ep.dropping, ep.tenant
 FROM (SELECT count(*) AS unrouted FROM outbox.events WHERE unrouted) AS u
 LEFT JOIN LATERAL (
-    SELECT e.name, e.enabled, e.max_pending, e.disabled_reason, e.dropping, p.pending,
+    SELECT e.name, e.enabled, e.max_pending, e.disabled_reason, e.dropping, e.tenant, p.pending,
            p.oldest_pending_seconds,
            coalesce((SELECT s.circuit FROM outbox.endpoint_state s WHERE s.endpoint_id = e.id),
                     'closed') AS circuit,
