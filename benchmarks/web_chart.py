@@ -67,6 +67,30 @@ def grow(dsn: str, endpoints: int, hour: int, pending: int, retried: int, older:
     return time.perf_counter() - start
 
 
+def view_connection(dsn: str) -> psycopg.Connection[Any]:
+    """A connection with the view's settings (outbox/web/db.py): no JIT, 16 MB to sort in,
+    a 5 s statement timeout, nothing prepared."""
+    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+    conn.execute("SET jit = off")
+    conn.execute("SET work_mem = '16MB'")
+    conn.execute("SET statement_timeout = '5s'")
+    return conn
+
+
+def timed(reads: dict[str, Callable[[], Any]], rounds: int) -> None:
+    """Each read ``rounds`` times, the reads in turn within a round; the medians printed
+    (milliseconds, the range beside)."""
+    times: dict[str, list[float]] = {name: [] for name in reads}
+    for _ in range(rounds):
+        for name, read in reads.items():
+            started = time.perf_counter()
+            read()
+            times[name].append(1000 * (time.perf_counter() - started))
+    for name, values in times.items():
+        print(f"{name:48} {statistics.median(values):9.1f} ms "
+              f"({min(values):.1f}-{max(values):.1f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--endpoints", type=int, default=5000)
@@ -79,26 +103,14 @@ def main() -> None:
     with TemporaryPostgres() as pg:
         took = grow(pg.dsn, args.endpoints, args.hour, args.pending, args.retried, args.older)
         print(f"{args.endpoints:,} endpoints; rows written and vacuumed in {took:.0f} s")
-        with psycopg.connect(pg.dsn, autocommit=True) as conn:
-            conn.execute("SET jit = off")
-            conn.execute("SET work_mem = '16MB'")
-            conn.execute("SET statement_timeout = '5s'")
-            reads: dict[str, Callable[[], Any]] = {
+        with view_connection(pg.dsn) as conn:
+            timed({
                 "the chart of every endpoint (web_minutes)": lambda: last_hour(conn),
                 "the counts (admin_status)": lambda: admin.status(conn),
                 "the latest failures (web_last_failures)": lambda: last_failures(conn),
                 "the page's whole read (cached)": lambda: read_overview(conn),
                 "one endpoint's chart (its page)": lambda: last_hour(conn, "c7"),
-            }
-            times: dict[str, list[float]] = {name: [] for name in reads}
-            for _ in range(args.rounds):
-                for name, read in reads.items():
-                    started = time.perf_counter()
-                    read()
-                    times[name].append(1000 * (time.perf_counter() - started))
-            for name, values in times.items():
-                print(f"{name:45} {statistics.median(values):9.1f} ms "
-                      f"({min(values):.1f}-{max(values):.1f})")
+            }, args.rounds)
             chart = last_hour(conn)
             print(f"the hour drawn: {chart.delivered:,} delivered, {chart.failed:,} failed "
                   f"attempts, {chart.pending_now:,} pending now")

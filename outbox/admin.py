@@ -58,6 +58,9 @@ class EndpointStatus:
     discarded: int = 0
     """Deliveries discarded by the endpoint's policy that retention still keeps (not in
     ``status --json``, whose keys are fixed; ``outbox_dropped_total`` counts them all)."""
+    tenant: str | None = None
+    """The tenant the endpoint belongs to (None: none); the web view's tenant column and
+    ``/?tenant=``, not in ``status --json``."""
 
 
 @dataclass(frozen=True)
@@ -271,9 +274,9 @@ def status(conn: psycopg.Connection[Any]) -> Status:
                        max_pending=bound,
                        problem=_DROPPING if dropping else _problem(
                            enabled, reason, circuit, opened, reported.get(name)),
-                       discarded=int(discarded or 0))
+                       discarded=int(discarded or 0), tenant=tenant)
         for (_, name, enabled, pending, in_flight, delivered, dead, oldest, circuit, bound,
-             reason, opened, discarded, dropping) in rows
+             reason, opened, discarded, dropping, tenant) in rows
         if name is not None
     ]
     alive = max(int(beating), 1 if maintained else 0)

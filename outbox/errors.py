@@ -25,9 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from outbox._shared.text import counted
+
 
 class OutboxError(Exception):
     """Base class of every error this package raises on purpose."""
+
+
+def _held(count: int) -> str:
+    return counted(count, "undelivered delivery", "undelivered deliveries")
 
 
 class InvalidEvent(OutboxError, ValueError):
@@ -48,11 +54,11 @@ class BacklogFull(InvalidEvent):
     def __init__(self, endpoint: str, bound: int, backlog: int, *,
                  tenant: str | None = None) -> None:
         if tenant is None:
-            super().__init__(f"endpoint {endpoint!r} holds {backlog} undelivered deliveries, "
+            super().__init__(f"endpoint {endpoint!r} holds {_held(backlog)}, "
                              f"at or past its bound of {bound} (--max-pending): nothing was "
                              "published")
         else:
-            super().__init__(f"endpoint {endpoint!r} holds {backlog} undelivered deliveries "
+            super().__init__(f"endpoint {endpoint!r} holds {_held(backlog)} "
                              f"of tenant {tenant!r}, at or past its bound of {bound} "
                              "(--max-pending-per-tenant): nothing was published")
         self.endpoint = endpoint
@@ -120,8 +126,7 @@ class EndpointBusy(OutboxError):
     """
 
     def __init__(self, undelivered: dict[str, int]) -> None:
-        parts = ", ".join(f"endpoint {name!r} ({count} undelivered "
-                          f"{'delivery' if count == 1 else 'deliveries'})"
+        parts = ", ".join(f"endpoint {name!r} ({_held(count)})"
                           for name, count in sorted(undelivered.items()))
         self.refusal = f"refusing to remove {parts}: pending or in flight"
         super().__init__(f"{self.refusal}; force=True makes them dead letters and removes "

@@ -87,11 +87,12 @@ def run_list(args: argparse.Namespace) -> int:
         common.print_json(shapes.dead_letters(letters))
         return common.EXIT_OK
     common.print_table(
-        ["failed at", "published", "endpoint", "event id", "type", "key", "attempts", "status",
-         "last error"],
+        ["failed at", "published", "endpoint", "event id", "type", "key", "tenant", "attempts",
+         "status", "last error"],
         [(rfc3339(d.failed_at, seconds=True), rfc3339(d.created_at, seconds=True),
           d.endpoint + (" (removed)" * d.endpoint_removed),
-          d.event_id, d.type, d.key, d.attempts, d.last_status, _one_line(d.last_error))
+          d.event_id, d.type, d.key, d.tenant, d.attempts, d.last_status,
+          _one_line(d.last_error))
          for d in letters],
     )
     if len(letters) == args.limit:

@@ -21,7 +21,8 @@ import psycopg
 
 from outbox import endpoints as store
 from outbox._cli import common, endpoints_view
-from outbox._shared.text import first_line
+from outbox._present.words import retry_now_said
+from outbox._shared.text import counted, first_line
 from outbox._shared.urls import shown_url
 from outbox.durations import parse_duration
 from outbox.endpoints import (
@@ -186,8 +187,10 @@ def _add(args: argparse.Namespace) -> int:
         raise _usage(exc) from None
     _warn_about_files(spec, cli=True)
     signing = signing_label(spec.secret) or "unsigned"
+    # The tenant decides whose events it receives: said with the patterns it narrows.
+    whose = f" of tenant {spec.tenant}" if spec.tenant is not None else ""
     print(f"added endpoint {spec.name}: {shown_url(spec.url)} for {', '.join(spec.events)}"
-          f" ({signing})")
+          f"{whose} ({signing})")
     return common.EXIT_OK
 
 
@@ -239,8 +242,8 @@ def _warn_about_files(spec: EndpointSpec, *, cli: bool) -> None:
 def _enable(args: argparse.Namespace) -> int:
     with common.connect(args) as conn:
         late = store.set_enabled(conn, args.name, enabled=True)
-    suffix = (f"; {late} deliveries made while it was disabled with --drop were discarded"
-              if late else "")
+    suffix = (f"; discarded {counted(late, 'delivery', 'deliveries')} made while it was "
+              "disabled with --drop" if late else "")
     print(f"enabled endpoint {args.name}{suffix}")
     return common.EXIT_OK
 
@@ -256,7 +259,8 @@ def _disable(args: argparse.Namespace) -> int:
         return common.EXIT_OK
     # The number alone on stdout, for scripts, as retry-now prints its own.
     print(discarded)
-    print(f"disabled endpoint {args.name} and discarded its {discarded} pending deliveries; "
+    print(f"disabled endpoint {args.name} and discarded its "
+          f"{counted(discarded, 'pending delivery', 'pending deliveries')}; "
           "requests in flight finish, and what is published for it is discarded until it is "
           "enabled", file=sys.stderr)
     return common.EXIT_OK
@@ -277,18 +281,9 @@ def _retry_now(args: argparse.Namespace) -> int:
         raise common.CommandFailed(
             f"retry-now needs a role that may change deliveries (the operator's): "
             f"{first_line(exc)}") from None
-    whose = f" of tenant {tenant}" if tenant is not None else ""
-    what = f"{done.due} pending deliveries{whose} of endpoint {args.name}"
     print(f"{done.due}")
-    notes = [f"{'would make' if args.dry_run else 'made'} {what} due now"]
-    if done.half_open:
-        notes.append("its open circuit " + ("would go" if args.dry_run else "went")
-                     + " half-open: the next request is the probe")
-    if not done.enabled:
-        notes.append("the endpoint is disabled: they wait until it is enabled")
-    if args.dry_run:
-        notes.append("dry run, nothing changed")
-    print("; ".join(notes), file=sys.stderr)
+    print(retry_now_said(done, args.name, tenant=tenant, dry_run=args.dry_run),
+          file=sys.stderr)
     return common.EXIT_OK
 
 
@@ -304,7 +299,8 @@ def _remove(args: argparse.Namespace) -> int:
             dead = store.remove_endpoint(conn, args.name, force=args.force)
     except EndpointBusy as exc:
         raise _busy(exc) from None
-    suffix = f"; {dead} undelivered deliveries became dead letters" if dead else ""
+    suffix = (f"; {counted(dead, 'undelivered delivery', 'undelivered deliveries')} "
+              f"became {'a dead letter' if dead == 1 else 'dead letters'}" if dead else "")
     print(f"removed endpoint {args.name}{suffix}")
     return common.EXIT_OK
 
@@ -366,8 +362,8 @@ def _sync(args: argparse.Namespace) -> int:
     for name, options in report.changed.items():
         common.print_line(f"changed {name}: {', '.join(options)}")
     for name, dead in report.removed.items():
-        common.print_line(f"removed {name}" + (f" ({dead} undelivered deliveries "
-                                               "dead-lettered)" if dead else ""))
+        them = counted(dead, "undelivered delivery", "undelivered deliveries")
+        common.print_line(f"removed {name}" + (f" ({them} dead-lettered)" if dead else ""))
     print(f"sync: {len(report.added)} added, {len(report.changed)} changed, "
           f"{len(report.removed)} removed, {len(report.unchanged)} unchanged")
     return common.EXIT_OK

@@ -10,5 +10,6 @@ rule in pyproject.toml keeps it so):
   ``?format=json``; RFC 3339 times;
 - ``args``: the argument types and filters (event ids, counts, times,
   type patterns, tenants) and the check of a time window;
-- ``words``: ages (``12m05s``) and the line naming who holds the horizon back.
+- ``words``: ages (``12m05s``), the line naming who holds the horizon back, and what
+  a retry-now did.
 """

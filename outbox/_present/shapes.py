@@ -26,13 +26,17 @@ def rfc3339(moment: datetime | None, *, seconds: bool = False) -> str | None:
     return times.rfc3339(moment, timespec="seconds" if seconds else "auto")
 
 
+_TABLES_ONLY = frozenset({"discarded", "tenant"})
+"""Fields of :class:`admin.EndpointStatus` the tables show and ``status --json`` does not."""
+
+
 def status(result: admin.Status, holder: admin.HorizonHolder | None,
            backlogs: Sequence[admin.TenantBacklog] | None = None) -> dict[str, Any]:
     """``status --json`` (``backlogs``: with ``--tenants``)."""
     shown: dict[str, Any] = {
         # The endpoints' keys are the documented ones and those the project added before;
-        # the count of discarded deliveries is the table's only.
-        "endpoints": [{k: v for k, v in asdict(e).items() if k != "discarded"}
+        # the count of discarded deliveries and the tenant are the tables' only.
+        "endpoints": [{k: v for k, v in asdict(e).items() if k not in _TABLES_ONLY}
                       for e in result.endpoints],
         "unrouted": result.unrouted,
         "dispatchers": result.dispatchers,

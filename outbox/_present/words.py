@@ -1,8 +1,11 @@
-"""How the commands and the web view say ages and who holds the horizon back, in words."""
+"""How the commands and the web view say ages, who holds the horizon back and what a
+retry-now did, in words."""
 
 from __future__ import annotations
 
 from outbox import admin
+from outbox._shared.text import counted
+from outbox.endpoints import RetryNow
 
 
 def format_age(seconds: float) -> str:
@@ -53,3 +56,26 @@ def describe_horizon(h: admin.HorizonHolder) -> str:
         held = "held"
     return (f"horizon held by {who}: {held}, {h.age_xids:,} transactions old; vacuum cannot "
             "remove dead deliveries behind it, so claims slow down")
+
+
+def retry_now_said(done: RetryNow, name: str, *, tenant: str | None = None,
+                   dry_run: bool = False) -> str:
+    """What ``retry-now`` did at endpoint ``name`` (``dry_run``: would do), in one line:
+    ``outbox endpoints retry-now`` prints it, and the endpoint's page after its form.
+
+    The count alone can mislead: deliveries held only by an open circuit were
+    due already and are not counted, yet the circuit going half-open sends
+    them; so whether it did is said too, and that a disabled endpoint keeps
+    them waiting.
+    """
+    whose = f" of tenant {tenant}" if tenant is not None else ""
+    what = f"{counted(done.due, 'pending delivery', 'pending deliveries')}{whose}"
+    notes = [f"{'would make' if dry_run else 'made'} {what} of endpoint {name} due now"]
+    if done.half_open:
+        notes.append("its open circuit " + ("would go" if dry_run else "went")
+                     + " half-open: the next request is the probe")
+    if not done.enabled:
+        notes.append("the endpoint is disabled: they wait until it is enabled")
+    if dry_run:
+        notes.append("dry run, nothing changed")
+    return "; ".join(notes)

@@ -135,8 +135,12 @@ QueryName = Literal[
     "web_endpoint_circuit",
     "web_endpoint_failures",
     "web_endpoint_options",
+    "web_is_tenant",
     "web_last_failures",
     "web_minutes",
+    "web_short_walk",
+    "web_tenant_waits",
+    "web_tenants",
     "writable_paths",
 ]
 """Every query's name; a test and the loader keep it equal to the names in the files."""

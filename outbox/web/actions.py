@@ -82,17 +82,19 @@ async def retry_now(request: Request) -> Response:
     if isinstance(allowed, Response):
         return allowed
     state, name = allowed[0], request.path_params["name"]
-    due = await run_in_threadpool(_retry_now, state, name)
-    log.info("made %s at endpoint %r due now, for %s",
-             counted(due, "pending delivery", "pending deliveries"), name, _client(request))
-    done = urlencode({"done": "retry-now", "due": due})
-    return RedirectResponse(at(request, f"/endpoints/{quote(name, safe='')}?{done}"), 303)
+    done = await run_in_threadpool(_retry_now, state, name)
+    log.info("made %s at endpoint %r due now%s, for %s",
+             counted(done.due, "pending delivery", "pending deliveries"), name,
+             " (its circuit half-open)" if done.half_open else "", _client(request))
+    said = urlencode({"done": "retry-now", "due": done.due, "half_open": int(done.half_open),
+                      "enabled": int(done.enabled)})
+    return RedirectResponse(at(request, f"/endpoints/{quote(name, safe='')}?{said}"), 303)
 
 
-def _retry_now(state: Parts, name: str) -> int:
+def _retry_now(state: Parts, name: str) -> endpoints.RetryNow:
     assert state.writer is not None
     with state.writer.connection() as conn:
-        return endpoints.retry_now(conn, name)
+        return endpoints.retry_endpoint_now(conn, name)
 
 
 def _refusal(request: Request, state: Parts, form: dict[str, str] | None) -> Response | None:

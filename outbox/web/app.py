@@ -27,7 +27,7 @@ from outbox._shared.database_catalog import Refreshed
 from outbox._shared.schema import MISSING, is_missing
 from outbox._shared.text import first_line
 from outbox.errors import EndpointNotFound
-from outbox.web import actions, pages, why
+from outbox.web import actions, pages, tenants, why
 from outbox.web.cache import Snapshot
 from outbox.web.config import WebConfig
 from outbox.web.db import NoConnection, Pool
@@ -54,8 +54,13 @@ def _parts(config: WebConfig, dsn: str, tokens: Tokens, *, size: int,
         with readers.connection() as conn:
             return pages.read_overview(conn)
 
+    def list_tenants() -> list[tenants.TenantRow]:
+        with readers.connection() as conn:
+            return tenants.read_tenants(conn)
+
     return Parts(config=config, readers=readers, writer=writer, counts=Snapshot(count),
-                 tokens=tokens, searches=threading.BoundedSemaphore(max(1, size // 2)))
+                 tenants=Snapshot(list_tenants, what="the tenants' list"), tokens=tokens,
+                 searches=threading.BoundedSemaphore(max(1, size // 2)))
 
 
 def create_app(config: WebConfig) -> Starlette:
@@ -99,7 +104,7 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/endpoints", pages.endpoints),
         Route("/endpoints/{name}", why.endpoint),
         Route("/endpoints/{name}/retry-now", actions.retry_now, methods=["POST"]),
-        Route("/tenants", why.tenants),
+        Route("/tenants", tenants.tenants),
         Mount("/static", StaticFiles(packages=[("outbox.web", "static")]), name="static"),
     ]
     guard = Middleware(Guard, password=config.password, hosts=config.hosts,

@@ -1,4 +1,5 @@
-"""A short-lived cache for the overview's counts, so the page stays fast at millions of rows.
+"""A short-lived cache for the overview's counts (and the tenants' list), so the pages stay
+fast at millions of rows.
 
 Counting ten million finished deliveries takes the database a second or
 more, however it is indexed; an overview that counted on every request
@@ -38,8 +39,10 @@ class Snapshot(Generic[T]):
     """The last answer of ``compute``, with its age in seconds."""
 
     def __init__(self, compute: Callable[[], T], *, fresh: float = 5.0, stale: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 what: str = "the overview's counts") -> None:
         self._compute = compute
+        self._what = what
         self._fresh = fresh
         self._stale = stale
         self._clock = clock
@@ -87,7 +90,7 @@ class Snapshot(Generic[T]):
         try:
             self._run()
         except Exception:  # the next request retries, and shows the error if it must
-            log.exception("refreshing the overview's counts failed")
+            log.exception("refreshing %s failed", self._what)
 
     def _run(self) -> _Answer[T]:
         """Compute, keep and hand out one answer; whoever waits is woken either way."""

@@ -6,17 +6,39 @@ at each minute's end as a line across them.
 The bars count what happened in a minute and the line what waited at its end: two
 quantities, two scales. The bars are scaled to the busiest minute and the line to the
 largest backlog, each drawn to the full height, and the caption gives both peaks.
+
+Under the bars, a time axis: a tick and its time (UTC, as every time the view
+shows) at each ten minutes of the clock, so that "since when" is read off the
+chart, not counted in bars.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 WIDTH = 600
 """Drawing units: 10 a minute (each bar 8, and a gap of 2)."""
 HEIGHT = 80
+"""The bars' and the line's height; the axis's labels go below it."""
 BAR = 8
+AXIS = 16
+"""Drawing units under the bars for the ticks and their times."""
+TICK_MINUTES = 10
+"""A tick at every minute of the clock that is a multiple of this."""
+_EDGE = 16
+"""A label this close to either side is anchored at its tick's side, not centred, so that
+it is not cut by the drawing's edge."""
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A time on the axis: where (the start of its minute's bar), what, and how the label
+    hangs from it (SVG ``text-anchor``)."""
+
+    x: int
+    label: str
+    anchor: str
 
 
 @dataclass(frozen=True)
@@ -46,8 +68,13 @@ class Chart:
     """The backlog at the last minute's end (the current minute so far)."""
     line: str
     """The backlog's line as SVG ``points`` (empty when nothing waited all hour)."""
+    ticks: list[Tick]
+    """The time axis, oldest first."""
     width: int = WIDTH
     height: int = HEIGHT
+    """The plot's height: where the axis runs."""
+    full_height: int = HEIGHT + AXIS
+    """The drawing's height, the axis's labels included."""
 
 
 def chart(minutes: list[tuple[datetime, int, int, int]]) -> Chart:
@@ -69,4 +96,18 @@ def chart(minutes: list[tuple[datetime, int, int, int]]) -> Chart:
         line = " ".join(f"{b.x + BAR / 2:g},{HEIGHT - 1 - round(b.pending * level, 1):g}"
                         for b in bars)
     return Chart(bars, peak, sum(b.delivered for b in bars), sum(b.failed for b in bars),
-                 pending_peak, bars[-1].pending if bars else 0, line)
+                 pending_peak, bars[-1].pending if bars else 0, line, ticks(bars))
+
+
+def ticks(bars: list[Bar]) -> list[Tick]:
+    """A tick at the start of each bar whose minute (UTC) is a multiple of
+    :data:`TICK_MINUTES`, labelled ``HH:MM``."""
+    found = []
+    for bar in bars:
+        minute = bar.minute.astimezone(UTC)
+        if minute.minute % TICK_MINUTES:
+            continue
+        anchor = ("start" if bar.x < _EDGE else "end" if bar.x > WIDTH - _EDGE
+                  else "middle")
+        found.append(Tick(bar.x, minute.strftime("%H:%M"), anchor))
+    return found

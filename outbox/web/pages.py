@@ -5,13 +5,15 @@ that command's ``--json`` document (``?format=json``).
 address              what it shows                                its command
 ===================  ===========================================  =======================
 ``/``                the endpoints: backlog, circuit, problems,   ``outbox status``
-                     and their last hour as a chart
+                     and their last hour as a chart; ``?tenant=``
+                     one tenant's, and where its deliveries wait
 ``/dead``            dead letters, newest first, filtered, paged  ``outbox dead list``
 ``/events/ID``       one event's story (``?payload=1``: its data)  ``outbox show``
-``/search?q=TEXT``   events by id, idempotency or ordering key    ``outbox events list``
+``/search?q=TEXT``   events by id, idempotency or ordering key,   ``outbox events list``
+                     or a tenant (``/?tenant=``)
 ===================  ===========================================  =======================
 
-An endpoint's page and the tenants' page are :mod:`.why`'s.
+An endpoint's page is :mod:`.why`'s, the tenants' page :mod:`.tenants`'s.
 
 Handlers are plain functions: Starlette runs them on its threads, where the
 admin functions' blocking calls belong.
@@ -20,8 +22,9 @@ admin functions' blocking calls belong.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 from starlette.requests import Request
@@ -32,10 +35,11 @@ from outbox._present import overview as databases_overview
 from outbox._present import shapes
 from outbox._present.words import describe_horizon
 from outbox.errors import EventsNotFound
+from outbox.web import tenants
 from outbox.web.chart import Chart
 from outbox.web.db import NoConnection
 from outbox.web.guard import COOKIE, set_cookie
-from outbox.web.params import BadParameter, dead_query, event_id, page_mark
+from outbox.web.params import BadParameter, dead_query, event_id, page_mark, tenant_of
 from outbox.web.render import at, document, page, problem, wants_json
 from outbox.web.search import search
 from outbox.web.state import parts
@@ -114,13 +118,27 @@ def databases(request: Request) -> Response:
 
 
 def overview(request: Request) -> Response:
-    view, age = parts(request).counts.get()
+    """The endpoints, or with ``?tenant=T`` T's own (and, on the page, where T's
+    deliveries wait and T's endpoints' last hour, read at request time: index probes)."""
+    who = tenant_of(request.query_params)
+    state = parts(request)
+    view, age = state.counts.get()
     headers = {"Age": str(int(age))}
+    status = view.status if who is None else replace(
+        view.status, endpoints=[e for e in view.status.endpoints if e.tenant == who])
     if wants_json(request):
-        return document(shapes.status(view.status, view.holder), headers=headers)
+        return document(shapes.status(status, view.holder), headers=headers)
     horizon = describe_horizon(view.holder) if view.holder is not None else None
-    return page(request, "overview.html", headers=headers, view=view, age=age,
-                horizon=horizon)
+    chart, waiting = view.last_hour, None
+    if who is not None:
+        with state.readers.connection() as conn:
+            waiting = tenants.waits(conn, who)
+            try:
+                chart = last_hour(conn, tenant=who) if status.endpoints else None
+            except psycopg.errors.QueryCanceled:
+                chart = None
+    return page(request, "overview.html", headers=headers, view=view, listed=status,
+                age=age, horizon=horizon, chart=chart, tenant=who, waiting=waiting)
 
 
 def dead(request: Request) -> Response:
@@ -184,13 +202,16 @@ def find(request: Request) -> Response:
     # the other pages stay served while someone searches a rare key of a large table.
     if not state.searches.acquire(blocking=False):
         raise NoConnection("every search slot is busy")
+    as_json = wants_json(request)
     try:
         with state.readers.connection() as conn:
-            found = search(conn, text, limit=state.config.page_size)
+            found = search(conn, text, limit=state.config.page_size, tenants=not as_json)
     finally:
         state.searches.release()
-    if wants_json(request):
-        return document(shapes.events(found))
-    if len(found) == 1:
-        return RedirectResponse(at(request, f"/events/{found[0].event_id}"), 303)
-    return page(request, "search.html", text=text, found=found)
+    if as_json:
+        return document(shapes.events(found.events))
+    if found.tenant is not None and not found.events:
+        return RedirectResponse(at(request, "/?" + urlencode({"tenant": found.tenant})), 303)
+    if len(found.events) == 1 and found.tenant is None:
+        return RedirectResponse(at(request, f"/events/{found.events[0].event_id}"), 303)
+    return page(request, "search.html", text=text, found=found.events, tenant=found.tenant)

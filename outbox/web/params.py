@@ -3,7 +3,8 @@ refusals (a page answers 400 with the message the command prints for exit 2).
 
 ``/dead`` takes ``endpoint``, ``type`` (repeatable: or-ed), ``tenant``,
 ``since`` and ``until`` as ``outbox dead list`` takes them, plus ``before``,
-where a page starts (its previous page's last row) and ``limit``.
+where a page starts (its previous page's last row) and ``limit``; ``/`` takes
+``tenant`` too, and ``/tenants`` ``after`` (its previous page's last row).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def dead_query(params: QueryParams, *, default_limit: int) -> DeadQuery:
         raise BadParameter(exc.said("")) from None
     types = tuple(_read("type", t.strip(), type_pattern)
                   for t in params.getlist("type") if t.strip())
-    who = _one(params, "tenant")
+    who = tenant_of(params)
     limit = default_limit
     if (text := _one(params, "limit")) is not None:
         if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
@@ -85,9 +86,19 @@ def dead_query(params: QueryParams, *, default_limit: int) -> DeadQuery:
                 and v.strip())
     return DeadQuery(
         endpoint=_one(params, "endpoint"),
-        where=admin.EventFilter(types, since, until,
-                                None if who is None else _read("tenant", who, tenant)),
+        where=admin.EventFilter(types, since, until, who),
         before=_page(_one(params, "before")), limit=limit, raw=raw)
+
+
+def read_tenant(name: str, text: str) -> str:
+    """A tenant given as the parameter ``name``, refused as ``--tenant`` refuses it."""
+    return _read(name, text, tenant)
+
+
+def tenant_of(params: QueryParams) -> str | None:
+    """``tenant``: one tenant's rows only (``/dead``, ``/``); None when not given."""
+    who = _one(params, "tenant")
+    return None if who is None else read_tenant("tenant", who)
 
 
 def page_mark(letter: admin.DeadLetter) -> str:

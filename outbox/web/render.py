@@ -31,6 +31,16 @@ def _shown(value: Any) -> Any:
     return "" if value is None else value
 
 
+LONG_NAME = 40
+"""A name longer than this many characters may wrap in a table (style.css, td.name.long);
+a shorter one keeps to one line."""
+
+
+def _name(text: str | None) -> str:
+    """The class of a table cell holding ``text``, a name shown whole."""
+    return "name long" if text is not None and len(text) > LONG_NAME else "name"
+
+
 def _when(moment: Any) -> str:
     return rfc3339(moment, seconds=True) or "-"
 
@@ -49,6 +59,7 @@ def _environment() -> Environment:
                       autoescape=select_autoescape(default=True), finalize=_shown,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["when"] = _when
+    env.filters["name"] = _name
     env.filters["age"] = format_age
     env.filters["flat"] = lambda text: " ".join((text or "").split())
     env.globals["version"] = __version__

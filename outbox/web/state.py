@@ -17,6 +17,7 @@ from outbox.web.guard import Tokens
 if TYPE_CHECKING:
     from outbox.web.pages import Overview
     from outbox.web.sites import Sites
+    from outbox.web.tenants import TenantRow
 
 _HELD = "outbox.held"
 """The request scope's key for the parts of the database it holds (``?db=``'s), if any."""
@@ -30,6 +31,8 @@ class Parts:
     writer: Pool | None
     """The one connection that may write, for the actions; None without --allow-actions."""
     counts: Snapshot[Overview]
+    tenants: Snapshot[list[TenantRow]]
+    """Every tenant's line of ``/tenants``, read whole and cached as the counts are."""
     tokens: Tokens
     searches: threading.BoundedSemaphore
     """Searches running at once: an ordering key's walk may take the whole statement

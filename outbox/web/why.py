@@ -1,5 +1,5 @@
-"""The pages for the why: ``/endpoints/NAME`` (what an endpoint is, what stops it and who
-waits for it) and ``/tenants`` (the tenants with the largest backlogs).
+"""The page for the why: ``/endpoints/NAME`` (what an endpoint is, what stops it and who
+waits for it); the tenants' page is :mod:`.tenants`'s.
 
 An endpoint's page answers as the viewer role of ``outbox grants --viewer``
 too: that role may not read an endpoint's secret, URL or headers, so the
@@ -11,7 +11,7 @@ anything dies.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from outbox import admin, endpoints
 from outbox._present import shapes
+from outbox._present.words import retry_now_said
 from outbox.errors import EndpointNotFound
 from outbox.sql import queries
 from outbox.web.chart import Chart, chart
@@ -90,11 +91,14 @@ def read_endpoint(conn: psycopg.Connection[Any], name: str) -> EndpointView:
     return EndpointView(options, circuit, backlogs, failures, last_hour(conn, name), viewer)
 
 
-def last_hour(conn: psycopg.Connection[Any], name: str | None = None) -> Chart:
-    """The chart of one live endpoint's last hour, or (no name) of every live endpoint's
-    together: one statement either way, whatever the number of endpoints."""
+def last_hour(conn: psycopg.Connection[Any], name: str | None = None, *,
+              tenant: str | None = None) -> Chart:
+    """The chart of one live endpoint's last hour, of one tenant's live endpoints
+    together, or (neither) of every live endpoint's together: one statement either way,
+    whatever the number of endpoints."""
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        minutes = cur.execute(queries["web_minutes"], {"name": name}).fetchall()
+        minutes = cur.execute(queries["web_minutes"],
+                              {"name": name, "tenant": tenant}).fetchall()
     return chart([(m, int(d), int(f), int(p)) for m, d, f, p in minutes])
 
 
@@ -139,28 +143,23 @@ def endpoint(request: Request) -> Response:
     cookie = request.cookies.get(COOKIE) or state.tokens.cookie()
     response = page(request, "endpoint.html", view=view, options=view.options,
                     actions=state.config.allow_actions, token=state.tokens.token(cookie),
-                    done=_done(request))
+                    done=_done(request, view.options["name"]))
     if state.config.allow_actions and COOKIE not in request.cookies:
         set_cookie(response, request, COOKIE, cookie)
     return response
 
 
-def _done(request: Request) -> int | None:
-    """How many deliveries the retry-now just taken made due, as its redirect tells it."""
-    count = request.query_params.get("due", "")
-    return int(count) if request.query_params.get("done") == "retry-now" and count.isdigit() \
-        else None
-
-
-def tenants(request: Request) -> Response:
-    """``/tenants``: per live endpoint, the tenants with the largest backlogs, as ``outbox
-    status --tenants`` gives them."""
-    with parts(request).readers.connection() as conn:
-        backlogs = admin.tenant_backlogs(conn)
-    if wants_json(request):
-        return document({"tenants": [asdict(b) for b in backlogs]})
-    ranked = sorted(backlogs, key=lambda b: (-(b.pending + b.in_flight), b.endpoint, b.tenant))
-    return page(request, "tenants.html", rows=ranked)
+def _done(request: Request, name: str) -> str | None:
+    """What the retry-now just taken did, as its redirect tells it (shown, never trusted),
+    in the command's words."""
+    params = request.query_params
+    count = params.get("due", "")
+    if params.get("done") != "retry-now" or not count.isdigit():
+        return None
+    done = endpoints.RetryNow(due=int(count), enabled=params.get("enabled") != "0",
+                              half_open=params.get("half_open") == "1")
+    said = retry_now_said(done, name)
+    return said[:1].upper() + said[1:] + "."
 
 
 def last_failures(conn: psycopg.Connection[Any]) -> dict[str, str]:

@@ -467,3 +467,45 @@ def test_the_breaker_window_and_rate_by_update_and_sync(dsn: str, tmp_path: Path
     ok(outbox_cmd(dsn, "sync", str(tmp_path / "good.toml")))
     [listed] = json.loads(ok(outbox_cmd(dsn, "list", "--json")))
     assert (listed["breaker_window"], listed["breaker_rate"]) == (20.0, 10.0)
+
+
+def test_add_names_the_tenant_whose_events_it_receives(dsn: str) -> None:
+    """add says the endpoint's tenant with its patterns; one without a tenant names none."""
+    acme = ok(outbox_cmd(dsn, "add", "acme-hooks", "--url", URL, "--events", "order.*",
+                         "--tenant", "acme"))
+    plain = ok(outbox_cmd(dsn, "add", "audit", "--url", URL))
+    assert acme.startswith("added endpoint acme-hooks: ")
+    assert " for order.* of tenant acme (" in acme
+    assert "tenant" not in plain
+
+
+def test_one_delivery_is_said_in_the_singular(dsn: str, tmp_path: Path) -> None:
+    """A count of one reads "1 undelivered delivery" (not "deliveries") in remove's refusal
+    and its --force, sync's removal, disable --drop, retry-now and publish's BacklogFull."""
+    add(dsn, "hooks")
+    publish(dsn, 1)
+    refused = outbox_cmd(dsn, "remove", "hooks")
+    assert "(1 undelivered delivery)" in refused.stderr, refused.stderr
+    forced = ok(outbox_cmd(dsn, "remove", "hooks", "--force"))
+    assert forced.strip() == ("removed endpoint hooks; 1 undelivered delivery became a dead "
+                              "letter")
+    add(dsn, "synced")
+    publish(dsn, 1)
+    (tmp_path / "empty.toml").write_text("endpoints = {}\n")
+    synced = ok(outbox_cmd(dsn, "sync", str(tmp_path / "empty.toml"), "--force"))
+    assert "removed synced (1 undelivered delivery dead-lettered)" in synced
+    add(dsn, "dropped")
+    publish(dsn, 1)
+    dropped = outbox_cmd(dsn, "disable", "dropped", "--drop")
+    assert "discarded its 1 pending delivery;" in dropped.stderr, dropped.stderr
+    add(dsn, "bounded", max_pending=1)
+    publish(dsn, 1)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE outbox.deliveries SET next_attempt_at = now() + interval '1h' "
+                     "WHERE state = 'pending'")
+        conn.commit()
+        with pytest.raises(outbox.BacklogFull, match="holds 1 undelivered delivery,"):
+            outbox.publish(conn, "mail.received", {})
+    retried = outbox_cmd(dsn, "retry-now", "bounded")
+    assert "made 1 pending delivery of endpoint bounded due now" in retried.stderr, \
+        retried.stderr

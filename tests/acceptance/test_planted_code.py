@@ -157,7 +157,8 @@ def test_nothing_planted_runs_as_the_dispatcher_the_operator_or_the_viewer(
     with web_client(viewer) as client:  # read-only sessions: counted, not recorded
         for path in ("/", "/dead", f"/events/{event}", f"/events/{dead}?payload=1",
                      "/search?q=customer-1", f"/search?q={more[0]}",
-                     "/dead?tenant=tenant-0&endpoint=refused", "/endpoints/rx", "/tenants"):
+                     "/dead?tenant=tenant-0&endpoint=refused", "/endpoints/rx", "/tenants",
+                     "/?tenant=tenant-0", "/search?q=tenant-0", "/tenants?after=0,tenant-0"):
             for query in ("", "&format=json" if "?" in path else "?format=json"):
                 response = client.get(path + query)
                 assert response.status_code in (200, 303), (path, response.text)

@@ -51,6 +51,20 @@ def test_dead_list_filters_by_tenant_and_shows_it(dsn: str,
         str(tenants["A"]): "A", str(tenants["B"]): "B", str(tenants["none"]): None}
 
 
+def test_dead_list_table_has_a_tenant_column(dsn: str, tenants: dict[str, uuid.UUID]) -> None:
+    """dead list's table has a TENANT column, each dead letter's tenant in it (empty for
+    an event without one)."""
+    result = cli(dsn, "dead", "list")
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    columns = header.split()
+    assert columns[columns.index("KEY") + 1] == "TENANT"
+    start = header.index("TENANT")
+    found = {row.split()[3]: row[start:].split(" ", 1)[0] for row in rows}
+    assert found == {str(tenants["A"]): "A", str(tenants["B"]): "B",
+                     str(tenants["none"]): ""}
+
+
 def test_dead_retry_and_discard_touch_only_that_tenant(conn: Conn, dsn: str,
                                                        tenants: dict[str, uuid.UUID]) -> None:
     """dead retry --tenant revives only that tenant's; dead discard --tenant drops only its."""

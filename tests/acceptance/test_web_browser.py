@@ -1,6 +1,7 @@
 """The web view in a real browser: an operator names the failing endpoint, its last error
 and the tenant that waits, follows an endpoint to its dead letter, retries it, and sees it
-delivered.
+delivered; support goes from a customer's name to its endpoints, sends a customer's held
+deliveries with retry-now, and pages through the tenants.
 
 The deliveries are a real dispatcher's, made in a few seconds; their times are then
 spread over the last hour (created, finished and attempted earlier, in SQL), so that the
@@ -19,6 +20,7 @@ where Playwright or a Chromium is missing (``.ci/run`` installs both).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from outbox import endpoints
 from outbox.testing import Receiver, Request, Response
 from tests.support.dispatcher import (
     Dispatcher,
@@ -49,6 +52,14 @@ TENANTS = ("acme", "globex", "initech", "umbrella")
 CRM_WAITING = ("acme",) * 17 + ("globex",) * 6 + ("initech",) * 2
 """The tenants of crm's backlog, acme's the largest."""
 CRM_ERROR = "upstream CRM database unavailable (connection pool exhausted)"
+ACME = "customer-acme-corporation-order-webhooks"
+"""acme's own endpoint, named as a customer's is, longer than a column's usual room: it
+answers 400, so its delivery is dead at once."""
+PARTNER = "globex-partner-notifications-eu-west"
+"""globex's own endpoint, its circuit held open for an hour over deliveries already due."""
+PARTNER_WAITING = 10
+PAGED = 120
+"""Tenants added for the tenants' pages (100 a page)."""
 
 
 def chromium() -> str:
@@ -88,6 +99,8 @@ def test_follow_an_endpoint_to_its_dead_letter_retry_it_and_see_it_delivered(
     crm_up = True
 
     def respond(request: Request) -> Response:
+        if request.path.startswith("/customer-acme"):
+            return Response(400, body=b"unknown order schema version")
         if request.path.startswith("/billing") and not billing_up:
             return Response(503, body=b"billing is down for maintenance until 16:00 UTC, see "
                             b"https://status.billing.example/incidents/2026-12-03-4711")
@@ -121,6 +134,7 @@ def test_follow_an_endpoint_to_its_dead_letter_retry_it_and_see_it_delivered(
                        what="crm's deliveries to fail once", dispatcher=dispatcher)
             wait_for_state(conn, event, "dead", dispatcher=dispatcher)
             _spread_over_the_hour(conn)
+            _customers(conn, receiver.url, dispatcher)
             billing_up = True
             with web_server(dsn, "--allow-actions") as url, \
                     sync_api.sync_playwright() as playwright:
@@ -130,14 +144,50 @@ def test_follow_an_endpoint_to_its_dead_letter_retry_it_and_see_it_delivered(
                 try:
                     page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
                     _walk(page, url, str(event), shots)
+                    _support(page, url, shots)
                 finally:
                     browser.close()
             delivered = wait_for_state(conn, event, "delivered", dispatcher=dispatcher)
+            for n in range(PAGED):
+                endpoints.add(conn, f"hooks-{n:03d}", url=receiver.url + "paged",
+                              events=("paged.*",), tenant=f"tenant-{n:03d}")
+            conn.commit()
+            # A view started now: the tenants' list is read afresh, not from a cache.
+            with web_server(dsn) as url, sync_api.sync_playwright() as playwright:
+                browser = playwright.chromium.launch(
+                    executable_path=browser_path, headless=True,
+                    args=["--no-sandbox"] if os.geteuid() == 0 else [])
+                try:
+                    page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+                    _tenants_pages(page, url)
+                finally:
+                    browser.close()
     assert delivered["attempts"] == 1
     assert {p.name for p in shots.folder.iterdir()} == {
         "web-overview.png", "web-dead.png", "web-event.png", "web-event-delivered.png",
-        "web-search.png", "web-endpoint.png", "web-tenants.png"}
+        "web-search.png", "web-endpoint.png", "web-tenants.png", "web-tenant.png",
+        "web-retry-now.png"}
     print(f"screenshots: {shots.folder}")
+
+
+def _customers(conn: psycopg.Connection[Any], base: str, dispatcher: Dispatcher) -> None:
+    """acme's own endpoint with its dead letter, and globex's with deliveries due that its
+    open circuit holds back (the dispatcher sees them and sends nothing)."""
+    endpoints.add(conn, ACME, url=base + "customer-acme", events=("order.*",),
+                  tenant="acme", max_attempts=1)
+    endpoints.add(conn, PARTNER, url=base + "partner", events=("notice.*",), tenant="globex",
+                  breaker_cooldown=3600)
+    held = conn.execute(
+        "UPDATE outbox.endpoint_state SET circuit = 'open', opened_at = now() "
+        "WHERE endpoint_id = (SELECT id FROM outbox.endpoints WHERE name = %s "
+        "AND removed_at IS NULL)", (PARTNER,)).rowcount
+    conn.commit()
+    assert held == 1
+    order = publish(conn, "order.placed", {"order": 7}, tenant="acme")
+    for n in range(PARTNER_WAITING):
+        publish(conn, "notice.sent", {"n": n}, tenant="globex")
+    wait_for_state(conn, order, "dead", dispatcher=dispatcher)
+    dispatcher.wait_serving()
 
 
 def _all_attempted(conn: psycopg.Connection[Any], waiting: int) -> bool | None:
@@ -189,7 +239,22 @@ def _walk(page: Any, url: str, event: str, shots: Shots) -> None:
     expect(chart.locator("polyline.pending")).to_have_count(1)
     assert chart.bounding_box()["height"] > 40
     expect(page.locator("figure.chart figcaption")).to_contain_text(
-        f"pending {len(CRM_WAITING)} now")
+        f"pending {len(CRM_WAITING) + PARTNER_WAITING} now")
+    # The time axis: a tick and its time (UTC) at each ten minutes of the hour.
+    times = chart.locator("g.time text")
+    expect(times).not_to_have_count(0)
+    assert all(re.fullmatch(r"\d\d:\d0", t) for t in times.all_text_contents())
+    # Names on one line, and the problems beside them as prose, within the screen.
+    layout = page.evaluate("""() => ({
+        page: document.documentElement.scrollWidth,
+        problem: document.querySelector("table.endpoints td.error").offsetWidth})""")
+    assert layout["page"] <= WIDTH, layout
+    assert layout["problem"] >= 0.2 * WIDTH, layout
+    # Each endpoint's tenant, linked to the tenant's endpoints; crm belongs to none.
+    expect(page.locator("tr", has_text=ACME).get_by_role("link", name="acme", exact=True)
+           ).to_have_attribute("href", "/?tenant=acme")
+    expect(page.locator("tr", has=page.get_by_role("link", name="crm", exact=True))
+           .locator("td").nth(1)).to_have_text("-")
     shots.take(page, "overview")
 
     # The walk of the operations guide: the failing endpoint, its last error, the tenant
@@ -262,6 +327,97 @@ def _walk(page: Any, url: str, event: str, shots: Shots) -> None:
     page.wait_for_url("**/tenants")
     expect(page.locator("h1")).to_have_text("Tenants")
     first = page.locator("tbody tr").first
-    expect(first).to_contain_text("acme")
-    expect(first).to_contain_text("crm")
+    expect(first.locator("td").first).to_have_text("acme")  # 17 waiting at crm
+    expect(first.locator("td").nth(2)).to_have_text("17")
     shots.take(page, "tenants")
+
+
+def _one_line(page: Any, selector: str) -> dict[str, Any]:
+    """How the first element matching ``selector`` is laid out: its text, its lines (the
+    boxes of an inline element), whether its cell is cut or overflows, the page's width."""
+    return page.evaluate("""(selector) => {
+        const element = document.querySelector(selector);
+        const cell = element.closest("td");
+        const style = getComputedStyle(cell);
+        return {text: element.textContent, lines: element.getClientRects().length,
+                ellipsis: style.textOverflow === "ellipsis",
+                overflows: cell.scrollWidth > cell.clientWidth,
+                page: document.documentElement.scrollWidth};
+    }""", selector)
+
+
+def _support(page: Any, url: str, shots: Shots) -> None:
+    """Support's path, at 1,400 px: a customer's name -> its endpoints, names whole ->
+    its dead letter -> another customer's endpoint held by an open circuit -> Retry now,
+    said as the command says it -> delivered."""
+    expect = sync_api.expect
+    page.set_viewport_size({"width": 1400, "height": HEIGHT})
+    page.goto(url + "/")
+    # Names whole and on one line where the table has room, among long errors.
+    for name in (ACME, PARTNER):
+        laid = _one_line(page, f'a[href="/endpoints/{name}"]')
+        assert (laid["text"], laid["lines"], laid["ellipsis"], laid["overflows"]) == (
+            name, 1, False, False), laid
+        assert laid["page"] <= 1400, laid
+
+    page.get_by_role("searchbox").fill("acme")
+    page.get_by_role("button", name="Search").click()
+    page.wait_for_url("**/?tenant=acme")
+    expect(page.locator("h1")).to_have_text("Endpoints of tenant acme")
+    mine = page.locator("table.endpoints tbody tr")
+    expect(mine).to_have_count(1)
+    expect(mine.first.locator("td").first).to_have_text(ACME)
+    waiting = page.locator("table.waits tbody tr")
+    expect(waiting).to_have_count(1)
+    expect(waiting.first).to_contain_text("crm")
+    expect(waiting.first.locator("td").nth(1)).to_have_text(str(CRM_WAITING.count("acme")))
+    shots.take(page, "tenant")
+
+    page.get_by_role("link", name="its dead letters").click()
+    page.wait_for_url("**/dead?tenant=acme")
+    expect(page.locator("tbody tr")).to_have_count(1)
+    # The dead letters' narrow column: the name whole, wrapped inside its cell, not cut.
+    laid = _one_line(page, f'tbody a[href="/endpoints/{ACME}"]')
+    assert (laid["text"], laid["ellipsis"], laid["overflows"]) == (ACME, False, False), laid
+    assert laid["page"] <= 1400, laid
+
+    page.goto(url + "/?tenant=globex")
+    page.locator("table.endpoints").get_by_role("link", name=PARTNER).click()
+    page.wait_for_url(f"**/endpoints/{PARTNER}")
+    expect(page.locator("dd.circuit-open")).to_contain_text("open since")
+    page.get_by_role("button", name="Retry now").click()
+    expect(page.locator(".done")).to_have_text(
+        f"Made 0 pending deliveries of endpoint {PARTNER} due now; its open circuit went "
+        "half-open: the next request is the probe.")
+    shots.take(page, "retry-now")
+    for _ in range(100):  # the probe, then the rest, within moments
+        caption = page.locator("figure.chart figcaption").inner_text()
+        if f"{PARTNER_WAITING} delivered" in caption:
+            break
+        page.wait_for_timeout(200)
+        page.reload()
+    expect(page.locator("figure.chart figcaption")).to_contain_text(
+        f"{PARTNER_WAITING} delivered")
+    expect(page.locator("dd.circuit-closed")).to_have_text("closed")
+
+
+def _tenants_pages(page: Any, url: str) -> None:
+    """The tenants, 100 a page: the next page named in a Link header and a link; the
+    second page holds the rest, with a link back to the largest backlogs."""
+    expect = sync_api.expect
+    answer = page.goto(url + "/tenants")
+    assert answer is not None
+    link = answer.headers["link"]
+    assert re.fullmatch(r'</tenants\?after=[^>]+>; rel="next"', link), link
+    rows = page.locator("table.tenants tbody tr")
+    expect(rows).to_have_count(100)
+    first = rows.locator("td:first-child").all_inner_texts()
+    assert first[:3] == ["acme", "globex", "initech"]  # 17, 6 and 2 waiting at crm
+    page.get_by_role("link", name="next 100 »").click()
+    page.wait_for_url("**/tenants?after=*")
+    expect(rows).to_have_count(3 + PAGED - 100)
+    rest = rows.locator("td:first-child").all_inner_texts()
+    assert not set(first) & set(rest)
+    assert rest == sorted(rest)
+    expect(page.get_by_role("link", name="next 100 »")).to_have_count(0)
+    expect(page.get_by_role("link", name="« largest")).to_be_visible()

@@ -20,13 +20,14 @@ with warnings.catch_warnings():  # Starlette 1.x would rather drive httpx2; http
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
     from starlette.testclient import TestClient
 
+from outbox.sql import QueryName, queries
 from outbox.web.app import create_app
 from outbox.web.config import WebConfig
 from tests.support.cli import run_outbox
 from tests.support.dispatcher import add_endpoint, publish
 
 __all__ = ["BASE", "HEADER_VALUE", "PAYLOAD_MARK", "SECRET", "TestClient", "basic", "command",
-           "dead_scene", "web_client"]
+           "dead_scene", "plans", "tenants_history", "web_client"]
 
 BASE = "http://127.0.0.1:8080"
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -79,3 +80,35 @@ def dead_scene(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         (delivered,))
     conn.commit()
     return {"dead": dead, "delivered": delivered, "pending": pending}
+
+
+def tenants_history(conn: psycopg.Connection[Any]) -> None:
+    """40 endpoints, every other one a tenant's, and 60,000 delivered deliveries of seven
+    tenants over them with 50 pending: a table where a read that walks the history
+    instead of the backlog shows it in its plan (analysed)."""
+    conn.execute("INSERT INTO outbox.endpoints (name, url, tenant) SELECT 'ep' || g, "
+                 "'https://x/', CASE WHEN g % 2 = 0 THEN 'tenant-' || g END "
+                 "FROM generate_series(1, 40) g")
+    conn.execute("INSERT INTO outbox.events (id, type, payload) VALUES "
+                 "('00000000-0000-7000-8000-000000000001', 't', '{}')")
+    conn.execute("""
+        INSERT INTO outbox.deliveries (event_id, endpoint_id, seq, state, finished_at, tenant)
+        SELECT '00000000-0000-7000-8000-000000000001', e.id, g,
+               CASE WHEN g <= 60000 THEN 'delivered' ELSE 'pending' END,
+               CASE WHEN g <= 60000 THEN now() END, 'tenant-' || g % 7
+        FROM generate_series(1, 60050) g
+        JOIN outbox.endpoints e ON e.name = 'ep' || (1 + g % 40)""")
+    conn.execute("ANALYZE outbox.deliveries")
+    conn.commit()
+
+
+def plans(conn: psycopg.Connection[Any], reads: dict[QueryName, dict[str, Any]],
+          ) -> dict[str, str]:
+    """The plan of each named query (``queries[NAME]``) with its parameters, as text."""
+    found: dict[str, str] = {}
+    with conn.cursor() as cur:
+        for name, params in reads.items():
+            found[name] = "\n".join(row[0] for row in cur.execute(
+                "EXPLAIN " + queries[name], params, prepare=False).fetchall())
+    conn.rollback()
+    return found

@@ -17,13 +17,14 @@ from outbox.endpoints import EndpointSpec, decode_secret
 from outbox.errors import InvalidEndpoint
 from tests.support.kubernetes import restricted_problems
 from tests.support.prometheus import parse_duration
+from tests.unit.test_deploy_release import release
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is part of the test extras")
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
-IMAGE = "registry.example.com/shop/outbox-dispatcher:0.2.0"
+IMAGE = f"registry.example.com/shop/outbox-dispatcher:{release()}"
 # PodMonitor is a custom resource (Prometheus Operator): the fields of monitoring.coreos.com/v1
 # this project uses, checked here since no Kubernetes schema knows them.
 PODMONITOR_FIELDS = {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel"}
@@ -107,8 +108,8 @@ def test_manifests_are_valid_against_the_kubernetes_schemas() -> None:
 def test_every_pod_meets_the_restricted_profile_without_a_token() -> None:
     """Every pod spec of deploy/kubernetes passes Pod Security "restricted"; none gets a token."""
     templates = dict(pod_templates())
-    assert set(templates) == {"orders", "outbox-dispatcher", "outbox-migrate-0-2-0",
-                              "outbox-web"}
+    job = "outbox-migrate-" + release().replace(".", "-")
+    assert set(templates) == {"orders", "outbox-dispatcher", job, "outbox-web"}
     for name, template in templates.items():
         pod = template["spec"]
         assert restricted_problems(pod) == [], name

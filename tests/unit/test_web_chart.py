@@ -3,7 +3,7 @@ backlog's line scaled to its own peak."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from outbox.web.chart import BAR, HEIGHT, WIDTH, chart
 
@@ -43,3 +43,19 @@ def test_an_idle_hour_draws_nothing() -> None:
     assert drawn.peak == drawn.pending_peak == 0
     assert all(b.delivered_height == b.failed_height == 0 for b in drawn.bars)
     assert drawn.line == ""
+
+
+def test_the_time_axis_marks_each_ten_minutes_in_utc() -> None:
+    """Under the bars, a tick at each ten minutes of the clock, at its minute's bar, named
+    HH:MM in UTC whatever the zone the database answered in; a label at either edge hangs
+    inwards; the drawing is taller than the plot by the labels' room."""
+    zone = timezone(timedelta(hours=2))
+    first = datetime(2026, 1, 1, 16, 0, tzinfo=zone)  # 14:00 UTC
+    drawn = chart([(first + timedelta(minutes=i), 1, 0, 0) for i in range(60)])
+    assert [(t.x, t.label) for t in drawn.ticks] == [
+        (i * (WIDTH // 60), f"14:{i:02d}") for i in range(0, 60, 10)]
+    assert drawn.ticks[0].anchor == "start"
+    assert {t.anchor for t in drawn.ticks[1:]} == {"middle"}
+    assert drawn.full_height > drawn.height == HEIGHT
+    late = chart([(first + timedelta(minutes=i + 1), 1, 0, 0) for i in range(60)])
+    assert (late.ticks[-1].label, late.ticks[-1].anchor) == ("15:00", "end")

@@ -11,13 +11,13 @@
 -- keeps one row (with a NULL name) when no live endpoint exists, so that the
 -- unrouted count always comes back. Discarded deliveries (by the endpoint's
 -- policy) are counted through deliveries_discarded, and whether the endpoint
--- drops what is made for it (disable --drop) comes along.
+-- drops what is made for it (disable --drop) and its tenant come along.
 SELECT u.unrouted, ep.name, ep.enabled, ep.pending, ep.in_flight, ep.delivered, ep.dead,
        ep.oldest_pending_seconds, ep.circuit, ep.max_pending, ep.disabled_reason, ep.opened_at,
-       ep.discarded, ep.dropping
+       ep.discarded, ep.dropping, ep.tenant
 FROM (SELECT count(*) AS unrouted FROM outbox.events WHERE unrouted) AS u
 LEFT JOIN LATERAL (
-    SELECT e.name, e.enabled, e.max_pending, e.disabled_reason, e.dropping, p.pending,
+    SELECT e.name, e.enabled, e.max_pending, e.disabled_reason, e.dropping, e.tenant, p.pending,
            p.oldest_pending_seconds,
            coalesce((SELECT s.circuit FROM outbox.endpoint_state s WHERE s.endpoint_id = e.id),
                     'closed') AS circuit,
@@ -49,7 +49,11 @@ ORDER BY ep.name;
 -- backlogs (pending plus in flight), at most %(per_endpoint)s each, largest
 -- first. The tenants and the oldest pending age come from one pass over the
 -- endpoint's undelivered rows (created_at, as admin_status reads it for the
--- whole endpoint); the counts are the ones --max-pending-per-tenant checks
+-- whole endpoint), each state's through its partial index: written as one
+-- `state IN ('pending', 'in_flight')`, no partial index served it and the
+-- planner scanned the whole table once per endpoint (4.7 s for 500 tenants'
+-- endpoints and 35,000 rows, past a minute at 5,000; BENCHMARKS.md, "The web
+-- view by tenant"). The counts are the ones --max-pending-per-tenant checks
 -- (outbox.tenant_backlog_v1, uncapped). With %(endpoint)s, that endpoint's
 -- only (an endpoint's page in the web view).
 SELECT x.name, x.tenant, x.pending, x.in_flight, x.oldest_pending_seconds
@@ -64,9 +68,13 @@ FROM (
                      greatest(0, coalesce(extract(epoch FROM clock_timestamp()
                          - min(d.created_at) FILTER (WHERE d.state = 'pending')), 0))::float8
                          AS oldest_pending_seconds
-              FROM outbox.deliveries d
-              WHERE d.endpoint_id = e.id AND d.tenant IS NOT NULL
-                AND d.state IN ('pending', 'in_flight')
+              FROM (SELECT p.tenant, p.state, p.created_at FROM outbox.deliveries p
+                    WHERE p.endpoint_id = e.id AND p.state = 'pending'
+                      AND p.tenant IS NOT NULL
+                    UNION ALL
+                    SELECT f.tenant, f.state, f.created_at FROM outbox.deliveries f
+                    WHERE f.endpoint_id = e.id AND f.state = 'in_flight'
+                      AND f.tenant IS NOT NULL) d
               GROUP BY d.tenant) g
         CROSS JOIN LATERAL outbox.tenant_backlog_v1(e.id, g.tenant, NULL) b
     ) AS t
