@@ -71,6 +71,7 @@ def test_fleet_histograms_are_one_per_database_with_databases() -> None:
     metrics = FleetMetrics(histograms="fleet")
     for database in ("alpha", "beta"):
         busy(metrics.databases.of(database), ["hook"])
+        metrics.databases.served(database, up=True)
     found = series(metrics.render().decode())
     histograms = [labels for family, labels in found if family in (
         "outbox_delivery_duration_seconds", "outbox_delivery_lag_seconds")]
